@@ -1,0 +1,29 @@
+"""Alembic environment for pgrag's own schema.
+
+pgrag drives Alembic from code (``pgrag.migrate``): the connection comes in through
+``config.attributes["connection"]``, so the CLI, the tests and a user's own ops pipeline run
+exactly the same migrations. pgrag keeps its revision in its own version table
+(``alembic_version_pgrag``), so an application with its own Alembic history can run pgrag's
+beside it in the same database.
+"""
+
+from __future__ import annotations
+
+from alembic import context
+
+VERSION_TABLE = "alembic_version_pgrag"
+
+connection = context.config.attributes.get("connection")
+if connection is None:  # pragma: no cover - only when someone runs plain `alembic` here
+    raise RuntimeError("run pgrag's migrations with `pgrag db upgrade` or pgrag.migrate.upgrade()")
+
+if context.is_offline_mode():  # pragma: no cover
+    raise RuntimeError("pgrag's migrations need a live connection (offline SQL is not supported)")
+
+context.configure(
+    connection=connection,
+    version_table=VERSION_TABLE,
+    transaction_per_migration=True,
+)
+with context.begin_transaction():
+    context.run_migrations()

@@ -1,0 +1,44 @@
+"""pgrag: retrieval-augmented generation with PostgreSQL as the system of record.
+
+    import pgrag
+
+    db = pgrag.connect()                      # PGRAG_DSN, PG* variables, or the embedded server
+    pgrag.ingest(db, ["docs/"], collection="handbook")
+    for hit in pgrag.search(db, "refund window", collection="handbook", k=5):
+        print(hit.rank, hit.title, hit.text[:80])
+    answer = pgrag.ask(db, "How long is the refund window?", collection="handbook")
+    print(answer.answer, [c.source for c in answer.citations])
+
+Heavy dependencies (torch, sentence-transformers, psycopg) load on first use, so ``import pgrag``
+and ``pgrag --help`` stay fast.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigError, GenerationError, InputError, PgragError, SchemaError, ServerError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Answer",
+    "ConfigError",
+    "Database",
+    "GenerationError",
+    "InputError",
+    "PgragError",
+    "SchemaError",
+    "SearchResult",
+    "ServerError",
+    "ask",
+    "connect",
+    "ingest",
+    "search",
+]
+
+# The functions share their names with their modules (pgrag.search is the function; the module
+# is pgrag.search's home). Importing them here, eagerly, binds the names to the functions;
+# these modules import nothing heavy at import time.
+from .ask import Answer, ask  # noqa: E402
+from .db import Database, connect  # noqa: E402
+from .ingest import ingest  # noqa: E402
+from .search import SearchResult, search  # noqa: E402

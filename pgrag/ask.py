@@ -1,0 +1,160 @@
+"""Ask: retrieve, assemble the prompt, generate, check the citations, log.
+
+Without an LLM endpoint configured the offline extractive reader answers. With one
+(``PGRAG_LLM_BASE_URL`` or ``OPENAI_*``), any OpenAI-compatible chat server does. Either way
+the answer comes back with its citations resolved to chunks and documents, or as an
+abstention with a reason.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .citations import Citation, check_citations, says_unknown
+from .prompt import ABSTAIN_TEXT, Source, build_messages, fit_budget, number_sources, render
+from .search import search
+
+if TYPE_CHECKING:
+    from .db import Database
+    from .generation import LLMConfig
+
+_ENV = object()  # "read the LLM endpoint from the environment"
+
+
+@dataclass
+class Answer:
+    question: str
+    answer: str
+    abstained: bool
+    reason: str | None
+    citations: list[Citation]
+    sources: list[Source]
+    generator: str
+    timings: dict[str, float]
+    prompt: str
+    invalid_citations: list[int] = field(default_factory=list)
+    raw_answer: str | None = None
+    query_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "abstained": self.abstained,
+            "reason": self.reason,
+            "citations": [c.to_dict() for c in self.citations],
+            "invalid_citations": self.invalid_citations,
+            "sources": [s.to_dict() for s in self.sources],
+            "generator": self.generator,
+            "timings": self.timings,
+            "query_id": self.query_id,
+        }
+
+
+def ask(
+    db: Database,
+    question: str,
+    *,
+    collection: str = "default",
+    k: int = 8,
+    budget_tokens: int = 1500,
+    llm: LLMConfig | None | object = _ENV,
+    on_token: Callable[[str], None] | None = None,
+    log: bool = True,
+) -> Answer:
+    """Answer ``question`` from ``collection`` with numbered citations, or abstain."""
+    from .generation import ChatClient, LLMConfig
+
+    config = LLMConfig.from_env() if llm is _ENV else llm
+    assert config is None or isinstance(config, LLMConfig)
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    results = search(db, question, collection=collection, k=k, timings=timings)
+    kept = fit_budget(results, budget_tokens, db.embedder.tokens.count)
+    sources = number_sources(kept)
+    messages = build_messages(question, sources)
+    generator = "extractive" if config is None else f"openai-compatible:{config.model}"
+
+    t_gen = time.perf_counter()
+    raw: str | None = None
+    reason: str | None
+    invalid: list[int] = []
+    citations: list[Citation] = []
+    if not sources:
+        text, abstained, reason = ABSTAIN_TEXT, True, "nothing was retrieved for this question"
+    elif config is None:
+        from .reader import extractive_answer
+
+        reader = extractive_answer(question, sources, db.embedder)
+        checked = check_citations(reader.text, sources)
+        text, abstained, reason = checked.text, reader.abstained, reader.reason
+        citations = checked.citations
+    else:
+        raw = ChatClient(config).complete(messages, on_token=on_token)
+        checked = check_citations(raw, sources)
+        invalid, citations = checked.invalid, checked.citations
+        text, abstained, reason = checked.text, False, None
+        if says_unknown(raw):
+            text, abstained, reason = ABSTAIN_TEXT, True, "the model said it does not know"
+            citations = []
+        elif not citations:
+            text, abstained = ABSTAIN_TEXT, True
+            reason = "the model's answer cites no source that was in the prompt"
+    timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
+    timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
+
+    answer = Answer(
+        question=question,
+        answer=text,
+        abstained=abstained,
+        reason=reason,
+        citations=citations,
+        sources=sources,
+        generator=generator,
+        timings=timings,
+        prompt=render(messages),
+        invalid_citations=invalid,
+        raw_answer=raw,
+    )
+    if log:
+        answer.query_id = _log(db, collection, answer, results)
+    return answer
+
+
+def _log(db: Database, collection: str, answer: Answer, results: list[Any]) -> int:
+    from psycopg.types.json import Jsonb
+
+    retrieved = [
+        {
+            "chunk_id": r.chunk_id,
+            "rank": r.rank,
+            "score": r.score,
+            "vector_rank": r.vector_rank,
+            "keyword_rank": r.keyword_rank,
+        }
+        for r in results
+    ]
+    with db.conn.transaction():
+        row = db.conn.execute(
+            "INSERT INTO pgrag.queries (collection_id, model_id, question, retrieved, prompt,"
+            " generator, answer, citations, abstained, abstain_reason, timings)"
+            " SELECT c.id, c.model_id, %(q)s, %(retrieved)s, %(prompt)s, %(generator)s,"
+            " %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s"
+            " FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id",
+            {
+                "collection": collection,
+                "q": answer.question,
+                "retrieved": Jsonb(retrieved),
+                "prompt": answer.prompt,
+                "generator": answer.generator,
+                "answer": answer.raw_answer if answer.raw_answer is not None else answer.answer,
+                "citations": Jsonb([c.to_dict() for c in answer.citations]),
+                "abstained": answer.abstained,
+                "reason": answer.reason,
+                "timings": Jsonb(answer.timings),
+            },
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,430 @@
+"""The ``pgrag`` command: a thin skin over the library.
+
+Results go to stdout (``--json`` for machines); progress, warnings and errors to stderr, so
+``pgrag search ... --json | jq`` works. Every :class:`PgragError` becomes one line,
+``error: ...``, and exit status 1. Heavy modules are imported inside the commands so that
+``pgrag --help`` is instant.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from .errors import PgragError
+
+if TYPE_CHECKING:
+    from .db import Database
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Group(click.Group):
+    """Translate library errors into one line with the next step, once, here."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PgragError as err:
+            _fail(str(err))
+        except Exception as err:
+            import psycopg
+
+            if isinstance(err, psycopg.Error):
+                _fail(_describe_db_error(err))
+            raise
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def _describe_db_error(err: Any) -> str:
+    diag = getattr(err, "diag", None)
+    primary = getattr(diag, "message_primary", None) or " ".join(str(err).split())
+    hint = getattr(diag, "message_hint", None)
+    return f"{primary} ({hint})" if hint else primary
+
+
+def _emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def collection_option(f: F) -> F:
+    return click.option(
+        "--collection",
+        "-c",
+        default="default",
+        show_default=True,
+        envvar="PGRAG_COLLECTION",
+        help="Collection to use (env: PGRAG_COLLECTION).",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(f)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--dsn",
+    envvar="PGRAG_DSN",
+    help="PostgreSQL connection string (env: PGRAG_DSN). Default: libpq's PG* variables if"
+    " set, else the embedded server.",
+)
+@click.version_option(package_name="pgrag")
+@click.pass_context
+def cli(ctx: click.Context, dsn: str | None) -> None:
+    """pgrag: answers from your documents, with sources, on PostgreSQL.
+
+    \b
+    Quick start:
+      pgrag db upgrade                 create/upgrade the schema
+      pgrag ingest docs/               chunk, embed and index files
+      pgrag search "refund window"     hybrid search
+      pgrag ask "How long do refunds take?"
+    """
+    ctx.obj = {"dsn": dsn}
+
+
+def _dsn(ctx: click.Context) -> str:
+    from .db import resolve_dsn
+
+    return resolve_dsn(ctx.obj["dsn"])
+
+
+def _db(ctx: click.Context) -> Database:
+    from .db import connect
+
+    db = connect(ctx.obj["dsn"])
+    ctx.call_on_close(db.close)
+    return db
+
+
+# -- server ------------------------------------------------------------------------------
+
+
+@cli.group()
+def server() -> None:
+    """Manage the embedded PostgreSQL server (used when no DSN is configured)."""
+
+
+@server.command("start")
+def server_start() -> None:
+    """Start the embedded server (initialising it on first use); print its DSN."""
+    from .server import EmbeddedServer
+
+    click.echo(EmbeddedServer().ensure_running())
+
+
+@server.command("stop")
+def server_stop() -> None:
+    """Stop the embedded server."""
+    from .server import EmbeddedServer
+
+    stopped = EmbeddedServer().stop()
+    click.echo("stopped" if stopped else "not running", err=True)
+
+
+@server.command("status")
+@click.option("--dsn", "dsn_only", is_flag=True, help="Print only the connection string.")
+@json_option
+def server_status(dsn_only: bool, as_json: bool) -> None:
+    """Show whether the embedded server runs, where its data is, and how to connect."""
+    from .server import EmbeddedServer
+
+    st = EmbeddedServer().status()
+    if dsn_only:
+        click.echo(st.dsn)
+        if not st.running:
+            click.echo(
+                "warning: the embedded server is not running; `pgrag server start`", err=True
+            )
+        return
+    if as_json:
+        _emit_json({**vars(st), "directory": str(st.directory)})
+        return
+    click.echo(f"running:   {f'yes (pid {st.pid})' if st.running else 'no'}")
+    click.echo(f"directory: {st.directory}")
+    click.echo(f"dsn:       {st.dsn}")
+    click.echo(f'psql:      psql "{st.dsn}"')
+
+
+# -- db ----------------------------------------------------------------------------------
+
+
+@cli.group()
+def db() -> None:
+    """Move the schema with Alembic migrations (upgrade, downgrade, current, check)."""
+
+
+@db.command("upgrade")
+@click.argument("revision", default="head")
+@click.pass_context
+def db_upgrade(ctx: click.Context, revision: str) -> None:
+    """Upgrade the schema to REVISION (default: head)."""
+    from . import migrate
+
+    dsn = _dsn(ctx)
+    migrate.upgrade(dsn, revision)
+    click.echo(migrate.state(dsn).describe())
+
+
+@db.command("downgrade")
+@click.argument("revision")
+@click.pass_context
+def db_downgrade(ctx: click.Context, revision: str) -> None:
+    """Downgrade the schema to REVISION ('base' removes pgrag's schema and its data)."""
+    from . import migrate
+
+    dsn = _dsn(ctx)
+    migrate.downgrade(dsn, revision)
+    click.echo(migrate.state(dsn).describe())
+
+
+@db.command("current")
+@click.pass_context
+def db_current(ctx: click.Context) -> None:
+    """Print the schema revision of the database (empty when not installed)."""
+    from . import migrate
+
+    click.echo(migrate.current(_dsn(ctx)) or "")
+
+
+@db.command("check")
+@click.pass_context
+def db_check(ctx: click.Context) -> None:
+    """Exit 0 when the database schema matches this pgrag, 1 otherwise."""
+    from . import migrate
+
+    st = migrate.state(_dsn(ctx))
+    if not st.up_to_date:
+        _fail(st.describe())
+    click.echo(st.describe())
+
+
+# -- ingest / search / ask ------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+@collection_option
+@json_option
+@click.pass_context
+def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json: bool) -> None:
+    """Chunk, embed and index .md and .txt files and directories (recursively).
+
+    Unchanged files are skipped. A file that cannot be read is reported on one line and the
+    others are still ingested; the exit status is then 1.
+    """
+    from .ingest import ingest as run_ingest
+
+    database = _db(ctx)
+    bar: Any = None
+
+    def on_error(path: str, reason: str) -> None:
+        click.echo(f"error: {path}: {reason}", err=True)
+
+    def on_plan(total: int) -> None:
+        nonlocal bar
+        if total:
+            bar = click.progressbar(length=total, label="embedding chunks", file=sys.stderr)
+            bar.__enter__()
+
+    def progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+
+    try:
+        report = run_ingest(
+            database,
+            list(paths),
+            collection=collection,
+            on_error=on_error,
+            on_plan=on_plan,
+            progress=progress,
+        )
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if as_json:
+        _emit_json(report.to_dict())
+    click.echo(report.summary(), err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+@cli.command()
+@click.argument("query")
+@collection_option
+@click.option("--k", "-k", default=10, show_default=True, help="Number of results.")
+@click.option(
+    "--mode",
+    type=click.Choice(["hybrid", "keyword", "vector"]),
+    default="hybrid",
+    show_default=True,
+    help="Which arms to use.",
+)
+@click.option(
+    "--filter",
+    "filter_json",
+    help="Only documents whose metadata contains this JSON object,"
+    ' e.g. \'{"format": "markdown"}\'.',
+)
+@json_option
+@click.pass_context
+def search(
+    ctx: click.Context,
+    query: str,
+    collection: str,
+    k: int,
+    mode: str,
+    filter_json: str | None,
+    as_json: bool,
+) -> None:
+    """Hybrid search (vector + keyword, fused with RRF) over a collection."""
+    from .search import search as run_search
+
+    filt = _parse_filter(filter_json)
+    results = run_search(_db(ctx), query, collection=collection, k=k, mode=mode, filter=filt)
+    if as_json:
+        _emit_json([r.to_dict() for r in results])
+        return
+    if not results:
+        click.echo("no results", err=True)
+    for r in results:
+        arms = f"vector #{r.vector_rank or '-'}, keyword #{r.keyword_rank or '-'}"
+        where = _place(r.title, r.section) or r.source
+        click.echo(click.style(f"{r.rank}. {where}", bold=True) + f"  ({r.score:.4f}; {arms})")
+        click.echo(f"   {r.source}")
+        snippet = " ".join(r.text.split())
+        click.echo(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}\n")
+
+
+def _place(title: str | None, section: str | None) -> str:
+    """'Title > Section', without repeating a title the section path already starts with."""
+    if not section:
+        return title or ""
+    if not title or section == title or section.startswith(f"{title} > "):
+        return section
+    return f"{title} > {section}"
+
+
+def _parse_filter(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise PgragError(
+            f'--filter is not valid JSON ({err.msg}); e.g. \'{{"team": "billing"}}\''
+        ) from err
+    if not isinstance(value, dict):
+        raise PgragError('--filter must be a JSON object, e.g. \'{"team": "billing"}\'')
+    return value
+
+
+@cli.command()
+@click.argument("question")
+@collection_option
+@click.option("--k", "-k", default=8, show_default=True, help="Passages to retrieve.")
+@click.option(
+    "--budget", default=1500, show_default=True, help="Token budget for passages in the prompt."
+)
+@click.option("--show-prompt", is_flag=True, help="Print the prompt given to the generator.")
+@click.option("--no-log", is_flag=True, help="Do not record this question in pgrag.queries.")
+@json_option
+@click.pass_context
+def ask(
+    ctx: click.Context,
+    question: str,
+    collection: str,
+    k: int,
+    budget: int,
+    show_prompt: bool,
+    no_log: bool,
+    as_json: bool,
+) -> None:
+    """Answer a question from a collection, citing numbered sources.
+
+    Uses the OpenAI-compatible endpoint in PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL /
+    OPENAI_API_KEY) when set, else the offline extractive reader.
+    """
+    from .ask import ask as run_ask
+
+    streamed = False
+
+    def on_token(piece: str) -> None:
+        nonlocal streamed
+        streamed = True
+        click.echo(piece, nl=False)
+
+    answer = run_ask(
+        _db(ctx),
+        question,
+        collection=collection,
+        k=k,
+        budget_tokens=budget,
+        on_token=None if as_json else on_token,
+        log=not no_log,
+    )
+    if as_json:
+        out = answer.to_dict()
+        if show_prompt:
+            out["prompt"] = answer.prompt
+        _emit_json(out)
+        return
+    if show_prompt:
+        click.echo(answer.prompt, err=True)
+        click.echo("", err=True)
+    if streamed:
+        click.echo("\n")
+        if answer.abstained or answer.invalid_citations:
+            click.echo(f"checked answer: {answer.answer}")
+    else:
+        click.echo(answer.answer)
+    if answer.abstained:
+        click.echo(f"(abstained: {answer.reason})", err=True)
+    if answer.invalid_citations:
+        bad = ", ".join(f"[{n}]" for n in answer.invalid_citations)
+        click.echo(f"warning: removed citations of sources not in the prompt: {bad}", err=True)
+    if answer.citations:
+        click.echo("\nSources:")
+        for c in answer.citations:
+            click.echo(f"  [{c.n}] {_place(c.title, c.section)} — {c.source}")
+
+
+@cli.command()
+@json_option
+@click.pass_context
+def collections(ctx: click.Context, as_json: bool) -> None:
+    """List collections with their model and size."""
+    database = _db(ctx)
+    rows = database.conn.execute(
+        "SELECT c.name, m.name, m.dimension,"
+        " (SELECT count(*) FROM pgrag.documents d WHERE d.collection_id = c.id),"
+        " (SELECT count(*) FROM pgrag.chunks k WHERE k.collection_id = c.id)"
+        " FROM pgrag.collections c LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id"
+        " ORDER BY c.name"
+    ).fetchall()
+    keys = ("name", "model", "dimension", "documents", "chunks")
+    if as_json:
+        _emit_json([dict(zip(keys, r, strict=True)) for r in rows])
+        return
+    if not rows:
+        click.echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
+    for name, model, dim, ndocs, nchunks in rows:
+        click.echo(f"{name}\t{ndocs} documents\t{nchunks} chunks\t{model} ({dim}d)")
+
+
+def main() -> None:
+    cli(prog_name="pgrag")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

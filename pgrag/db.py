@@ -1,0 +1,115 @@
+"""Finding the database and opening connections to it.
+
+Where the database is, in order: an explicit DSN (``--dsn``) or ``PGRAG_DSN``; else libpq's own
+``PG*`` environment variables; else the embedded server, started on demand. This is the one
+place that knows; migrations and SQLAlchemy take the DSN resolved here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import PgragError
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from .embeddings import Embedder
+
+# libpq reads these itself when the connection string leaves them out.
+LIBPQ_ENV = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """The connection string to use; starts the embedded server when nothing else is set."""
+    if dsn:
+        return dsn
+    env_dsn = os.environ.get("PGRAG_DSN")
+    if env_dsn:
+        return env_dsn
+    if any(os.environ.get(name) for name in LIBPQ_ENV):
+        return ""  # an empty conninfo: libpq takes everything from PG* variables
+    from .server import EmbeddedServer
+
+    return EmbeddedServer().ensure_running()
+
+
+def describe_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    if not dsn:
+        return "the server named by the PG* environment variables"
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(dsn)
+        if "password" in params:
+            params["password"] = "***"
+        return make_conninfo(**params)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - only used for display
+        return "the configured database"
+
+
+def open_connection(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, application_name="pgrag")
+    except psycopg.OperationalError as err:
+        reason = " ".join(str(err).split())
+        raise PgragError(
+            f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {reason};"
+            " check --dsn / PGRAG_DSN, or unset them to use the embedded server"
+        ) from err
+
+
+@dataclass
+class Database:
+    """An open pgrag database: a psycopg connection whose schema matches this code.
+
+    Create it with :func:`pgrag.connect`. The embedding model is loaded lazily, once.
+    """
+
+    conn: psycopg.Connection[Any]
+    dsn: str
+    _embedder: Embedder | None = field(default=None, repr=False)
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            from .embeddings import default_embedder
+
+            self._embedder = default_embedder()
+        return self._embedder
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(dsn: str | None = None, *, embedder: Embedder | None = None) -> Database:
+    """Open pgrag's database (see the module docstring for where it is found).
+
+    Raises :class:`pgrag.SchemaError` when the schema is missing or out of date: schema changes
+    happen only through ``pgrag db upgrade``, never as a side effect of connecting.
+    """
+    from pgvector.psycopg import register_vector
+
+    from .migrate import require_current
+
+    resolved = resolve_dsn(dsn)
+    conn = open_connection(resolved)
+    try:
+        require_current(conn)
+        register_vector(conn)
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    return Database(conn=conn, dsn=resolved, _embedder=embedder)

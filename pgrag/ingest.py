@@ -1,0 +1,450 @@
+"""Ingest: files → chunks → embeddings → PostgreSQL.
+
+1. Plan: read each file, skip it when its bytes are unchanged since the last ingest, chunk it.
+   A file that cannot be used is reported (one line) and the others go on.
+2. Embed the new chunks in batches (identical chunk texts once; a changed file reuses the
+   vectors of its chunks that did not change).
+3. Write each batch of documents in one transaction with binary COPY: a document is replaced
+   whole or not at all, so search never sees it half-written, and a killed ingest leaves only
+   whole documents behind (running it again finishes the rest).
+
+A load that adds more vectors than a model already has drops that model's HNSW index first
+and rebuilds it at the end: building an HNSW index once is several times faster than
+inserting into a live one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .chunking import chunk_text
+from .errors import InputError, PgragError
+from .loaders import LoadedFile, find_files, load
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from .db import Database
+    from .embeddings import Embedder
+
+CONTEXT_TOKENS = 32  # at most this much heading context is embedded in front of a chunk
+COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Collection:
+    id: int
+    name: str
+    text_config: int  # regconfig OID
+    model_id: int
+    chunk_tokens: int
+    chunk_overlap: int
+
+
+@dataclass
+class FileResult:
+    path: str
+    status: str  # added | updated | unchanged | failed
+    chunks: int = 0
+    reason: str | None = None
+
+
+@dataclass
+class IngestReport:
+    collection: str
+    files: list[FileResult] = field(default_factory=list)
+    chunks_written: int = 0
+    chunks_embedded: int = 0  # texts sent to the model (fewer than written when reused)
+
+    def count(self, status: str) -> int:
+        return sum(1 for f in self.files if f.status == status)
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "failed"]
+
+    def summary(self) -> str:
+        parts = [
+            f"{self.count('added')} added",
+            f"{self.count('updated')} updated",
+            f"{self.count('unchanged')} unchanged",
+        ]
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed")
+        return (
+            f"collection {self.collection!r}: {len(self.files)} files ({', '.join(parts)});"
+            f" {self.chunks_written} chunks written, {self.chunks_embedded} embedded"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "collection": self.collection,
+            "added": self.count("added"),
+            "updated": self.count("updated"),
+            "unchanged": self.count("unchanged"),
+            "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "chunks_written": self.chunks_written,
+            "chunks_embedded": self.chunks_embedded,
+            "files": [vars(f) for f in self.files],
+        }
+
+
+@dataclass
+class _PreparedChunk:
+    text: str
+    section: str | None
+    token_count: int
+    content_hash: str  # of the embedded text: heading context + chunk text
+    embed_text: str
+
+
+@dataclass
+class _PreparedDoc:
+    file: LoadedFile
+    result: FileResult
+    chunks: list[_PreparedChunk]
+    reusable: dict[str, Any] = field(default_factory=dict)  # content_hash -> old vector
+
+
+def ensure_collection(db: Database, name: str, embedder: Embedder | None = None) -> Collection:
+    """Get a collection, creating it (and registering its embedding model) on first use."""
+    if not COLLECTION_NAME.match(name):
+        raise InputError(
+            f"invalid collection name {name!r}: use letters, digits and _ . : - (max 128),"
+            " starting with a letter or digit"
+        )
+    embedder = embedder or db.embedder
+    conn = db.conn
+    with conn.transaction():
+        row = conn.execute(
+            "SELECT pgrag.register_model_v1(%(name)s, %(provider)s, %(dim)s, %(distance)s,"
+            " %(normalized)s, %(max_tokens)s)",
+            {
+                "name": embedder.name,
+                "provider": embedder.provider,
+                "dim": embedder.dimension,
+                "distance": embedder.distance,
+                "normalized": embedder.normalized,
+                "max_tokens": embedder.max_tokens,
+            },
+        ).fetchone()
+        assert row is not None
+        conn.execute(
+            "INSERT INTO pgrag.collections (name, model_id) VALUES (%(name)s, %(model)s)"
+            " ON CONFLICT (name) DO NOTHING",
+            {"name": name, "model": row[0]},
+        )
+    collection = get_collection(db, name)
+    assert collection is not None
+    if collection.model_id != row[0]:
+        active = conn.execute(
+            "SELECT name, dimension FROM pgrag.embedding_models WHERE id = %(id)s",
+            {"id": collection.model_id},
+        ).fetchone()
+        raise PgragError(
+            f"collection {name!r} is embedded with {active[0] if active else '?'!r}"
+            f" ({active[1] if active else '?'} dimensions) but pgrag is configured with"
+            f" {embedder.name!r} ({embedder.dimension}); use the collection's model"
+            " (PGRAG_EMBEDDING_MODEL) or ingest into another collection"
+        )
+    return collection
+
+
+def get_collection(db: Database, name: str) -> Collection | None:
+    row = db.conn.execute(
+        "SELECT id, name, text_config::oid, model_id, chunk_tokens, chunk_overlap"
+        " FROM pgrag.collections WHERE name = %(name)s",
+        {"name": name},
+    ).fetchone()
+    db.conn.commit()
+    return None if row is None else Collection(*row)
+
+
+def ingest(
+    db: Database,
+    paths: Sequence[str | Path],
+    *,
+    collection: str = "default",
+    on_error: Callable[[str, str], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    batch_chunks: int = 64,
+    bulk_threshold: int = 1000,
+) -> IngestReport:
+    """Ingest files and directories (recursively) into ``collection``.
+
+    ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
+    continue. ``on_plan(total)`` receives the number of chunks to write, then
+    ``progress(n)`` is called as chunks are embedded and written.
+    """
+    embedder = db.embedder
+    coll = ensure_collection(db, collection, embedder)
+    report = IngestReport(collection=collection)
+    docs = _plan(db, coll, embedder, [Path(p) for p in paths], report, on_error)
+    total = sum(len(d.chunks) for d in docs)
+    if on_plan:
+        on_plan(total)
+    if not docs:
+        return report
+
+    bulk = total >= bulk_threshold and total > _vector_count(db, coll.model_id)
+    if bulk:
+        _drop_model_index(db, coll.model_id)
+    try:
+        for batch in _batches(docs, batch_chunks):
+            vectors = _embed(batch, embedder, report)
+            _write(db, coll, batch, vectors)
+            for doc in batch:
+                report.files.append(doc.result)
+                report.chunks_written += len(doc.chunks)
+            if progress:
+                progress(sum(len(d.chunks) for d in batch))
+    finally:
+        if bulk:
+            _build_model_index(db, coll.model_id)
+    report.files.sort(key=lambda f: f.path)
+    return report
+
+
+def _plan(
+    db: Database,
+    coll: Collection,
+    embedder: Embedder,
+    paths: list[Path],
+    report: IngestReport,
+    on_error: Callable[[str, str], None] | None,
+) -> list[_PreparedDoc]:
+    docs: list[_PreparedDoc] = []
+    seen: set[str] = set()
+    limit = min(coll.chunk_tokens, embedder.max_tokens - 2 - CONTEXT_TOKENS)
+    overlap = min(coll.chunk_overlap, limit - 1)
+    for path, problem in find_files(paths):
+        try:
+            if problem:
+                raise problem
+            file = load(path)
+            if file.source in seen:
+                continue
+            seen.add(file.source)
+            row = db.conn.execute(
+                "SELECT id, content_hash FROM pgrag.documents"
+                " WHERE collection_id = %(c)s AND source = %(s)s",
+                {"c": coll.id, "s": file.source},
+            ).fetchone()
+            if row is not None and row[1] == file.content_hash:
+                report.files.append(FileResult(str(path), "unchanged"))
+                continue
+            chunks = _prepare_chunks(file, embedder, limit, overlap)
+            if not chunks:
+                raise InputError("has no text to index")
+            doc = _PreparedDoc(
+                file=file,
+                result=FileResult(str(path), "updated" if row else "added", len(chunks)),
+                chunks=chunks,
+            )
+            if row is not None:
+                doc.reusable = _old_vectors(db, row[0], coll.model_id)
+            docs.append(doc)
+        except InputError as err:
+            report.files.append(FileResult(str(path), "failed", reason=str(err)))
+            if on_error:
+                on_error(str(path), str(err))
+    db.conn.commit()
+    return docs
+
+
+def _prepare_chunks(
+    file: LoadedFile, embedder: Embedder, limit: int, overlap: int
+) -> list[_PreparedChunk]:
+    counter = embedder.tokens
+    out = []
+    for chunk in chunk_text(
+        file.text, counter, limit=limit, overlap=overlap, markdown=file.format == "markdown"
+    ):
+        section = " > ".join(chunk.section) or None
+        # The heading path (or, without one, the title) is embedded with the chunk so that a
+        # passage keeps its context; capped so the model never truncates the chunk itself.
+        context = section or file.title
+        pieces = counter.cut(context, CONTEXT_TOKENS) if context else []
+        embed_text = f"{pieces[0]}\n{chunk.text}" if pieces else chunk.text
+        out.append(
+            _PreparedChunk(
+                text=chunk.text,
+                section=section,
+                token_count=chunk.token_count,
+                content_hash=hashlib.sha256(embed_text.encode()).hexdigest(),
+                embed_text=embed_text,
+            )
+        )
+    return out
+
+
+def _old_vectors(db: Database, document_id: int, model_id: int) -> dict[str, Any]:
+    rows = db.conn.execute(
+        "SELECT c.content_hash, e.embedding FROM pgrag.chunks c"
+        " JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
+        " WHERE c.document_id = %(d)s",
+        {"m": model_id, "d": document_id},
+    ).fetchall()
+    return {h: v for h, v in rows}
+
+
+def _batches(docs: list[_PreparedDoc], size: int) -> Iterable[list[_PreparedDoc]]:
+    batch: list[_PreparedDoc] = []
+    n = 0
+    for doc in docs:
+        batch.append(doc)
+        n += len(doc.chunks)
+        if n >= size:
+            yield batch
+            batch, n = [], 0
+    if batch:
+        yield batch
+
+
+def _embed(batch: list[_PreparedDoc], embedder: Embedder, report: IngestReport) -> list[list[Any]]:
+    """Vectors for every chunk of the batch, embedding each distinct new text once."""
+    todo: dict[str, str] = {}
+    for doc in batch:
+        for chunk in doc.chunks:
+            if chunk.content_hash not in doc.reusable:
+                todo.setdefault(chunk.content_hash, chunk.embed_text)
+    fresh: dict[str, npt.NDArray[np.float32]] = {}
+    if todo:
+        matrix = embedder.embed(list(todo.values()))
+        if matrix.shape != (len(todo), embedder.dimension):
+            raise PgragError(
+                f"embedding model {embedder.name!r} returned vectors of shape {matrix.shape},"
+                f" expected ({len(todo)}, {embedder.dimension})"
+            )
+        fresh = dict(zip(todo, matrix, strict=True))
+        report.chunks_embedded += len(todo)
+    return [
+        [doc.reusable.get(c.content_hash, fresh.get(c.content_hash)) for c in doc.chunks]
+        for doc in batch
+    ]
+
+
+def _write(
+    db: Database, coll: Collection, batch: list[_PreparedDoc], vectors: list[list[Any]]
+) -> None:
+    conn = db.conn
+    n = sum(len(d.chunks) for d in batch)
+    with conn.transaction():
+        ids = [
+            r[0]
+            for r in conn.execute(
+                "SELECT nextval(pg_get_serial_sequence('pgrag.chunks', 'id'))"
+                " FROM generate_series(1, %(n)s)",
+                {"n": n},
+            ).fetchall()
+        ]
+        chunk_rows: list[tuple[Any, ...]] = []
+        vector_rows: list[tuple[Any, ...]] = []
+        it = iter(ids)
+        for doc, doc_vectors in zip(batch, vectors, strict=True):
+            f = doc.file
+            row = conn.execute(
+                "INSERT INTO pgrag.documents (collection_id, source, title, metadata, content_hash)"
+                " VALUES (%(c)s, %(source)s, %(title)s, %(meta)s, %(hash)s)"
+                " ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,"
+                " metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,"
+                " updated_at = now()"
+                " RETURNING id, principals",
+                {
+                    "c": coll.id,
+                    "source": f.source,
+                    "title": f.title,
+                    "meta": _jsonb({"path": str(f.path), "format": f.format, "bytes": f.size}),
+                    "hash": f.content_hash,
+                },
+            ).fetchone()
+            assert row is not None
+            doc_id, principals = row
+            conn.execute("DELETE FROM pgrag.chunks WHERE document_id = %(d)s", {"d": doc_id})
+            for ordinal, (chunk, vector) in enumerate(zip(doc.chunks, doc_vectors, strict=True)):
+                chunk_id = next(it)
+                chunk_rows.append(
+                    (
+                        chunk_id,
+                        doc_id,
+                        coll.id,
+                        ordinal,
+                        chunk.text,
+                        chunk.section,
+                        chunk.token_count,
+                        chunk.content_hash,
+                        principals,
+                        coll.text_config,
+                    )
+                )
+                vector_rows.append((coll.model_id, chunk_id, vector))
+        with conn.cursor() as cur:
+            with cur.copy(
+                "COPY pgrag.chunks (id, document_id, collection_id, ordinal, content, section,"
+                " token_count, content_hash, principals, text_config) FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(
+                    [
+                        "int8",
+                        "int8",
+                        "int4",
+                        "int4",
+                        "text",
+                        "text",
+                        "int4",
+                        "text",
+                        "text[]",
+                        "oid",
+                    ]
+                )
+                for r in chunk_rows:
+                    copy.write_row(r)
+            with cur.copy(
+                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+                " FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["int4", "int8", "vector"])
+                for r in vector_rows:
+                    copy.write_row(r)
+
+
+def _jsonb(value: dict[str, Any]) -> Any:
+    from psycopg.types.json import Jsonb
+
+    return Jsonb(value)
+
+
+def _vector_count(db: Database, model_id: int) -> int:
+    # The planner's estimate is enough to decide whether a load is "bulk".
+    row = db.conn.execute(
+        "SELECT count(*) FROM pgrag.chunk_embeddings WHERE model_id = %(m)s", {"m": model_id}
+    ).fetchone()
+    db.conn.commit()
+    return int(row[0]) if row else 0
+
+
+def _drop_model_index(db: Database, model_id: int) -> None:
+    from psycopg import sql
+
+    with db.conn.transaction():
+        db.conn.execute(
+            sql.SQL("DROP INDEX IF EXISTS pgrag.{}").format(
+                sql.Identifier(f"chunk_embeddings_hnsw_{model_id}")
+            )
+        )
+
+
+def _build_model_index(db: Database, model_id: int) -> None:
+    with db.conn.transaction():
+        db.conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
+        db.conn.execute("SELECT pgrag.ensure_model_index_v1(%(m)s)", {"m": model_id})
+    db.conn.execute("ANALYZE pgrag.chunks")
+    db.conn.execute("ANALYZE pgrag.chunk_embeddings")
+    db.conn.commit()

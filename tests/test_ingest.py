@@ -1,0 +1,145 @@
+"""Ingest on the real model and the real database: idempotency, updates, bad input."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import pgrag
+from pgrag.cli import cli
+from pgrag.db import Database
+
+
+def _counts(db: Database) -> tuple[int, int, int]:
+    row = db.conn.execute(
+        "SELECT (SELECT count(*) FROM pgrag.documents), (SELECT count(*) FROM pgrag.chunks),"
+        " (SELECT count(*) FROM pgrag.chunk_embeddings)"
+    ).fetchone()
+    db.conn.commit()
+    return row
+
+
+def test_ingest_then_reingest_unchanged_writes_and_embeds_nothing(
+    db: Database, corpus: Path
+) -> None:
+    first = pgrag.ingest(db, [corpus])
+    assert first.count("added") == 3 and not first.failed
+    assert first.chunks_written > 0 and first.chunks_embedded == first.chunks_written
+    before = _counts(db)
+    assert before[1] == before[2] == first.chunks_written
+    ids_before = db.conn.execute("SELECT array_agg(id ORDER BY id) FROM pgrag.chunks").fetchone()
+    db.conn.commit()
+
+    second = pgrag.ingest(db, [corpus])
+    assert second.count("unchanged") == 3
+    assert second.chunks_written == 0 and second.chunks_embedded == 0
+    assert _counts(db) == before
+    ids_after = db.conn.execute("SELECT array_agg(id ORDER BY id) FROM pgrag.chunks").fetchone()
+    assert ids_after == ids_before
+
+
+def test_changed_file_is_replaced_and_unchanged_chunks_reuse_vectors(
+    db: Database, corpus: Path
+) -> None:
+    pgrag.ingest(db, [corpus])
+    refunds = corpus / "policies" / "refunds.md"
+    refunds.write_text(refunds.read_text() + "\n## Gift cards\n\nGift cards are never refunded.\n")
+    report = pgrag.ingest(db, [corpus])
+    assert report.count("updated") == 1 and report.count("unchanged") == 2
+    # Only the new section was embedded; the two unchanged sections kept their vectors.
+    assert report.chunks_written == 3 and report.chunks_embedded == 1
+    hits = pgrag.search(db, "gift cards", mode="keyword")
+    assert hits and "Gift cards are never refunded" in hits[0].text
+    docs = db.conn.execute("SELECT count(*) FROM pgrag.documents").fetchone()[0]
+    assert docs == 3
+
+
+def test_chunks_fit_the_model_and_carry_sections(db: Database, tmp_path: Path) -> None:
+    long = tmp_path / "long.md"
+    sentences = " ".join(
+        f"Sentence number {i} explains a detail about quarterly reporting and audits."
+        for i in range(300)
+    )
+    long.write_text(f"# Handbook\n\n## Reporting\n\n{sentences}\n\n## Audits\n\n{'x' * 5000}\n")
+    pgrag.ingest(db, [long])
+    rows = db.conn.execute(
+        "SELECT content, section, token_count FROM pgrag.chunks ORDER BY ordinal"
+    ).fetchall()
+    counter = db.embedder.tokens
+    assert len(rows) > 5
+    for content, section, token_count in rows:
+        # What the model sees: heading context + chunk + [CLS]/[SEP]; never over 256.
+        assert counter.count(f"{section}\n{content}") + 2 <= db.embedder.max_tokens
+        assert token_count == counter.count(content)
+    assert {r[1] for r in rows} == {"Handbook > Reporting", "Handbook > Audits"}
+
+
+def test_bulk_load_drops_and_rebuilds_the_hnsw_index(db: Database, corpus: Path) -> None:
+    report = pgrag.ingest(db, [corpus], collection="bulk", bulk_threshold=1)
+    assert report.chunks_written > 0
+    model_id = db.conn.execute(
+        "SELECT model_id FROM pgrag.collections WHERE name = 'bulk'"
+    ).fetchone()[0]
+    index = db.conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE schemaname = 'pgrag' AND indexname = %s",
+        (f"chunk_embeddings_hnsw_{model_id}",),
+    ).fetchone()
+    assert index and "hnsw" in index[0] and f"model_id = {model_id}" in index[0]
+    assert pgrag.search(db, "visitor badge", collection="bulk")
+
+
+def test_invalid_collection_name_is_rejected(db: Database, corpus: Path) -> None:
+    with pytest.raises(pgrag.InputError, match="invalid collection name"):
+        pgrag.ingest(db, [corpus], collection="bad name; drop table x")
+
+
+@pytest.fixture
+def messy(corpus: Path) -> Path:
+    (corpus / "empty.md").write_text("")
+    (corpus / "blank.txt").write_text("  \n\n ")
+    (corpus / "binary.txt").write_bytes(bytes(range(256)) * 4)
+    (corpus / "latin1.md").write_bytes("# Café\n\nCrème brûlée for everyone.".encode("latin-1"))
+    (corpus / "nul.md").write_bytes(b"# Title\n\nSome text\x00with a NUL byte.\n")
+    return corpus
+
+
+def test_bad_files_get_one_line_each_and_the_rest_is_ingested(dsn: str, messy: Path) -> None:
+    # A real process, as a user runs it: exit status, stderr lines, nothing on stdout.
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgrag.cli", "--dsn", dsn, "ingest", str(messy)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    by_file = {Path(line.split(":", 2)[1].strip()).name: line for line in errors}
+    assert set(by_file) == {"empty.md", "blank.txt", "binary.txt", "latin1.md", "nul.md"}
+    assert "empty" in by_file["empty.md"] and "empty" in by_file["blank.txt"]
+    assert "NUL" in by_file["binary.txt"] and "NUL" in by_file["nul.md"]
+    assert "UTF-8" in by_file["latin1.md"]
+    assert "Traceback" not in proc.stderr
+    assert "3 added" in proc.stderr and "5 failed" in proc.stderr
+
+    db = pgrag.connect(dsn)
+    try:
+        sources = {r[0] for r in db.conn.execute("SELECT source FROM pgrag.documents")}
+    finally:
+        db.close()
+    assert {Path(s).name for s in sources} == {"refunds.md", "security.md", "office.txt"}
+
+
+def test_explicit_unsupported_and_missing_paths(dsn: str, tmp_path: Path, corpus: Path) -> None:
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(b"%PDF-1.4")
+    result = CliRunner().invoke(
+        cli, ["--dsn", dsn, "ingest", str(pdf), str(tmp_path / "missing.md"), str(corpus)]
+    )
+    assert result.exit_code == 1
+    assert f"error: {pdf}: unsupported file type '.pdf'" in result.stderr
+    assert "missing.md: no such file or directory" in result.stderr
+    assert "3 added" in result.stderr

@@ -1,0 +1,196 @@
+"""search_v1 in the database and pgrag.search in Python, on the real model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import pgrag
+from pgrag.db import Database
+
+
+@pytest.fixture
+def loaded(db: Database, corpus: Path) -> Database:
+    report = pgrag.ingest(db, [corpus], collection="docs")
+    assert not report.failed and report.chunks_written > 0
+    return db
+
+
+def test_search_v1_from_plain_sql_keyword_only(loaded: Database) -> None:
+    # What an application does from any language: no Python layer, no embedding.
+    with psycopg.connect(loaded.dsn) as conn:
+        rows = conn.execute(
+            "SELECT rank, chunk_id, source, title, section, text, vector_rank, keyword_rank"
+            " FROM pgrag.search_v1('docs', 'refund monthly subscription')"
+        ).fetchall()
+    assert rows, "keyword-only search found nothing"
+    top = rows[0]
+    assert top[0] == 1
+    assert top[2].endswith("refunds.md")
+    assert "14 days" in top[5]
+    assert all(r[6] is None for r in rows), "no vector arm without a query embedding"
+    assert [r[7] for r in rows] == sorted(r[7] for r in rows)
+
+
+def test_search_v1_from_plain_sql_with_vector(loaded: Database) -> None:
+    vector = loaded.embedder.embed(["two-factor login requirement"])[0]
+    literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+    with psycopg.connect(loaded.dsn) as conn:
+        rows = conn.execute(
+            "SELECT rank, source, section, vector_rank, keyword_rank, vector_distance"
+            " FROM pgrag.search_v1('docs', 'two-factor login requirement', %s::vector, k => 3)",
+            (literal,),
+        ).fetchall()
+    assert len(rows) == 3
+    assert rows[0][1].endswith("security.md") and rows[0][2] == "Security > Passwords"
+    assert rows[0][3] == 1 and rows[0][5] < 0.7
+
+
+def test_keyword_arm_uses_or_semantics(loaded: Database) -> None:
+    # "quarantine" appears nowhere; an AND query would return nothing at all.
+    results = pgrag.search(loaded, "refund quarantine", collection="docs", mode="keyword")
+    assert results and all(r.keyword_rank is not None for r in results)
+    assert "refund" in results[0].text.lower()
+
+
+def test_both_arms_contribute_to_fused_ranking(loaded: Database) -> None:
+    # The keyword arm finds "Lisbon" literally; the vector arm finds the passwords passage by
+    # meaning ("credentials", "length") without sharing its words.
+    query = "Lisbon credentials minimum length"
+    hybrid = pgrag.search(loaded, query, collection="docs", k=5)
+    keyword = pgrag.search(loaded, query, collection="docs", k=5, mode="keyword")
+    vector = pgrag.search(loaded, query, collection="docs", k=5, mode="vector")
+    assert any(r.keyword_rank and not r.vector_rank for r in hybrid) or any(
+        r.keyword_rank and r.vector_rank for r in hybrid
+    )
+    assert {r.chunk_id for r in keyword} | {r.chunk_id for r in vector} >= {
+        r.chunk_id for r in hybrid
+    }
+    assert any(r.vector_rank is not None for r in hybrid)
+    assert any(r.keyword_rank is not None for r in hybrid)
+    # The fused score is exactly RRF over the two arm ranks (k = 60, weights 1).
+    for r in hybrid:
+        expected = sum(1 / (60 + rank) for rank in (r.vector_rank, r.keyword_rank) if rank)
+        assert r.score == pytest.approx(expected)
+    assert [r.score for r in hybrid] == sorted((r.score for r in hybrid), reverse=True)
+    # Each top hit of an arm is in the hybrid top-5.
+    assert keyword[0].chunk_id in {r.chunk_id for r in hybrid}
+    assert vector[0].chunk_id in {r.chunk_id for r in hybrid}
+
+
+def test_search_returns_k_rows_and_metadata(loaded: Database) -> None:
+    results = pgrag.search(loaded, "office", collection="docs", k=2)
+    assert len(results) == 2
+    assert [r.rank for r in results] == [1, 2]
+    d = results[0].to_dict()
+    for key in (
+        "rank",
+        "score",
+        "chunk_id",
+        "document_id",
+        "source",
+        "title",
+        "section",
+        "text",
+        "vector_rank",
+        "keyword_rank",
+    ):
+        assert key in d
+    assert d["metadata"]["format"] in {"markdown", "text"}
+
+
+def test_metadata_filter_is_applied_inside_search(loaded: Database) -> None:
+    results = pgrag.search(
+        loaded, "office hours refund", collection="docs", filter={"format": "text"}
+    )
+    assert results and {r.source.rsplit(".", 1)[1] for r in results} == {"txt"}
+
+
+def test_unknown_collection_and_wrong_dimension_are_clear_errors(loaded: Database) -> None:
+    with pytest.raises(pgrag.PgragError, match="collection 'nope' does not exist"):
+        pgrag.search(loaded, "x", collection="nope")
+    with (
+        psycopg.connect(loaded.dsn) as conn,
+        pytest.raises(psycopg.errors.DataException, match="has 3 dimensions"),
+    ):
+        conn.execute("SELECT * FROM pgrag.search_v1('docs', 'x', '[1,2,3]'::vector)")
+    with pytest.raises(pgrag.InputError, match="empty"):
+        pgrag.search(loaded, "   ", collection="docs")
+
+
+def test_search_injection_through_collection_name_is_harmless(loaded: Database) -> None:
+    evil = "docs'; DROP TABLE pgrag.chunks; --"
+    with pytest.raises(pgrag.PgragError):
+        pgrag.search(loaded, "refund", collection=evil)
+    assert pgrag.search(loaded, "refund", collection="docs")
+
+
+def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
+    """The plans of the statements search_v1 runs inside itself, via auto_explain as NOTICEs."""
+    notices: list[str] = []
+    with psycopg.connect(dsn) as conn:
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        conn.execute("LOAD 'auto_explain'")
+        for setting in (
+            "auto_explain.log_min_duration = 0",
+            "auto_explain.log_nested_statements = on",
+            "auto_explain.log_level = notice",
+            # Tiny tables: exact scans are cheaper and the planner rightly takes
+            # them. Forbid them so the plan shows whether the indexes *match*.
+            "enable_seqscan = off",
+            "enable_sort = off",
+        ):
+            conn.execute(f"SET {setting}")
+        conn.execute(sql, params).fetchall()
+    return "\n".join(notices)
+
+
+def test_plans_use_hnsw_and_gin_indexes(loaded: Database) -> None:
+    model_id = loaded.conn.execute(
+        "SELECT model_id FROM pgrag.collections WHERE name = 'docs'"
+    ).fetchone()[0]
+    # Enough unrelated rows that scanning the collection is clearly worse than the GIN index.
+    with loaded.conn.transaction():
+        loaded.conn.execute(
+            "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, token_count,"
+            " content_hash, text_config)"
+            " SELECT d.id, d.collection_id, 1000 + g, 'filler about gardening and weather ' || g,"
+            " 8, md5(g::text), 'english'"
+            " FROM pgrag.documents d, generate_series(1, 3000) g WHERE d.id = (SELECT min(id)"
+            " FROM pgrag.documents)"
+        )
+    loaded.conn.execute("ANALYZE pgrag.chunks")
+    loaded.conn.commit()
+    vector = loaded.embedder.embed(["passwords"])[0]
+    literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+    plans = _nested_plans(
+        loaded.dsn,
+        "SELECT * FROM pgrag.search_v1('docs', 'refund password', %s::vector)",
+        (literal,),
+    )
+    assert f"Index Scan using chunk_embeddings_hnsw_{model_id}" in plans, plans
+    assert "chunks_tsv_idx" in plans, plans
+
+
+def test_search_v1_is_security_invoker_with_fixed_search_path(loaded: Database) -> None:
+    row = loaded.conn.execute(
+        "SELECT prosecdef, proconfig FROM pg_proc WHERE oid ="
+        " 'pgrag.search_v1(text,text,vector,integer,jsonb,integer,integer,integer,"
+        "double precision,double precision)'::regprocedure"
+    ).fetchone()
+    assert row[0] is False
+    assert "search_path=pg_catalog, pg_temp" in row[1]
+
+
+def test_search_v1_restores_callers_ef_search(loaded: Database) -> None:
+    with psycopg.connect(loaded.dsn) as conn:
+        conn.execute("SET hnsw.ef_search = 77")
+        vector = loaded.embedder.embed(["office"])[0]
+        literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
+        conn.execute(
+            "SELECT count(*) FROM pgrag.search_v1('docs', 'office', %s::vector, k => 50)",
+            (literal,),
+        ).fetchone()
+        assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "77"
