@@ -1,0 +1,93 @@
+"""ask() with the offline extractive reader on the real model and database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import pgrag
+from pgrag.db import Database
+from pgrag.prompt import ABSTAIN_TEXT
+
+
+@pytest.fixture
+def loaded(db: Database, corpus: Path) -> Database:
+    pgrag.ingest(db, [corpus], collection="docs")
+    return db
+
+
+@pytest.mark.parametrize(
+    ("question", "expected", "source"),
+    [
+        (
+            "How many days do I have to get a refund on a monthly subscription?",
+            "14 days",
+            "refunds.md",
+        ),
+        ("How long must passwords be?", "14 characters", "security.md"),
+        ("When does the Lisbon office close?", "18:00", "office.txt"),
+        ("Where do I park my bicycle?", "courtyard", "office.txt"),
+    ],
+)
+def test_extractive_answer_cites_the_passage_that_holds_the_answer(
+    loaded: Database, question: str, expected: str, source: str
+) -> None:
+    answer = pgrag.ask(loaded, question, collection="docs", llm=None)
+    assert not answer.abstained, answer.reason
+    assert expected in answer.answer
+    assert answer.citations
+    first = answer.citations[0]
+    assert first.source.endswith(source)
+    cited = {s.n: s for s in answer.sources}[first.n]
+    assert cited.result.chunk_id == first.chunk_id
+    assert expected in cited.result.text
+    assert f"[{first.n}]" in answer.answer
+
+
+@pytest.mark.parametrize(
+    "question",
+    ["What is the capital of Mongolia?", "Who won the football world cup in 1998?"],
+)
+def test_extractive_reader_abstains_when_sources_do_not_cover_the_question(
+    loaded: Database, question: str
+) -> None:
+    answer = pgrag.ask(loaded, question, collection="docs", llm=None)
+    assert answer.abstained
+    assert answer.answer == ABSTAIN_TEXT
+    assert answer.reason
+    assert answer.citations == []
+
+
+def test_ask_logs_question_retrieval_prompt_and_answer(loaded: Database) -> None:
+    answer = pgrag.ask(loaded, "How long must passwords be?", collection="docs", llm=None)
+    row = loaded.conn.execute(
+        "SELECT question, retrieved, prompt, generator, answer, citations, abstained, timings"
+        " FROM pgrag.queries WHERE id = %s",
+        (answer.query_id,),
+    ).fetchone()
+    assert row is not None
+    question, retrieved, prompt, generator, text, citations, abstained, timings = row
+    assert question == "How long must passwords be?"
+    assert [r["chunk_id"] for r in retrieved][:3] == [
+        s.result.chunk_id for s in sorted(answer.sources, key=lambda s: s.result.rank)
+    ][:3]
+    assert prompt.rstrip().endswith("Question: How long must passwords be?")
+    assert generator == "extractive" and text == answer.answer and abstained is False
+    assert citations[0]["chunk_id"] == answer.citations[0].chunk_id
+    assert set(timings) >= {"embed_ms", "retrieve_ms", "generate_ms", "total_ms"}
+
+
+def test_ask_without_logging_writes_nothing(loaded: Database) -> None:
+    answer = pgrag.ask(
+        loaded, "How long must passwords be?", collection="docs", llm=None, log=False
+    )
+    assert answer.query_id is None
+    assert loaded.conn.execute("SELECT count(*) FROM pgrag.queries").fetchone()[0] == 0
+
+
+def test_budget_limits_the_passages_given_to_the_generator(loaded: Database) -> None:
+    small = pgrag.ask(loaded, "refund", collection="docs", llm=None, budget_tokens=1, log=False)
+    large = pgrag.ask(loaded, "refund", collection="docs", llm=None, log=False)
+    assert len(small.sources) == 1 < len(large.sources)
+    assert small.sources[0].result.rank == 1
