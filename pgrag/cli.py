@@ -32,9 +32,10 @@ class _Group(click.Group):
         except PgragError as err:
             _fail(str(err))
         except Exception as err:
-            import psycopg
-
-            if isinstance(err, psycopg.Error):
+            # click's own Exit/UsageError (``pgrag search --help``) pass through here too: only
+            # look at psycopg when a command already imported it, so help stays light.
+            psycopg = sys.modules.get("psycopg")
+            if psycopg is not None and isinstance(err, psycopg.Error):
                 _fail(_describe_db_error(err))
             raise
 

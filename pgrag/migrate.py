@@ -20,6 +20,9 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
 VERSION_TABLE = "alembic_version_pgrag"
+# Serialises concurrent `pgrag db upgrade` runs (say, several app replicas migrating at start):
+# the second waits, then finds the schema at head and does nothing.
+MIGRATION_LOCK = 0x70677261  # "pgra"
 
 
 def alembic_config() -> Config:
@@ -57,13 +60,17 @@ def _sqlalchemy(dsn: str) -> Iterator[Connection]:
 
 
 def _run(dsn: str, command: str, revision: str) -> None:
+    import psycopg
     from alembic import command as alembic_command
 
     cfg = alembic_config()
-    with _sqlalchemy(dsn) as conn:
-        cfg.attributes["connection"] = conn
-        getattr(alembic_command, command)(cfg, revision)
-        conn.commit()
+    # A session-level advisory lock on a side connection, held while Alembic works.
+    with psycopg.connect(dsn, autocommit=True) as lock:
+        lock.execute("SELECT pg_advisory_lock(%(key)s)", {"key": MIGRATION_LOCK})
+        with _sqlalchemy(dsn) as conn:
+            cfg.attributes["connection"] = conn
+            getattr(alembic_command, command)(cfg, revision)
+            conn.commit()
 
 
 def upgrade(dsn: str, revision: str = "head") -> None:

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from types import ModuleType
@@ -363,3 +364,30 @@ def test_wheel_ships_migrations_and_sql(tmp_path: Path) -> None:
         assert path.resolve().is_relative_to(site.resolve()), path
     assert (migrations / "env.py").is_file()
     assert (sql / "functions" / "search_v1.sql").is_file()
+
+
+def test_concurrent_upgrades_are_serialised(empty_dsn: str, tmp_path: Path) -> None:
+    # Several replicas running `pgrag db upgrade` at start-up: one migrates, the others wait
+    # for it and then find nothing to do. Without the lock the losers fail on CREATE SCHEMA.
+    go = tmp_path / "go"
+    code = (
+        "import sys, time, pathlib, alembic.command, sqlalchemy, psycopg\n"
+        "from pgrag import migrate\n"
+        "go = pathlib.Path(sys.argv[2])\n"
+        "while not go.exists(): time.sleep(0.005)\n"
+        "migrate.upgrade(sys.argv[1])\n"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, empty_dsn, str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    time.sleep(3)  # every process has imported everything and waits at the barrier
+    go.touch()
+    outcomes = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+    assert all(rc == 0 for rc, _ in outcomes), outcomes
+    assert migrate.current(empty_dsn) == migrate.head()

@@ -1,0 +1,395 @@
+"""The ``pgrag`` command end to end: real database, real model, a real local LLM server.
+
+Every command runs through click's CliRunner with ``--dsn`` pointing at a fresh migrated
+database; stdout and stderr are checked separately (results on stdout, everything else on
+stderr). ``--help`` is checked in a subprocess so that nothing the tests imported hides a heavy
+import.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from pgrag import generation
+from pgrag.cli import cli
+
+REPO = Path(__file__).resolve().parents[1]
+HEAVY = (
+    "torch",
+    "sentence_transformers",
+    "transformers",
+    "psycopg",
+    "numpy",
+    "sqlalchemy",
+    "alembic",
+)
+COMMANDS = ("ask", "collections", "db", "ingest", "search", "server")
+SEARCH_KEYS = {
+    "rank",
+    "score",
+    "chunk_id",
+    "document_id",
+    "source",
+    "title",
+    "section",
+    "text",
+    "vector_rank",
+    "keyword_rank",
+}
+MONTHLY = "How many days do monthly subscriptions have for a refund?"
+ABSTAIN_TEXT = "I don't know based on the sources."
+
+
+def run(dsn: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    """``pgrag --dsn DSN ARGS``; exceptions other than SystemExit fail the test."""
+    result = CliRunner().invoke(cli, ["--dsn", dsn, *args], env=env, catch_exceptions=True)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def ok(dsn: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    result = run(dsn, *args, env=env)
+    assert result.exit_code == 0, f"exit {result.exit_code}\nstderr: {result.stderr}"
+    return result
+
+
+def assert_one_error_line(result: Result, starts_with: str) -> str:
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(starts_with), lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def loaded(dsn: str, corpus: Path) -> str:
+    """``dsn`` after ``pgrag ingest <corpus> --collection docs``."""
+    result = ok(dsn, "ingest", str(corpus), "--collection", "docs")
+    assert "3 added" in result.stderr
+    return dsn
+
+
+def chunk_text(dsn: str, chunk_id: int) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT content FROM pgrag.chunks WHERE id = %s", (chunk_id,)).fetchone()
+    assert row is not None, f"chunk {chunk_id} does not exist"
+    return str(row[0])
+
+
+# --- help ------------------------------------------------------------------------------------
+
+
+def test_importing_the_cli_loads_nothing_heavy() -> None:
+    code = (
+        f"import sys, pgrag.cli; heavy = [m for m in {HEAVY!r} if m in sys.modules]; print(heavy)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_subcommand_help_and_usage_errors_load_nothing_heavy() -> None:
+    # click's Exit and UsageError pass through the group's error translation; it must not
+    # import psycopg to look at them.
+    code = (
+        "import sys, pgrag.cli\n"
+        "for argv in (['search', '--help'], ['db', 'upgrade', '--help'], ['nosuchcommand']):\n"
+        "    try:\n"
+        "        pgrag.cli.cli(argv, prog_name='pgrag')\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        f"print([m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.stderr.splitlines()[-1] == "[]", out.stderr
+    assert "Usage: pgrag search [OPTIONS] QUERY" in out.stdout
+
+
+def test_help_lists_every_command() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "pgrag.cli", "--help"], cwd=REPO, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr
+    listed = out.stdout.split("Commands:", 1)[1].split()
+    for command in COMMANDS:
+        assert command in listed, f"{command} missing from --help:\n{out.stdout}"
+
+
+# --- search ----------------------------------------------------------------------------------
+
+
+def test_search_json(loaded: str) -> None:
+    result = ok(loaded, "search", "refund", "--collection", "docs", "--json")
+    rows = json.loads(result.stdout)  # nothing but JSON on stdout
+    assert isinstance(rows, list) and rows
+    for row in rows:
+        assert SEARCH_KEYS <= row.keys(), row.keys()
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    assert rows[0]["source"].endswith("refunds.md")
+
+    two = json.loads(ok(loaded, "search", "refund", "-c", "docs", "--json", "--k", "2").stdout)
+    assert len(two) == 2
+
+    keyword = json.loads(
+        ok(loaded, "search", "refund", "-c", "docs", "--json", "--mode", "keyword").stdout
+    )
+    assert keyword and all(r["vector_rank"] is None for r in keyword)
+    assert all(r["keyword_rank"] is not None for r in keyword)
+
+
+def test_search_filter(loaded: str) -> None:
+    result = ok(
+        loaded, "search", "office hours", "-c", "docs", "--json", "--filter", '{"format": "text"}'
+    )
+    rows = json.loads(result.stdout)
+    assert rows and {Path(r["source"]).name for r in rows} == {"office.txt"}
+
+    bad = run(loaded, "search", "refund", "-c", "docs", "--filter", "not json")
+    assert_one_error_line(bad, "error: --filter ")
+
+    not_object = run(loaded, "search", "refund", "-c", "docs", "--filter", "[1]")
+    assert_one_error_line(not_object, "error: --filter must be a JSON object")
+
+
+def test_search_plain_output(loaded: str) -> None:
+    result = ok(loaded, "search", "refund", "-c", "docs", "--k", "2")
+    assert result.stdout.startswith("1. ")
+    assert "refunds.md" in result.stdout and "\n2. " in result.stdout
+
+
+def test_search_unknown_collection(dsn: str) -> None:
+    result = run(dsn, "search", "refund", "--collection", "nope")
+    assert_one_error_line(result, "error: collection 'nope' does not exist")
+
+
+def test_database_errors_become_one_line(loaded: str) -> None:
+    with psycopg.connect(loaded) as conn:
+        conn.execute("ALTER FUNCTION pgrag.search_v1 RENAME TO search_v1_gone")
+    result = run(loaded, "search", "refund", "-c", "docs")
+    assert_one_error_line(result, "error: function pgrag.search_v1(")
+
+
+# --- ask, offline reader ------------------------------------------------------------------
+
+
+def test_ask_json_offline(loaded: str) -> None:
+    result = ok(loaded, "ask", MONTHLY, "--collection", "docs", "--json")
+    answer = json.loads(result.stdout)
+    assert answer["abstained"] is False, answer
+    assert answer["generator"] == "extractive"
+    assert "14 days" in answer["answer"]
+    assert answer["citations"], answer
+    for c in answer["citations"]:
+        assert {"n", "chunk_id", "document_id", "source", "title"} <= c.keys()
+        assert f"[{c['n']}]" in answer["answer"]
+    assert any("14 days" in chunk_text(loaded, c["chunk_id"]) for c in answer["citations"])
+    assert answer["sources"]
+    for s in answer["sources"]:
+        assert {"n", "chunk_id", "text"} <= s.keys()
+    cited = {c["n"] for c in answer["citations"]}
+    assert cited <= {s["n"] for s in answer["sources"]}
+    assert {"embed_ms", "retrieve_ms", "generate_ms", "total_ms"} <= answer["timings"].keys()
+
+    with psycopg.connect(loaded) as conn:
+        row = conn.execute(
+            "SELECT question, abstained FROM pgrag.queries WHERE id = %s", (answer["query_id"],)
+        ).fetchone()
+    assert row == (MONTHLY, False)
+
+
+def test_ask_plain_and_show_prompt(loaded: str) -> None:
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--show-prompt")
+    out = result.stdout
+    assert "14 days" in out
+    assert "[1]" in out or "[2]" in out
+    assert "\nSources:\n" in out
+    answer_part, sources_part = out.split("Sources:", 1)
+    assert "refunds.md" in sources_part
+    # The prompt went to stderr, not stdout, and ends with the question.
+    assert "### system" in result.stderr and "### system" not in out
+    prompt_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert prompt_lines[-1] == f"Question: {MONTHLY}"
+
+
+def test_ask_unanswerable_abstains(loaded: str) -> None:
+    result = ok(loaded, "ask", "What is the capital of Mongolia?", "-c", "docs", "--json")
+    answer = json.loads(result.stdout)
+    assert answer["abstained"] is True
+    assert answer["answer"] == ABSTAIN_TEXT
+    assert answer["reason"]
+    assert answer["citations"] == []
+
+
+# --- ask, through a real OpenAI-compatible server ------------------------------------------
+
+
+class FakeLLM:
+    """POST /v1/chat/completions: JSON, or server-sent events when the body says stream."""
+
+    def __init__(self) -> None:
+        self.reply = "Hello [1]."
+        self.requests: list[dict[str, Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append({"path": self.path, "body": body})
+                if self.path != "/v1/chat/completions":
+                    self.send_error(404)
+                    return
+                if body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    pieces = fake.reply.split(" ")
+                    for i, word in enumerate(pieces):
+                        text = word if i == 0 else " " + word
+                        chunk = {"choices": [{"index": 0, "delta": {"content": text}}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    self.wfile.write(b"data: [DONE]\n\n")
+                    return
+                payload = json.dumps(
+                    {
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": fake.reply}}
+                        ]
+                    }
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(
+            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self.thread.start()
+
+    @property
+    def env(self) -> dict[str, str | None]:
+        port = self.server.server_address[1]
+        return {"PGRAG_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "PGRAG_LLM_MODEL": "test"}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
+    for name in (
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    fake = FakeLLM()
+    yield fake
+    fake.close()
+
+
+def test_ask_llm_keeps_valid_citations_and_drops_invalid(loaded: str, llm: FakeLLM) -> None:
+    llm.reply = "Monthly refunds are allowed within 14 days [1]. Annual plans get 30 days [9]."
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env)
+    answer = json.loads(result.stdout)
+    assert answer["abstained"] is False
+    assert [c["n"] for c in answer["citations"]] == [1]
+    assert answer["invalid_citations"] == [9]
+    assert "[9]" not in answer["answer"] and "[1]" in answer["answer"]
+    assert "openai-compatible" in answer["generator"]
+
+    (request,) = llm.requests
+    assert request["body"]["model"] == "test"
+    assert request["body"]["stream"] is False
+    messages = request["body"]["messages"]
+    assert messages[-1]["content"].endswith(MONTHLY)
+    assert any("[1] " in m["content"] for m in messages)
+    assert "14 days" in messages[-1]["content"]
+
+
+def test_ask_llm_says_it_does_not_know(loaded: str, llm: FakeLLM) -> None:
+    llm.reply = ABSTAIN_TEXT
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
+    assert answer["abstained"] is True
+    assert answer["answer"] == ABSTAIN_TEXT
+    assert "does not know" in answer["reason"]
+    assert answer["citations"] == []
+
+
+def test_ask_llm_without_citations_abstains(loaded: str, llm: FakeLLM) -> None:
+    llm.reply = "Monthly subscriptions can be refunded within 14 days."
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
+    assert answer["abstained"] is True
+    assert answer["answer"] == ABSTAIN_TEXT
+    assert "cites no source" in answer["reason"]
+    assert answer["citations"] == []
+
+
+def test_ask_llm_plain_mode_streams(loaded: str, llm: FakeLLM) -> None:
+    llm.reply = "Monthly subscriptions can be refunded within 14 days [1]."
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    assert llm.requests[0]["body"]["stream"] is True
+    assert result.stdout.count(llm.reply) == 1, result.stdout
+    assert "\nSources:\n" in result.stdout and "  [1] " in result.stdout
+
+
+def test_ask_llm_unreachable(loaded: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(generation, "_BACKOFF_FIRST", 0.0)  # retries, without the waiting
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PGRAG_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "PGRAG_LLM_MODEL": "test"}
+    for extra in ((), ("--json",)):
+        result = run(loaded, "ask", MONTHLY, "-c", "docs", *extra, env=env)
+        line = assert_one_error_line(result, "error: cannot reach the LLM endpoint ")
+        assert f"127.0.0.1:{port}" in line
+
+
+# --- collections, db, ingest ---------------------------------------------------------------
+
+
+def test_collections_json(loaded: str) -> None:
+    rows = json.loads(ok(loaded, "collections", "--json").stdout)
+    (docs,) = [r for r in rows if r["name"] == "docs"]
+    assert docs["documents"] == 3 and docs["chunks"] > 0
+    assert docs["model"] and docs["dimension"] == 384
+
+
+def test_db_check(dsn: str, empty_dsn: str) -> None:
+    ok(dsn, "db", "check")
+    assert run(empty_dsn, "db", "check").exit_code == 1
+
+
+def test_ingest_twice_writes_nothing_the_second_time(loaded: str, corpus: Path) -> None:
+    result = ok(loaded, "ingest", str(corpus), "--collection", "docs")
+    assert "3 unchanged" in result.stderr
+    assert "0 chunks written" in result.stderr
+    assert result.stdout == ""
