@@ -3,7 +3,8 @@
 pgrag drives Alembic from code (``pgrag.migrate``): the connection comes in through
 ``config.attributes["connection"]``, so the CLI, the tests and a user's own ops pipeline run
 exactly the same migrations. pgrag keeps its revision in its own version table
-(``alembic_version_pgrag``), so an application with its own Alembic history can run pgrag's
+(``alembic_version_pgrag``, in the schema where the first upgrade found its current schema),
+so an application with its own Alembic history can run pgrag's
 beside it in the same database.
 """
 
@@ -23,6 +24,9 @@ if context.is_offline_mode():  # pragma: no cover
 context.configure(
     connection=connection,
     version_table=VERSION_TABLE,
+    # Found (or chosen) by pgrag.migrate, so every later run finds the same table whatever
+    # the search_path of the role that runs it.
+    version_table_schema=context.config.attributes.get("version_table_schema"),
     transaction_per_migration=True,
 )
 with context.begin_transaction():

@@ -15,13 +15,22 @@ and ``pgrag --help`` stay fast.
 
 from __future__ import annotations
 
-from .errors import ConfigError, GenerationError, InputError, PgragError, SchemaError, ServerError
+from .errors import (
+    ConfigError,
+    DatabaseError,
+    GenerationError,
+    InputError,
+    PgragError,
+    SchemaError,
+    ServerError,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Answer",
     "ConfigError",
+    "DatabaseError",
     "Database",
     "GenerationError",
     "InputError",

@@ -1,7 +1,7 @@
 """Ask: retrieve, assemble the prompt, generate, check the citations, log.
 
 Without an LLM endpoint configured the offline extractive reader answers. With one
-(``PGRAG_LLM_BASE_URL`` or ``OPENAI_*``), any OpenAI-compatible chat server does. Either way
+(``PGRAG_LLM_BASE_URL`` or ``OPENAI_BASE_URL``), any OpenAI-compatible chat server does. Either way
 the answer comes back with its citations resolved to chunks and documents, or as an
 abstention with a reason.
 """
@@ -127,6 +127,8 @@ def ask(
 def _log(db: Database, collection: str, answer: Answer, results: list[Any]) -> int:
     from psycopg.types.json import Jsonb
 
+    from .db import transaction
+
     retrieved = [
         {
             "chunk_id": r.chunk_id,
@@ -137,8 +139,8 @@ def _log(db: Database, collection: str, answer: Answer, results: list[Any]) -> i
         }
         for r in results
     ]
-    with db.conn.transaction():
-        row = db.conn.execute(
+    with transaction(db) as conn:
+        row = conn.execute(
             "INSERT INTO pgrag.queries (collection_id, model_id, question, retrieved, prompt,"
             " generator, answer, citations, abstained, abstain_reason, timings)"
             " SELECT c.id, c.model_id, %(q)s, %(retrieved)s, %(prompt)s, %(generator)s,"

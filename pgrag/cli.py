@@ -36,20 +36,15 @@ class _Group(click.Group):
             # look at psycopg when a command already imported it, so help stays light.
             psycopg = sys.modules.get("psycopg")
             if psycopg is not None and isinstance(err, psycopg.Error):
-                _fail(_describe_db_error(err))
+                from .db import describe_error
+
+                _fail(describe_error(err))
             raise
 
 
 def _fail(message: str) -> None:
     click.echo(f"error: {message}", err=True)
     sys.exit(1)
-
-
-def _describe_db_error(err: Any) -> str:
-    diag = getattr(err, "diag", None)
-    primary = getattr(diag, "message_primary", None) or " ".join(str(err).split())
-    hint = getattr(diag, "message_hint", None)
-    return f"{primary} ({hint})" if hint else primary
 
 
 def _emit_json(value: Any) -> None:
@@ -154,6 +149,7 @@ def server_status(dsn_only: bool, as_json: bool) -> None:
     click.echo(f"directory: {st.directory}")
     click.echo(f"dsn:       {st.dsn}")
     click.echo(f'psql:      psql "{st.dsn}"')
+    click.echo(f"           (no psql installed? the embedded server ships one: {st.psql})")
 
 
 # -- db ----------------------------------------------------------------------------------
@@ -223,8 +219,13 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json:
     Unchanged files are skipped. A file that cannot be read is reported on one line and the
     others are still ingested; the exit status is then 1.
     """
+    import signal
+
     from .ingest import ingest as run_ingest
 
+    # `kill`, systemd and Kubernetes stop with SIGTERM: unwind normally, so an interrupted
+    # bulk load still rebuilds the index it dropped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     database = _db(ctx)
     bar: Any = None
 
@@ -353,8 +354,8 @@ def ask(
 ) -> None:
     """Answer a question from a collection, citing numbered sources.
 
-    Uses the OpenAI-compatible endpoint in PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL /
-    OPENAI_API_KEY) when set, else the offline extractive reader.
+    Uses the OpenAI-compatible endpoint in PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL) when one
+    is set, else the offline extractive reader: nothing leaves the machine without a base URL.
     """
     from .ask import ask as run_ask
 
@@ -405,22 +406,19 @@ def ask(
 @click.pass_context
 def collections(ctx: click.Context, as_json: bool) -> None:
     """List collections with their model and size."""
-    database = _db(ctx)
-    rows = database.conn.execute(
-        "SELECT c.name, m.name, m.dimension,"
-        " (SELECT count(*) FROM pgrag.documents d WHERE d.collection_id = c.id),"
-        " (SELECT count(*) FROM pgrag.chunks k WHERE k.collection_id = c.id)"
-        " FROM pgrag.collections c LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id"
-        " ORDER BY c.name"
-    ).fetchall()
-    keys = ("name", "model", "dimension", "documents", "chunks")
+    from .ingest import list_collections
+
+    rows = list_collections(_db(ctx))
     if as_json:
-        _emit_json([dict(zip(keys, r, strict=True)) for r in rows])
+        _emit_json(rows)
         return
     if not rows:
         click.echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
-    for name, model, dim, ndocs, nchunks in rows:
-        click.echo(f"{name}\t{ndocs} documents\t{nchunks} chunks\t{model} ({dim}d)")
+    for r in rows:
+        click.echo(
+            f"{r['name']}\t{r['documents']} documents\t{r['chunks']} chunks"
+            f"\t{r['model']} ({r['dimension']}d)"
+        )
 
 
 def main() -> None:

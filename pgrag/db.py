@@ -8,10 +8,12 @@ place that knows; migrations and SQLAlchemy take the DSN resolved here.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .errors import PgragError
+from .errors import DatabaseError, PgragError
 
 if TYPE_CHECKING:
     import psycopg
@@ -93,21 +95,57 @@ class Database:
         self.close()
 
 
+def describe_error(err: Any) -> str:
+    """One line from a psycopg error: the server's message and its hint."""
+    diag = getattr(err, "diag", None)
+    primary = getattr(diag, "message_primary", None) or " ".join(str(err).split())
+    hint = getattr(diag, "message_hint", None)
+    return f"{primary} ({hint})" if hint else primary
+
+
+@contextmanager
+def transaction(db: Database) -> Iterator[Any]:
+    """Run statements in a transaction; a database error rolls it back (so the connection
+    stays usable) and comes out as a one-line :class:`pgrag.DatabaseError`."""
+    import psycopg
+
+    try:
+        with db.conn.transaction():
+            yield db.conn
+    except psycopg.Error as err:
+        raise DatabaseError(describe_error(err)) from err
+
+
+def _register_vector(conn: psycopg.Connection[Any]) -> None:
+    # pgvector may live in any schema (managed services often use "extensions"), which need
+    # not be on this session's search_path: look its type up by the extension's schema.
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg.types import TypeInfo
+
+    row = conn.execute(
+        "SELECT format('%I.vector', n.nspname) FROM pg_extension e"
+        " JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    ).fetchone()
+    if row is None:
+        raise PgragError(
+            "the vector extension is missing from this database; run `pgrag db upgrade`"
+        )
+    register_vector_info(conn, TypeInfo.fetch(conn, row[0]))
+
+
 def connect(dsn: str | None = None, *, embedder: Embedder | None = None) -> Database:
     """Open pgrag's database (see the module docstring for where it is found).
 
     Raises :class:`pgrag.SchemaError` when the schema is missing or out of date: schema changes
     happen only through ``pgrag db upgrade``, never as a side effect of connecting.
     """
-    from pgvector.psycopg import register_vector
-
     from .migrate import require_current
 
     resolved = resolve_dsn(dsn)
     conn = open_connection(resolved)
     try:
         require_current(conn)
-        register_vector(conn)
+        _register_vector(conn)
         conn.commit()
     except BaseException:
         conn.close()

@@ -23,3 +23,7 @@ class GenerationError(PgragError):
 
 class ServerError(PgragError):
     """The embedded PostgreSQL server could not be started or reached."""
+
+
+class DatabaseError(PgragError):
+    """PostgreSQL refused a statement; the message is the server's, on one line."""

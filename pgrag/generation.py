@@ -1,8 +1,9 @@
 """A small client for OpenAI-compatible ``/v1/chat/completions`` endpoints.
 
 Works with vLLM, llama.cpp's server, Ollama and OpenAI itself, using only the standard library.
-Transient failures (HTTP 429, 5xx, unreachable server) are retried with exponential backoff;
-every failure ends as a one-line :class:`GenerationError` naming the endpoint and the next step.
+Transient failures (HTTP 429, 5xx, a dropped connection) are retried with exponential backoff;
+a refused connection is retried only once, a timeout not at all. Every failure ends as a
+one-line :class:`GenerationError` naming the endpoint and the next step.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from dataclasses import dataclass
 
 from pgrag.errors import ConfigError, GenerationError
 
-OPENAI_BASE_URL = "https://api.openai.com/v1"
+_OPENAI_NETLOCS = ("api.openai.com", "api.openai.com:443")
 _BACKOFF_FIRST, _BACKOFF_CAP, _RETRY_AFTER_CAP = 0.5, 8.0, 10.0
+_REFUSED_RETRIES = 1  # nobody listening on the port rarely fixes itself within seconds
 _OFFLINE_HINT = "Set PGRAG_LLM_BASE_URL or unset it to use the offline extractive reader"
 _KEY_HINT = "check PGRAG_LLM_API_KEY"
 _HTTP_HINTS = {401: _KEY_HINT, 403: _KEY_HINT, 404: "check PGRAG_LLM_BASE_URL and PGRAG_LLM_MODEL"}
@@ -44,6 +46,12 @@ def normalize_base_url(url: str) -> str:
 
 def _first_set(env: Mapping[str, str], *names: str) -> str | None:
     return next((env[n].strip() for n in names if env.get(n, "").strip()), None)
+
+
+def _is_openai(base_url: str) -> bool:
+    """True only for ``https://api.openai.com[:443]/…``: no look-alike host, userinfo or http."""
+    parts = urllib.parse.urlsplit(normalize_base_url(base_url))
+    return parts.scheme == "https" and parts.netloc.lower() in _OPENAI_NETLOCS
 
 
 @dataclass(frozen=True)
@@ -70,16 +78,28 @@ class LLMConfig:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LLMConfig | None:
-        """From ``PGRAG_LLM_*``, else ``OPENAI_*``; None (use the offline reader) if no endpoint.
+        """The endpoint the environment names, or None: use the offline extractive reader.
 
-        A bare ``OPENAI_API_KEY`` selects api.openai.com.
+        Text leaves the machine only for an explicitly configured base URL:
+
+        * no ``PGRAG_LLM_BASE_URL`` and no ``OPENAI_BASE_URL`` gives None, even when
+          ``OPENAI_API_KEY`` is set (it no longer implies api.openai.com);
+        * ``PGRAG_LLM_BASE_URL`` (which wins) is sent ``PGRAG_LLM_API_KEY`` only, never
+          ``OPENAI_API_KEY`` -- except when it is ``https://api.openai.com/…`` exactly, where
+          ``OPENAI_API_KEY`` is the fallback;
+        * ``OPENAI_BASE_URL`` is sent ``PGRAG_LLM_API_KEY``, else ``OPENAI_API_KEY``;
+        * the model is ``PGRAG_LLM_MODEL``, else ``OPENAI_MODEL``, else ``gpt-4o-mini`` on
+          api.openai.com and ``default`` elsewhere; ``PGRAG_LLM_TIMEOUT`` is in seconds (60).
         """
         env = os.environ if env is None else env
-        base_url = _first_set(env, "PGRAG_LLM_BASE_URL", "OPENAI_BASE_URL")
-        if base_url is None:
-            if _first_set(env, "OPENAI_API_KEY") is None:
+        base_url = _first_set(env, "PGRAG_LLM_BASE_URL")
+        if base_url is not None:
+            own_key_only = not _is_openai(base_url)
+        else:
+            base_url = _first_set(env, "OPENAI_BASE_URL")
+            if base_url is None:
                 return None
-            base_url = OPENAI_BASE_URL
+            own_key_only = False
         model = _first_set(env, "PGRAG_LLM_MODEL", "OPENAI_MODEL")
         if model is None:
             host = urllib.parse.urlsplit(normalize_base_url(base_url)).hostname
@@ -93,16 +113,22 @@ class LLMConfig:
             raise ConfigError(
                 f"PGRAG_LLM_TIMEOUT must be a positive number of seconds, got {raw_timeout!r}"
             )
-        api_key = _first_set(env, "PGRAG_LLM_API_KEY", "OPENAI_API_KEY")
+        key_names = (
+            ("PGRAG_LLM_API_KEY",) if own_key_only else ("PGRAG_LLM_API_KEY", "OPENAI_API_KEY")
+        )
+        api_key = _first_set(env, *key_names)
         return cls(base_url=base_url, model=model, api_key=api_key, timeout=timeout)
 
 
 class _Transient(Exception):
     """A failure worth retrying; the final message is ``problem; hint``."""
 
-    def __init__(self, problem: str, hint: str, retry_after: float | None = None) -> None:
+    def __init__(
+        self, problem: str, hint: str, retry_after: float | None = None, *, refused: bool = False
+    ) -> None:
         super().__init__(problem)
         self.problem, self.hint, self.retry_after = problem, hint, retry_after
+        self.refused = refused
 
 
 def _one_line(text: str, limit: int = 200) -> str:
@@ -155,11 +181,13 @@ class ChatClient:
         if cfg.api_key:
             headers["Authorization"] = f"Bearer {cfg.api_key}"
         data = json.dumps(body).encode("utf-8")
+        refusals = 0
         for attempt in range(cfg.max_retries + 1):
             try:
                 return self._attempt(data, headers, on_token)
             except _Transient as exc:
-                if attempt == cfg.max_retries:
+                refusals += exc.refused
+                if attempt == cfg.max_retries or refusals > _REFUSED_RETRIES:
                     tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
                     raise GenerationError(f"{exc.problem}{tries}; {exc.hint}") from exc.__cause__
                 backoff = min(_BACKOFF_FIRST * 2**attempt, _BACKOFF_CAP)
@@ -276,6 +304,7 @@ class ChatClient:
         return _Transient(
             f"cannot reach the LLM endpoint {self.url} ({_describe(reason)})",
             f"is the server running? {_OFFLINE_HINT}",
+            refused=isinstance(reason, ConnectionRefusedError),
         )
 
     def _timeout(self) -> GenerationError:

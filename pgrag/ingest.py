@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .chunking import chunk_text
+from .db import transaction
 from .errors import InputError, PgragError
 from .loaders import LoadedFile, find_files, load
 
@@ -34,6 +35,8 @@ if TYPE_CHECKING:
     from .embeddings import Embedder
 
 CONTEXT_TOKENS = 32  # at most this much heading context is embedded in front of a chunk
+DEFAULT_CHUNK_TOKENS = 200  # a new collection's chunk size and overlap (the schema's defaults)
+DEFAULT_CHUNK_OVERLAP = 40
 COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 
 
@@ -41,7 +44,7 @@ COLLECTION_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
 class Collection:
     id: int
     name: str
-    text_config: int  # regconfig OID
+    text_config: str  # text search configuration, e.g. 'english'
     model_id: int
     chunk_tokens: int
     chunk_overlap: int
@@ -112,58 +115,77 @@ class _PreparedDoc:
     reusable: dict[str, Any] = field(default_factory=dict)  # content_hash -> old vector
 
 
-def ensure_collection(db: Database, name: str, embedder: Embedder | None = None) -> Collection:
-    """Get a collection, creating it (and registering its embedding model) on first use."""
+def _check_name(name: str) -> None:
     if not COLLECTION_NAME.match(name):
         raise InputError(
             f"invalid collection name {name!r}: use letters, digits and _ . : - (max 128),"
             " starting with a letter or digit"
         )
+
+
+def ensure_collection(db: Database, name: str, embedder: Embedder | None = None) -> Collection:
+    """Get a collection, creating it (and registering its embedding model) on first use."""
+    _check_name(name)
     embedder = embedder or db.embedder
-    conn = db.conn
-    with conn.transaction():
-        row = conn.execute(
-            "SELECT pgrag.register_model_v1(%(name)s, %(provider)s, %(dim)s, %(distance)s,"
-            " %(normalized)s, %(max_tokens)s)",
+    with transaction(db) as conn:
+        conn.execute(
+            "INSERT INTO pgrag.collections (name, model_id)"
+            " VALUES (%(name)s, pgrag.register_model_v1(%(model)s, %(provider)s, %(dim)s,"
+            " %(distance)s, %(normalized)s, %(max_tokens)s))"
+            " ON CONFLICT (name) DO NOTHING",
             {
-                "name": embedder.name,
+                "name": name,
+                "model": embedder.name,
                 "provider": embedder.provider,
                 "dim": embedder.dimension,
                 "distance": embedder.distance,
                 "normalized": embedder.normalized,
                 "max_tokens": embedder.max_tokens,
             },
-        ).fetchone()
-        assert row is not None
-        conn.execute(
-            "INSERT INTO pgrag.collections (name, model_id) VALUES (%(name)s, %(model)s)"
-            " ON CONFLICT (name) DO NOTHING",
-            {"name": name, "model": row[0]},
         )
     collection = get_collection(db, name)
     assert collection is not None
-    if collection.model_id != row[0]:
-        active = conn.execute(
-            "SELECT name, dimension FROM pgrag.embedding_models WHERE id = %(id)s",
-            {"id": collection.model_id},
-        ).fetchone()
-        raise PgragError(
-            f"collection {name!r} is embedded with {active[0] if active else '?'!r}"
-            f" ({active[1] if active else '?'} dimensions) but pgrag is configured with"
-            f" {embedder.name!r} ({embedder.dimension}); use the collection's model"
-            " (PGRAG_EMBEDDING_MODEL) or ingest into another collection"
-        )
+    _check_model(db, collection, embedder)
     return collection
 
 
+def _check_model(db: Database, collection: Collection, embedder: Embedder) -> None:
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT name, dimension FROM pgrag.embedding_models WHERE id = %(id)s",
+            {"id": collection.model_id},
+        ).fetchone()
+    if row is None or (row[0], row[1]) != (embedder.name, embedder.dimension):
+        active = f"{row[0]!r} ({row[1]} dimensions)" if row else "no model"
+        raise PgragError(
+            f"collection {collection.name!r} is embedded with {active} but pgrag is configured"
+            f" with {embedder.name!r} ({embedder.dimension}); use the collection's model"
+            " (PGRAG_EMBEDDING_MODEL) or ingest into another collection"
+        )
+
+
 def get_collection(db: Database, name: str) -> Collection | None:
-    row = db.conn.execute(
-        "SELECT id, name, text_config::oid, model_id, chunk_tokens, chunk_overlap"
-        " FROM pgrag.collections WHERE name = %(name)s",
-        {"name": name},
-    ).fetchone()
-    db.conn.commit()
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT id, name, text_config, model_id, chunk_tokens, chunk_overlap"
+            " FROM pgrag.collections WHERE name = %(name)s",
+            {"name": name},
+        ).fetchone()
     return None if row is None else Collection(*row)
+
+
+def list_collections(db: Database) -> list[dict[str, Any]]:
+    """Every collection with its model and its number of documents and chunks."""
+    with transaction(db) as conn:
+        rows = conn.execute(
+            "SELECT c.name, m.name, m.dimension,"
+            " (SELECT count(*) FROM pgrag.documents d WHERE d.collection_id = c.id),"
+            " (SELECT count(*) FROM pgrag.chunks k WHERE k.collection_id = c.id)"
+            " FROM pgrag.collections c LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id"
+            " ORDER BY c.name"
+        ).fetchall()
+    keys = ("name", "model", "dimension", "documents", "chunks")
+    return [dict(zip(keys, r, strict=True)) for r in rows]
 
 
 def ingest(
@@ -181,10 +203,16 @@ def ingest(
 
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
     continue. ``on_plan(total)`` receives the number of chunks to write, then
-    ``progress(n)`` is called as chunks are embedded and written.
+    ``progress(n)`` is called as chunks are embedded and written. The collection is created
+    when the first document is written (not by an ingest that writes nothing).
     """
+    _check_name(collection)
     embedder = db.embedder
-    coll = ensure_collection(db, collection, embedder)
+    coll = get_collection(db, collection)
+    if coll is not None:
+        _check_model(db, coll, embedder)
+        # A bulk load killed between dropping and rebuilding the index left it missing.
+        _build_model_index(db, coll.model_id)
     report = IngestReport(collection=collection)
     docs = _plan(db, coll, embedder, [Path(p) for p in paths], report, on_error)
     total = sum(len(d.chunks) for d in docs)
@@ -192,13 +220,19 @@ def ingest(
         on_plan(total)
     if not docs:
         return report
+    if coll is None:
+        coll = ensure_collection(db, collection, embedder)
 
-    bulk = total >= bulk_threshold and total > _vector_count(db, coll.model_id)
-    if bulk:
-        _drop_model_index(db, coll.model_id)
+    bulk = total >= bulk_threshold and total > _vector_count(db, coll.model_id, total)
+    dropped = False
     try:
         for batch in _batches(docs, batch_chunks):
             vectors = _embed(batch, embedder, report)
+            if bulk and not dropped:
+                # Dropped only now, just before the first write, so searches keep the index
+                # while the first batch is being embedded.
+                _drop_model_index(db, coll.model_id)
+                dropped = True
             _write(db, coll, batch, vectors)
             for doc in batch:
                 report.files.append(doc.result)
@@ -206,15 +240,15 @@ def ingest(
             if progress:
                 progress(sum(len(d.chunks) for d in batch))
     finally:
-        if bulk:
-            _build_model_index(db, coll.model_id)
+        if dropped:
+            _build_model_index(db, coll.model_id, analyze=True)
     report.files.sort(key=lambda f: f.path)
     return report
 
 
 def _plan(
     db: Database,
-    coll: Collection,
+    coll: Collection | None,
     embedder: Embedder,
     paths: list[Path],
     report: IngestReport,
@@ -222,8 +256,10 @@ def _plan(
 ) -> list[_PreparedDoc]:
     docs: list[_PreparedDoc] = []
     seen: set[str] = set()
-    limit = min(coll.chunk_tokens, embedder.max_tokens - 2 - CONTEXT_TOKENS)
-    overlap = min(coll.chunk_overlap, limit - 1)
+    chunk_tokens = coll.chunk_tokens if coll else DEFAULT_CHUNK_TOKENS
+    chunk_overlap = coll.chunk_overlap if coll else DEFAULT_CHUNK_OVERLAP
+    limit = min(chunk_tokens, embedder.max_tokens - 2 - CONTEXT_TOKENS)
+    overlap = min(chunk_overlap, limit - 1)
     for path, problem in find_files(paths):
         try:
             if problem:
@@ -232,11 +268,14 @@ def _plan(
             if file.source in seen:
                 continue
             seen.add(file.source)
-            row = db.conn.execute(
-                "SELECT id, content_hash FROM pgrag.documents"
-                " WHERE collection_id = %(c)s AND source = %(s)s",
-                {"c": coll.id, "s": file.source},
-            ).fetchone()
+            row = None
+            if coll is not None:
+                with transaction(db) as conn:
+                    row = conn.execute(
+                        "SELECT id, content_hash FROM pgrag.documents"
+                        " WHERE collection_id = %(c)s AND source = %(s)s",
+                        {"c": coll.id, "s": file.source},
+                    ).fetchone()
             if row is not None and row[1] == file.content_hash:
                 report.files.append(FileResult(str(path), "unchanged"))
                 continue
@@ -248,14 +287,16 @@ def _plan(
                 result=FileResult(str(path), "updated" if row else "added", len(chunks)),
                 chunks=chunks,
             )
-            if row is not None:
+            if row is not None and coll is not None:
                 doc.reusable = _old_vectors(db, row[0], coll.model_id)
             docs.append(doc)
         except InputError as err:
             report.files.append(FileResult(str(path), "failed", reason=str(err)))
             if on_error:
                 on_error(str(path), str(err))
-    db.conn.commit()
+    # Written in a stable order, so concurrent ingests of overlapping paths lock documents in
+    # the same order and cannot deadlock.
+    docs.sort(key=lambda d: d.file.source)
     return docs
 
 
@@ -286,12 +327,13 @@ def _prepare_chunks(
 
 
 def _old_vectors(db: Database, document_id: int, model_id: int) -> dict[str, Any]:
-    rows = db.conn.execute(
-        "SELECT c.content_hash, e.embedding FROM pgrag.chunks c"
-        " JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
-        " WHERE c.document_id = %(d)s",
-        {"m": model_id, "d": document_id},
-    ).fetchall()
+    with transaction(db) as conn:
+        rows = conn.execute(
+            "SELECT c.content_hash, e.embedding FROM pgrag.chunks c"
+            " JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
+            " WHERE c.document_id = %(d)s",
+            {"m": model_id, "d": document_id},
+        ).fetchall()
     return {h: v for h, v in rows}
 
 
@@ -334,9 +376,8 @@ def _embed(batch: list[_PreparedDoc], embedder: Embedder, report: IngestReport) 
 def _write(
     db: Database, coll: Collection, batch: list[_PreparedDoc], vectors: list[list[Any]]
 ) -> None:
-    conn = db.conn
     n = sum(len(d.chunks) for d in batch)
-    with conn.transaction():
+    with transaction(db) as conn:
         ids = [
             r[0]
             for r in conn.execute(
@@ -401,7 +442,7 @@ def _write(
                         "int4",
                         "text",
                         "text[]",
-                        "oid",
+                        "text",
                     ]
                 )
                 for r in chunk_rows:
@@ -421,30 +462,35 @@ def _jsonb(value: dict[str, Any]) -> Any:
     return Jsonb(value)
 
 
-def _vector_count(db: Database, model_id: int) -> int:
-    # The planner's estimate is enough to decide whether a load is "bulk".
-    row = db.conn.execute(
-        "SELECT count(*) FROM pgrag.chunk_embeddings WHERE model_id = %(m)s", {"m": model_id}
-    ).fetchone()
-    db.conn.commit()
+def _vector_count(db: Database, model_id: int, enough: int) -> int:
+    """How many vectors the model has, counting no further than ``enough`` (a load is "bulk"
+    when it adds more than there are; an exact count of a huge table is not needed)."""
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM (SELECT 1 FROM pgrag.chunk_embeddings"
+            " WHERE model_id = %(m)s LIMIT %(n)s) AS sample",
+            {"m": model_id, "n": enough + 1},
+        ).fetchone()
     return int(row[0]) if row else 0
 
 
 def _drop_model_index(db: Database, model_id: int) -> None:
     from psycopg import sql
 
-    with db.conn.transaction():
-        db.conn.execute(
+    with transaction(db) as conn:
+        conn.execute(
             sql.SQL("DROP INDEX IF EXISTS pgrag.{}").format(
                 sql.Identifier(f"chunk_embeddings_hnsw_{model_id}")
             )
         )
 
 
-def _build_model_index(db: Database, model_id: int) -> None:
-    with db.conn.transaction():
-        db.conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-        db.conn.execute("SELECT pgrag.ensure_model_index_v1(%(m)s)", {"m": model_id})
-    db.conn.execute("ANALYZE pgrag.chunks")
-    db.conn.execute("ANALYZE pgrag.chunk_embeddings")
-    db.conn.commit()
+def _build_model_index(db: Database, model_id: int, analyze: bool = False) -> None:
+    """Create the model's HNSW index if it is missing (a no-op when it exists)."""
+    with transaction(db) as conn:
+        conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
+        conn.execute("SELECT pgrag.ensure_model_index_v1(%(m)s)", {"m": model_id})
+    if analyze:
+        with transaction(db) as conn:
+            conn.execute("ANALYZE pgrag.chunks")
+            conn.execute("ANALYZE pgrag.chunk_embeddings")

@@ -62,6 +62,7 @@ def _sqlalchemy(dsn: str) -> Iterator[Connection]:
 def _run(dsn: str, command: str, revision: str) -> None:
     import psycopg
     from alembic import command as alembic_command
+    from alembic.util import CommandError
 
     cfg = alembic_config()
     # A session-level advisory lock on a side connection, held while Alembic works.
@@ -69,7 +70,16 @@ def _run(dsn: str, command: str, revision: str) -> None:
         lock.execute("SELECT pg_advisory_lock(%(key)s)", {"key": MIGRATION_LOCK})
         with _sqlalchemy(dsn) as conn:
             cfg.attributes["connection"] = conn
-            getattr(alembic_command, command)(cfg, revision)
+            cfg.attributes["version_table_schema"] = version_table_schema(
+                conn.connection.driver_connection
+            )
+            try:
+                getattr(alembic_command, command)(cfg, revision)
+            except CommandError as err:
+                raise SchemaError(
+                    f"cannot {command} to {revision!r}: {err}; `pgrag db current` shows where"
+                    " the database is, and revisions are 'head', 'base' or an id like 0001"
+                ) from err
             conn.commit()
 
 
@@ -81,13 +91,43 @@ def downgrade(dsn: str, revision: str) -> None:
     _run(dsn, "downgrade", revision)
 
 
-def _revision(conn: Any) -> str | None:
-    exists = conn.execute(
-        "SELECT to_regclass(%(t)s) IS NOT NULL", {"t": f"public.{VERSION_TABLE}"}
+def _find_version_table(conn: Any) -> str | None:
+    """The schema holding pgrag's version table, wherever a previous upgrade created it."""
+    row = conn.execute(
+        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.relname = %(t)s AND c.relkind IN ('r', 'p')"
+        " ORDER BY n.nspname = current_schema() DESC, n.nspname LIMIT 1",
+        {"t": VERSION_TABLE},
     ).fetchone()
-    if not exists or not exists[0]:
+    return None if row is None else str(row[0])
+
+
+def version_table_schema(conn: Any) -> str:
+    """Where the version table is, or where Alembic should create it: the connection's
+    current schema (the first existing one on its search_path)."""
+    found = _find_version_table(conn)
+    if found:
+        return found
+    row = conn.execute("SELECT current_schema()").fetchone()
+    if row is None or row[0] is None:
+        raise SchemaError(
+            "no schema on this connection's search_path exists to hold pgrag's version table;"
+            " set search_path (e.g. ALTER ROLE ... SET search_path = public) and retry"
+        )
+    return str(row[0])
+
+
+def _revision(conn: Any) -> str | None:
+    from psycopg import sql
+
+    schema = _find_version_table(conn)
+    if schema is None:
         return None
-    row = conn.execute(f"SELECT version_num FROM public.{VERSION_TABLE}").fetchone()  # noqa: S608 - constant
+    row = conn.execute(
+        sql.SQL("SELECT version_num FROM {}.{}").format(
+            sql.Identifier(schema), sql.Identifier(VERSION_TABLE)
+        )
+    ).fetchone()
     return None if row is None else str(row[0])
 
 

@@ -63,7 +63,7 @@ def _clean(sentence: str) -> str:
 
 
 def _usable(sentence: str) -> bool:
-    if sentence.rstrip().endswith("?"):  # a question in the text (FAQ headings) answers nothing
+    if sentence.rstrip().endswith(("?", ":")):  # FAQ questions and lead-ins to a list
         return False
     if set(sentence.strip()) <= set("|-: "):  # a table's separator row
         return False

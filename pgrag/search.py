@@ -47,12 +47,14 @@ class SearchResult:
 
 def collection_model(db: Database, collection: str) -> tuple[str, int] | None:
     """(model name, dimension) of a collection's active model; raises if it does not exist."""
-    row = db.conn.execute(
-        "SELECT c.id, m.name, m.dimension FROM pgrag.collections c"
-        " LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id WHERE c.name = %(name)s",
-        {"name": collection},
-    ).fetchone()
-    db.conn.commit()
+    from .db import transaction
+
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT c.id, m.name, m.dimension FROM pgrag.collections c"
+            " LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id WHERE c.name = %(name)s",
+            {"name": collection},
+        ).fetchone()
     if row is None:
         raise PgragError(
             f"collection {collection!r} does not exist; create it with"
@@ -78,7 +80,11 @@ def search(
         raise InputError("the search query is empty; pass some words to search for")
     if not 1 <= k <= 1000:
         raise InputError(f"k must be between 1 and 1000, got {k}")
+    if filter is not None and not isinstance(filter, dict):
+        raise InputError(f"filter must be a dict such as {{'team': 'billing'}}, got {filter!r}")
     from psycopg.types.json import Jsonb
+
+    from .db import transaction
 
     t0 = time.perf_counter()
     model = collection_model(db, collection)
@@ -93,17 +99,17 @@ def search(
             )
         embedding = embedder.embed([query])[0]
     t1 = time.perf_counter()
-    rows = db.conn.execute(
-        SEARCH_SQL,
-        {
-            "collection": collection,
-            "query": None if mode == "vector" else query,
-            "embedding": embedding,
-            "k": k,
-            "filter": Jsonb(filter or {}),
-        },
-    ).fetchall()
-    db.conn.commit()
+    with transaction(db) as conn:
+        rows = conn.execute(
+            SEARCH_SQL,
+            {
+                "collection": collection,
+                "query": None if mode == "vector" else query,
+                "embedding": embedding,
+                "k": k,
+                "filter": Jsonb(filter or {}),
+            },
+        ).fetchall()
     t2 = time.perf_counter()
     if timings is not None:
         timings["embed_ms"] = round((t1 - t0) * 1000, 2)

@@ -11,9 +11,17 @@ Layout of the server directory (``PGRAG_SERVER_DIR``, default ``/var/lib/pgrag``
 the user data dir otherwise)::
 
     data/            PGDATA, owned by the server's OS user
-    run/             Unix socket directory (no TCP listener)
+    data.initdb-PID/ a first initdb in progress; renamed to data/ only when it succeeded
+    run/             Unix socket directory (no TCP listener), mode 0700
     postgres.log     server log
     server.lock      start/stop lock
+
+Authentication is ``trust``, so the socket is the only access control: its directory is
+0700 and owned by the server's OS user, and the socket itself is 0700. As root, pgrag still
+connects (root bypasses file permissions); as any other user the server runs as that user.
+When ``run/`` would make the socket path too long for ``sun_path``, the socket lives in
+``/tmp/pgrag-<hash>`` instead, which is created 0700 and, if it already exists, used only
+when it is a real directory owned by the server's OS user with mode 0700.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -65,6 +74,7 @@ class Status:
     running: bool
     pid: int | None
     dsn: str
+    psql: Path  # the bundled psql, for machines without one installed
 
 
 class EmbeddedServer:
@@ -94,14 +104,19 @@ class EmbeddedServer:
             running=pid is not None and self._accepts_connections(),
             pid=pid,
             dsn=self.dsn(),
+            psql=psql_path(),
         )
 
     def ensure_running(self) -> str:
         """Start the server if needed (initialising it on first use) and return its DSN."""
-        if self._accepts_connections():  # fast path: no lock, no subprocess
+        # Fast path: no lock, no subprocess. The socket directory is checked too, so that one
+        # an older pgrag made 0755 is tightened below even while its server keeps running.
+        if self._socket_dir_problem() is None and self._accepts_connections():
             return self.dsn()
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            self._prepare_owner()
+            self._prepare_socket_dir()
             if not self._accepts_connections():
                 if not (self.data / "PG_VERSION").exists():
                     self._initdb()
@@ -134,6 +149,46 @@ class EmbeddedServer:
         digest = hashlib.sha256(str(self.directory).encode()).hexdigest()[:12]
         return Path(tempfile.gettempdir()) / f"pgrag-{digest}"
 
+    def _socket_dir_is_shared(self) -> bool:
+        """True for the /tmp fallback, where other users could have created the path first."""
+        return self.socket_dir.parent != self.directory
+
+    def _socket_dir_problem(self) -> str | None:
+        """Why the socket directory must not be used as it is, or None if it is ours and 0700."""
+        try:
+            st = os.lstat(self.socket_dir)
+        except FileNotFoundError:
+            return "it does not exist"
+        if stat.S_ISLNK(st.st_mode):
+            return "it is a symbolic link"
+        if not stat.S_ISDIR(st.st_mode):
+            return "it is not a directory"
+        owner = _server_uid()
+        if st.st_uid != owner:
+            return f"it is owned by uid {st.st_uid}, not by the server's uid {owner}"
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            return f"its mode is {stat.S_IMODE(st.st_mode):04o}, not 0700"
+        return None
+
+    def _prepare_socket_dir(self) -> None:
+        """Create the socket directory 0700, owned by the server's OS user; with trust
+        authentication, whoever can reach the socket is superuser."""
+        if not self._socket_dir_is_shared():
+            _make_private_dir(self.socket_dir)
+            return
+        try:
+            _make_private_dir(self.socket_dir, exclusive=True)
+            return
+        except FileExistsError:
+            pass
+        problem = self._socket_dir_problem()
+        if problem is not None:
+            raise ServerError(
+                f"refusing to use {self.socket_dir} as the embedded server's socket directory:"
+                f" {problem}; remove it, or set PGRAG_SERVER_DIR to a shorter path (the socket"
+                f" then lives in its run/ directory; {self.directory} is too long)"
+            )
+
     @contextmanager
     def _lock(self) -> Iterator[None]:
         # flock is released by the kernel when its holder dies, even by SIGKILL.
@@ -147,6 +202,8 @@ class EmbeddedServer:
     def _accepts_connections(self) -> bool:
         if not (self.socket_dir / f".s.PGSQL.{PORT}").exists():
             return False
+        if self._socket_dir_is_shared() and self._socket_dir_problem() is not None:
+            return False  # not ours: never talk to (or hand out) a socket someone else made
         import psycopg
 
         try:
@@ -167,22 +224,28 @@ class EmbeddedServer:
             pid = int(pidfile.read_text().splitlines()[0])
         except (OSError, ValueError, IndexError):
             return None
-        return pid if _is_our_postmaster(pid, self.data) else None
+        # A negative PID marks a standalone backend (initdb's bootstrap, `postgres --single`),
+        # not a postmaster that accepts connections.
+        return pid if pid > 0 and _is_our_postmaster(pid, self.data) else None
 
     def _clear_stale_pidfile(self) -> None:
         """A server killed with SIGKILL leaves postmaster.pid (and the socket's lock file)
         behind. Postgres itself treats a dead PID as stale (and checks that no orphaned backend
         still holds the shared memory), but after a reboot, in a container, or while the dead
         postmaster is an unreaped zombie, the PID may still "exist" without being our
-        postmaster, and postgres would refuse to start. Remove the files only in that case."""
+        postmaster, and postgres would refuse to start. Remove the files only in that case.
+
+        A negative PID is how postgres marks a standalone backend (initdb's bootstrap,
+        ``postgres --single``); postgres checks its absolute value, and so do we. A zero PID
+        is garbage postgres refuses to start with ("bogus data in lock file")."""
         import psutil
 
         for lockfile in (self.data / "postmaster.pid", self.socket_dir / f".s.PGSQL.{PORT}.lock"):
             try:
-                pid = int(lockfile.read_text().splitlines()[0])
+                pid = abs(int(lockfile.read_text().splitlines()[0]))
             except (OSError, ValueError, IndexError):
                 continue
-            if psutil.pid_exists(pid) and not _is_our_postmaster(pid, self.data):
+            if pid == 0 or (psutil.pid_exists(pid) and not _is_our_postmaster(pid, self.data)):
                 lockfile.unlink(missing_ok=True)
 
     def _binaries(self) -> Path:
@@ -240,22 +303,50 @@ class EmbeddedServer:
 
         _ensure_system_user()
         entry = pwd.getpwnam(SYSTEM_USER)
-        for path in (self.directory, self.data, self.socket_dir):
-            path.mkdir(parents=True, exist_ok=True)
-            os.chown(path, entry.pw_uid, entry.pw_gid)
+        blocked = _first_untraversable_parent(self.directory)
+        if blocked is not None:
+            raise ServerError(
+                f"the embedded server runs as OS user {SYSTEM_USER!r}, which cannot reach"
+                f" {self.directory} because {blocked} is closed to other users; set"
+                " PGRAG_SERVER_DIR to a directory outside root's home (default /var/lib/pgrag),"
+                f" or `chmod o+x {blocked}`"
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chown(self.directory, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
         self.directory.chmod(0o755)
-        if self.log.exists():
-            os.chown(self.log, entry.pw_uid, entry.pw_gid)
+        for path in (self.data, self.log):
+            if path.exists():
+                os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
 
     def _initdb(self) -> None:
-        self.data.mkdir(parents=True, exist_ok=True)
-        self.data.chmod(0o700)
-        self._prepare_owner()
+        """Initialise the cluster in a sibling directory and rename it to data/ only once
+        initdb succeeded: an initdb killed half-way must not leave a data/ that looks
+        initialised (PG_VERSION is among the first files initdb writes). Called under the
+        lock, so any other ``data.initdb-*`` is the leftover of a killed attempt."""
+        for leftover in self.directory.glob(f"{self.data.name}.initdb-*"):
+            _remove_tree(leftover)
+        staging = self.directory / f"{self.data.name}.initdb-{os.getpid()}"
+        _make_private_dir(staging)
+        try:
+            self._initdb_into(staging)
+            try:
+                os.rename(staging, self.data)  # atomic; also replaces an empty data/
+            except OSError as err:
+                raise ServerError(
+                    f"{self.data} exists but holds no initialised cluster (no PG_VERSION);"
+                    f" remove it to let pgrag initialise a new one ({err.strerror})"
+                ) from err
+        except BaseException:
+            _remove_tree(staging)
+            raise
+        _fsync_dir(self.directory)
+
+    def _initdb_into(self, target: Path) -> None:
         self._run(
             [
                 "initdb",
                 "-D",
-                str(self.data),
+                str(target),
                 "-U",
                 SUPERUSER,
                 "--auth=trust",
@@ -294,11 +385,11 @@ class EmbeddedServer:
                 time.sleep(1.0)
 
     def _start(self) -> None:
-        self._prepare_owner()
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        # ensure_running() prepared the owner and the socket directory.
         options = [
             "-c listen_addresses=''",
             f"-c unix_socket_directories='{self.socket_dir}'",
+            "-c unix_socket_permissions=0700",
             f"-c port={PORT}",
         ]
         options += [f"-c {name}={value}" for name, value in self.settings.items()]
@@ -334,6 +425,8 @@ class EmbeddedServer:
 def _is_our_postmaster(pid: int, data: Path) -> bool:
     import psutil
 
+    if pid <= 0:  # psutil raises ValueError; postgres writes -PID for standalone backends
+        return False
     try:
         proc = psutil.Process(pid)
         cmdline = proc.cmdline()
@@ -344,9 +437,60 @@ def _is_our_postmaster(pid: int, data: Path) -> bool:
     return str(data) in cmdline
 
 
-def _traversable_by_others(path: Path) -> bool:
-    import stat
+def _server_uid() -> int | None:
+    """The uid the server runs as (None as root before its OS user exists)."""
+    if not _is_root():
+        return os.geteuid()
+    import pwd
 
+    try:
+        return pwd.getpwnam(SYSTEM_USER).pw_uid
+    except KeyError:
+        return None
+
+
+def _make_private_dir(path: Path, *, exclusive: bool = False) -> None:
+    """Create ``path`` with mode 0700, owned by the server's OS user. With ``exclusive``, an
+    existing path raises FileExistsError (the caller decides whether to trust it); otherwise
+    an existing real directory is (re)claimed, which must then sit in a directory of ours."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if exclusive:
+            raise
+        if not stat.S_ISDIR(os.lstat(path).st_mode):  # lstat: a symlink is not a directory
+            raise ServerError(f"{path} exists but is not a directory; remove it") from None
+    if _is_root():
+        import pwd
+
+        entry = pwd.getpwnam(SYSTEM_USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+    os.chmod(path, 0o700)  # mkdir applied the umask; an older pgrag made it 0755
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _first_untraversable_parent(path: Path) -> Path | None:
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.stat().st_mode & stat.S_IXOTH:
+            return parent
+    return None
+
+
+def _traversable_by_others(path: Path) -> bool:
     for parent in path.parents:
         if not parent.stat().st_mode & stat.S_IXOTH:
             return False

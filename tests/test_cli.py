@@ -212,6 +212,10 @@ def test_ask_json_offline(loaded: str) -> None:
         ).fetchone()
     assert row == (MONTHLY, False)
 
+    # An OpenAI key without a base URL does not send the documents anywhere.
+    keyed = ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env={"OPENAI_API_KEY": "sk-x"})
+    assert json.loads(keyed.stdout)["generator"] == "extractive"
+
 
 def test_ask_plain_and_show_prompt(loaded: str) -> None:
     result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--show-prompt")

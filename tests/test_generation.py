@@ -6,6 +6,8 @@ import json
 import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from pgrag import generation
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.generation import ChatClient, LLMConfig, normalize_base_url
 
@@ -421,18 +424,82 @@ def test_404_points_at_base_url_and_model(llm: FakeLLM) -> None:
 # --- connection failures --------------------------------------------------------------------
 
 
-def test_unreachable_endpoint(llm: FakeLLM) -> None:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{port}", max_retries=2)
+        return int(probe.getsockname()[1])
+
+
+def test_refused_connection_is_retried_only_once(llm: FakeLLM) -> None:
+    port = free_port()
+    client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{port}", max_retries=3)
     with pytest.raises(GenerationError) as exc:
         client.complete(MESSAGES)
     message = assert_one_line(exc)
     assert f"http://127.0.0.1:{port}/v1/chat/completions" in message
     assert message.startswith("cannot reach the LLM endpoint")
+    assert "(gave up after 2 attempts)" in message
     assert "PGRAG_LLM_BASE_URL" in message
+    assert sleeps.calls == [0.5]
+
+
+def test_refused_connection_without_retries(llm: FakeLLM) -> None:
+    client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{free_port()}", max_retries=0)
+    with pytest.raises(GenerationError, match="cannot reach") as exc:
+        client.complete(MESSAGES)
+    assert "attempts" not in assert_one_line(exc)
+    assert sleeps.calls == []
+
+
+def test_refusals_are_counted_apart_from_other_failures(
+    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 503, then the server goes away: the 503 does not use up the refusal's one retry.
+    real_urlopen = urllib.request.urlopen
+    calls: list[int] = []
+
+    def urlopen(request: urllib.request.Request, timeout: float) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return real_urlopen(request, timeout=timeout)
+        raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
+
+    monkeypatch.setattr(generation.urllib.request, "urlopen", urlopen)
+    llm.script = [Reply(status=503)]
+    client, sleeps = client_for(llm, max_retries=5)
+    with pytest.raises(GenerationError, match=r"Connection refused\) \(gave up after 3 attempts"):
+        client.complete(MESSAGES)
+    assert len(llm.requests) == 1 and len(calls) == 3
     assert sleeps.calls == [0.5, 1.0]
+
+
+def test_connection_reset_is_still_retried_with_backoff(llm: FakeLLM) -> None:
+    # Accepts, then closes without answering: a reset / remote disconnect, worth retrying.
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[int] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(1)
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        port = listener.getsockname()[1]
+        client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{port}", max_retries=3)
+        with pytest.raises(GenerationError, match="cannot reach") as exc:
+            client.complete(MESSAGES)
+        assert "(gave up after 4 attempts)" in assert_one_line(exc)
+        assert sleeps.calls == [0.5, 1.0, 2.0]
+        assert len(accepted) == 4
+    finally:
+        listener.close()
+        thread.join(timeout=5)
 
 
 def test_timeout(llm: FakeLLM) -> None:
@@ -457,6 +524,34 @@ def test_from_env_nothing_configured() -> None:
     assert LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "  "}) is None
 
 
+def test_from_env_api_key_alone_stays_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A laptop with only OPENAI_API_KEY set must not ship documents to api.openai.com.
+    assert LLMConfig.from_env({"OPENAI_API_KEY": "sk-secret"}) is None
+    everything_but_a_url = {
+        "OPENAI_API_KEY": "sk-secret",
+        "OPENAI_MODEL": "gpt-4o",
+        "PGRAG_LLM_API_KEY": "k",
+        "PGRAG_LLM_MODEL": "m",
+        "PGRAG_LLM_TIMEOUT": "5",
+    }
+    assert LLMConfig.from_env(everything_but_a_url) is None
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    assert LLMConfig.from_env() is None  # os.environ, as the CLI reads it
+
+
+def test_openai_key_is_not_sent_to_a_pgrag_base_url(
+    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGRAG_LLM_BASE_URL", llm.base_url + "/v1")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    config = LLMConfig.from_env()
+    assert config is not None and config.api_key is None
+    assert ChatClient(config).complete(MESSAGES) == "hello"
+    (request,) = llm.requests
+    assert "authorization" not in {name.lower() for name in request.headers}
+    assert "sk-secret" not in json.dumps(request.headers)
+
+
 def test_from_env_pgrag_variables_win() -> None:
     config = LLMConfig.from_env(
         {
@@ -475,7 +570,58 @@ def test_from_env_pgrag_variables_win() -> None:
     assert config.chat_url == "http://127.0.0.1:8080/v1/chat/completions"
 
 
-def test_from_env_openai_fallbacks() -> None:
+def test_from_env_pgrag_base_url_pairs_with_pgrag_key_only() -> None:
+    env = {
+        "PGRAG_LLM_BASE_URL": "http://ollama:11434",
+        "OPENAI_BASE_URL": "https://api.openai.com/v1",
+        "OPENAI_API_KEY": "sk-openai",
+    }
+    config = LLMConfig.from_env(env)
+    assert config is not None
+    assert (config.base_url, config.model, config.api_key) == (
+        "http://ollama:11434",
+        "default",
+        None,
+    )
+
+    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://ollama:11434"})
+    assert config is not None
+    assert (config.model, config.api_key) == ("default", None)
+
+
+@pytest.mark.parametrize(
+    "url", ["https://api.openai.com/v1", "https://API.OpenAI.com:443/v1/", "https://api.openai.com"]
+)
+def test_from_env_pgrag_base_url_at_openai_may_use_openai_key(url: str) -> None:
+    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai"})
+    assert config is not None
+    assert (config.model, config.api_key) == ("gpt-4o-mini", "sk-openai")
+
+    config = LLMConfig.from_env(
+        {"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai", "PGRAG_LLM_API_KEY": "sk-pg"}
+    )
+    assert config is not None and config.api_key == "sk-pg"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://api.openai.com/v1",  # the key would cross the network in clear text
+        "https://api.openai.com.evil.example/v1",
+        "https://xapi.openai.com/v1",
+        "https://api.openai.com@evil.example/v1",
+        "https://evil.example\\@api.openai.com/v1",
+        "https://evil.example/api.openai.com/v1",
+        "https://api.openai.com:8443/v1",
+        "http://127.0.0.1:8080/v1",
+    ],
+)
+def test_from_env_openai_key_not_sent_to_look_alikes(url: str) -> None:
+    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai"})
+    assert config is not None and config.api_key is None
+
+
+def test_from_env_openai_family() -> None:
     config = LLMConfig.from_env({"OPENAI_BASE_URL": "http://vllm:8000/v1", "OPENAI_API_KEY": "k"})
     assert config is not None
     assert (config.base_url, config.model, config.api_key) == (
@@ -485,14 +631,26 @@ def test_from_env_openai_fallbacks() -> None:
     )
     assert config.timeout == 60.0
 
-    config = LLMConfig.from_env({"OPENAI_API_KEY": "sk-only"})
+    config = LLMConfig.from_env(
+        {"OPENAI_BASE_URL": "https://api.openai.com/v1", "OPENAI_API_KEY": "sk-only"}
+    )
     assert config is not None
     assert config.chat_url == "https://api.openai.com/v1/chat/completions"
     assert (config.model, config.api_key) == ("gpt-4o-mini", "sk-only")
 
-    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://ollama:11434"})
+    config = LLMConfig.from_env(
+        {
+            "OPENAI_BASE_URL": "http://vllm:8000/v1",
+            "OPENAI_API_KEY": "k",
+            "OPENAI_MODEL": "llama",
+            "PGRAG_LLM_API_KEY": "pg-k",
+        }
+    )
     assert config is not None
-    assert (config.model, config.api_key) == ("default", None)
+    assert (config.model, config.api_key) == ("llama", "pg-k")
+
+    config = LLMConfig.from_env({"OPENAI_BASE_URL": "http://vllm:8000/v1"})
+    assert config is not None and config.api_key is None
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1", "nan"])

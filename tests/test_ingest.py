@@ -143,3 +143,32 @@ def test_explicit_unsupported_and_missing_paths(dsn: str, tmp_path: Path, corpus
     assert f"error: {pdf}: unsupported file type '.pdf'" in result.stderr
     assert "missing.md: no such file or directory" in result.stderr
     assert "3 added" in result.stderr
+
+
+def test_a_missing_model_index_is_rebuilt_by_the_next_ingest(db: Database, corpus: Path) -> None:
+    # What a bulk load killed between DROP INDEX and the rebuild leaves behind.
+    pgrag.ingest(db, [corpus])
+    model_id = db.conn.execute("SELECT model_id FROM pgrag.collections").fetchone()[0]
+    index = f"chunk_embeddings_hnsw_{model_id}"
+    db.conn.execute(f"DROP INDEX pgrag.{index}")
+    db.conn.commit()
+    report = pgrag.ingest(db, [corpus])  # nothing changed, nothing written...
+    assert report.chunks_written == 0
+    exists = db.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"pgrag.{index}",)).fetchone()
+    assert exists[0], "...but the index is back"
+
+
+def test_an_ingest_that_writes_nothing_creates_no_collection(db: Database, tmp_path: Path) -> None:
+    (tmp_path / "empty.md").write_text("")
+    report = pgrag.ingest(db, [tmp_path / "empty.md", tmp_path / "missing.md"], collection="typo")
+    assert len(report.failed) == 2
+    assert db.conn.execute("SELECT count(*) FROM pgrag.collections").fetchone()[0] == 0
+
+
+def test_a_database_error_leaves_the_connection_usable(db: Database, corpus: Path) -> None:
+    from pgrag.db import transaction
+
+    pgrag.ingest(db, [corpus])
+    with pytest.raises(pgrag.DatabaseError, match="division by zero"), transaction(db) as conn:
+        conn.execute("SELECT 1 / 0")
+    assert pgrag.search(db, "refund", mode="keyword")

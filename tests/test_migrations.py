@@ -391,3 +391,23 @@ def test_concurrent_upgrades_are_serialised(empty_dsn: str, tmp_path: Path) -> N
     outcomes = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
     assert all(rc == 0 for rc, _ in outcomes), outcomes
     assert migrate.current(empty_dsn) == migrate.head()
+
+
+def test_unknown_revision_is_a_one_line_error(dsn: str) -> None:
+    with pytest.raises(pgrag.SchemaError, match="cannot upgrade to '9999'"):
+        migrate.upgrade(dsn, "9999")
+    result = CliRunner().invoke(cli, ["--dsn", dsn, "db", "downgrade", "nonsense"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot downgrade to 'nonsense'")
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_downgrade_refuses_to_drop_what_an_application_built_on_pgrag(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE VIEW public.my_docs AS SELECT id, source FROM pgrag.documents")
+    with pytest.raises(Exception, match="depend"):
+        migrate.downgrade(dsn, "base")
+    # Nothing was dropped: the view and pgrag's schema are both still there.
+    assert migrate.current(dsn) == migrate.head()
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('public.my_docs') IS NOT NULL").fetchone()[0]

@@ -194,3 +194,104 @@ def test_search_v1_restores_callers_ef_search(loaded: Database) -> None:
             (literal,),
         ).fetchone()
         assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "77"
+
+
+def test_search_v1_validates_its_arguments(loaded: Database) -> None:
+    with psycopg.connect(loaded.dsn) as conn:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="needs query_text"):
+            conn.execute("SELECT * FROM pgrag.search_v1('docs', NULL, NULL)")
+    for bad in (
+        "vector_weight => -1",
+        "keyword_weight => NULL",
+        "k => 0",
+        "rrf_k => 0",
+        "filter => '[1]'",
+    ):
+        with (
+            psycopg.connect(loaded.dsn) as conn,
+            pytest.raises(psycopg.errors.InvalidParameterValue),
+        ):
+            conn.execute(f"SELECT * FROM pgrag.search_v1('docs', 'refund', {bad})")  # noqa: S608 - constant test cases
+
+
+def test_an_arm_weighted_zero_is_switched_off(loaded: Database) -> None:
+    vector = loaded.embedder.embed(["refund"])[0]
+    with psycopg.connect(loaded.dsn) as conn:
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+        rows = conn.execute(
+            "SELECT vector_rank, keyword_rank, score FROM pgrag.search_v1('docs', 'refund', %s,"
+            " keyword_weight => 0)",
+            (vector,),
+        ).fetchall()
+    assert rows and all(r[1] is None and r[0] is not None for r in rows)
+    assert all(r[2] > 0 for r in rows)
+
+
+def test_selective_filter_still_returns_k_rows_via_exact_fallback(loaded: Database) -> None:
+    # Bury 12 "rare" chunks among 3,000 others, then starve the HNSW scan (max_scan_tuples):
+    # the index alone would return fewer than k of them; the exact fallback must return k.
+    import numpy as np
+
+    conn = loaded.conn
+    with conn.transaction():
+        coll, model = conn.execute(
+            "SELECT id, model_id FROM pgrag.collections WHERE name = 'docs'"
+        ).fetchone()
+        common = conn.execute(
+            "INSERT INTO pgrag.documents (collection_id, source, content_hash, metadata)"
+            " VALUES (%s, 'synthetic-common', 'x', '{\"kind\": \"common\"}') RETURNING id",
+            (coll,),
+        ).fetchone()[0]
+        rare = conn.execute(
+            "INSERT INTO pgrag.documents (collection_id, source, content_hash, metadata)"
+            " VALUES (%s, 'synthetic-rare', 'y', '{\"kind\": \"rare\"}') RETURNING id",
+            (coll,),
+        ).fetchone()[0]
+        rng = np.random.default_rng(1)
+        for doc, n in ((common, 3000), (rare, 12)):
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content,"
+                    " token_count, content_hash, text_config)"
+                    " SELECT %s, %s, g, 'synthetic ' || g, 2, md5(g::text), 'english'"
+                    " FROM generate_series(1, %s) g RETURNING id",
+                    (doc, coll, n),
+                ).fetchall()
+            ]
+            vecs = rng.standard_normal((n, 384)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+            with conn.cursor().copy(
+                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding) FROM STDIN"
+                " (FORMAT BINARY)"
+            ) as copy:
+                copy.set_types(["int4", "int8", "vector"])
+                for chunk_id, v in zip(ids, vecs, strict=True):
+                    copy.write_row((model, chunk_id, v))
+    conn.execute("ANALYZE pgrag.chunk_embeddings")
+    conn.commit()
+    query = rng.standard_normal(384).astype(np.float32)
+    with psycopg.connect(loaded.dsn) as c:
+        from pgvector.psycopg import register_vector
+
+        register_vector(c)
+        c.execute("SET hnsw.max_scan_tuples = 50")
+        # Make the planner take the HNSW path first, as it does on a large table.
+        c.execute("SET enable_seqscan = off")
+        c.execute("SET enable_sort = off")
+        rows = c.execute(
+            "SELECT chunk_id, source FROM pgrag.search_v1('docs', NULL, %s, k => 10,"
+            ' filter => \'{"kind": "rare"}\')',
+            (query,),
+        ).fetchall()
+        exact = c.execute(
+            "SELECT ce.chunk_id FROM pgrag.chunk_embeddings ce"
+            " JOIN pgrag.chunks ch ON ch.id = ce.chunk_id WHERE ch.document_id = %s"
+            " ORDER BY ce.embedding::vector(384) <=> %s LIMIT 10",
+            (rare, query),
+        ).fetchall()
+    assert len(rows) == 10
+    assert {r[1] for r in rows} == {"synthetic-rare"}
+    assert [r[0] for r in rows] == [r[0] for r in exact]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,20 +28,93 @@ import pytest
 from click.testing import CliRunner
 
 from pgrag.cli import cli
+from pgrag.errors import ServerError
 from pgrag.server import SYSTEM_USER, EmbeddedServer, psql_path
 
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
 
-def _new_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="pgrag-test-srv-", dir="/tmp")).resolve()
+def _new_dir(long: bool = False) -> Path:
+    # A long path does not leave room for run/.s.PGSQL.5432 in sun_path: the socket then
+    # lives in /tmp/pgrag-<hash>.
+    prefix = "pgrag-test-srv-" + ("x" * 90 if long else "")
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp")).resolve()
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink():
+        path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _cleanup(directory: Path) -> None:
+    server = EmbeddedServer(directory)
     try:
-        EmbeddedServer(directory).stop()
+        server.stop()
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        _remove(directory)
+        if server.socket_dir.parent != directory:  # the /tmp fallback
+            _remove(server.socket_dir)
+
+
+def _server_uid() -> int:
+    return pwd.getpwnam(SYSTEM_USER).pw_uid if os.geteuid() == 0 else os.geteuid()
+
+
+SUPERUSER_CHECK = "select rolsuper from pg_roles where rolname = current_user"
+
+
+def _psql(dsn: str, user: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(psql_path()), "-X", "-A", "-t", dsn, "-c", SUPERUSER_CHECK],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        user=user,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
+    )
+
+
+def _nobody_can_run_psql() -> bool:
+    if os.geteuid() != 0:
+        return False
+    try:
+        pwd.getpwnam("nobody")
+    except KeyError:
+        return False
+    probe = subprocess.run(
+        [str(psql_path()), "--version"], capture_output=True, user="nobody", cwd="/"
+    )
+    return probe.returncode == 0
+
+
+needs_nobody = pytest.mark.skipif(
+    not _nobody_can_run_psql(),
+    reason="needs root, an OS user 'nobody', and a bundled psql that 'nobody' can execute",
+)
+
+
+def _assert_private_socket(server: EmbeddedServer) -> None:
+    st = os.lstat(server.socket_dir)
+    assert stat.S_ISDIR(st.st_mode)
+    assert stat.S_IMODE(st.st_mode) == 0o700, oct(st.st_mode)
+    assert st.st_uid == _server_uid()
+    sock = os.lstat(server.socket_dir / ".s.PGSQL.5432")
+    assert stat.S_ISSOCK(sock.st_mode)
+    assert stat.S_IMODE(sock.st_mode) == 0o700, oct(sock.st_mode)
+
+
+def _assert_only_the_owner_connects(server: EmbeddedServer) -> None:
+    """Trust authentication: whoever reaches the socket is superuser, so nobody else may."""
+    dsn = server.status().dsn
+    mine = _psql(dsn)
+    assert mine.returncode == 0, mine.stderr
+    assert mine.stdout.strip() == "t"
+    theirs = _psql(dsn, user="nobody")
+    assert theirs.returncode != 0, f"'nobody' connected: {theirs.stdout!r}"
+    assert "Permission denied" in theirs.stderr, theirs.stderr
 
 
 def _pidfile_pid(server: EmbeddedServer) -> int:
@@ -86,11 +161,11 @@ def shared() -> Iterator[tuple[EmbeddedServer, str]]:
 
 
 @pytest.fixture
-def fresh_dir() -> Iterator[Callable[[], Path]]:
+def fresh_dir() -> Iterator[Callable[..., Path]]:
     made: list[Path] = []
 
-    def make() -> Path:
-        made.append(_new_dir())
+    def make(long: bool = False) -> Path:
+        made.append(_new_dir(long))
         return made[-1]
 
     try:
@@ -261,10 +336,79 @@ def test_stop(shared: tuple[EmbeddedServer, str]) -> None:
     server.ensure_running()  # leave the shared server as the other tests expect it
 
 
+def test_status_exposes_the_bundled_psql(shared: tuple[EmbeddedServer, str]) -> None:
+    server, _ = shared
+    st = server.status()
+    assert st.psql == psql_path()
+    assert st.psql.is_file() and os.access(st.psql, os.X_OK)
+
+
+def test_socket_and_its_directory_are_private(shared: tuple[EmbeddedServer, str]) -> None:
+    server, _ = shared
+    server.ensure_running()
+    assert server.socket_dir == server.directory / "run"
+    _assert_private_socket(server)
+
+
+@needs_nobody
+def test_other_os_users_cannot_connect(shared: tuple[EmbeddedServer, str]) -> None:
+    server, _ = shared
+    server.ensure_running()
+    _assert_only_the_owner_connects(server)
+
+
+def test_socket_directory_left_open_by_an_older_version_is_tightened(
+    shared: tuple[EmbeddedServer, str],
+) -> None:
+    server, _ = shared
+    server.ensure_running()
+    pid = _pidfile_pid(server)
+    server.socket_dir.chmod(0o755)  # what pgrag made before the socket was private
+
+    server.ensure_running()
+
+    assert stat.S_IMODE(os.lstat(server.socket_dir).st_mode) == 0o700
+    assert _pidfile_pid(server) == pid, "tightening must not restart the server"
+
+
+@pytest.mark.parametrize("first_line", ["-12345", "-unrelated", "0"])
+def test_pidfile_with_a_non_positive_pid(
+    shared: tuple[EmbeddedServer, str], first_line: str
+) -> None:
+    # postgres writes -PID while a standalone backend (initdb's bootstrap, --single) owns the
+    # data directory; psutil rejects such PIDs with ValueError.
+    server, _ = shared
+    server.ensure_running()
+    pidfile = server.data / "postmaster.pid"
+    rest = pidfile.read_text().splitlines()[1:]
+    assert server.stop() is True
+
+    sleeper = _unrelated_process()
+    try:
+        if first_line == "-12345" and psutil.pid_exists(12345):
+            pytest.skip("PID 12345 exists here")
+        if first_line == "-unrelated":  # postgres itself would see a live process
+            first_line = f"-{sleeper.pid}"
+        pidfile.write_text("\n".join([first_line, *rest]) + "\n")
+
+        st = server.status()
+        assert not st.running and st.pid is None
+
+        dsn = server.ensure_running()
+
+        assert _select_one(dsn) == 1
+        st = server.status()
+        assert st.running and st.pid is not None and st.pid > 0
+        assert sleeper.poll() is None, "the unrelated process must be left alone"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
 # -- fresh directories ----------------------------------------------------------------------
 
 
-def test_two_processes_start_one_server(fresh_dir: Callable[[], Path]) -> None:
+def test_two_processes_start_one_server(fresh_dir: Callable[..., Path]) -> None:
     directory = fresh_dir()
     go = directory / "go"
     code = (
@@ -309,7 +453,7 @@ def test_two_processes_start_one_server(fresh_dir: Callable[[], Path]) -> None:
     assert "FATAL" not in log, log[-2000:]
 
 
-def test_cli_server_commands(fresh_dir: Callable[[], Path]) -> None:
+def test_cli_server_commands(fresh_dir: Callable[..., Path]) -> None:
     directory = fresh_dir()
     runner = CliRunner(env={"PGRAG_SERVER_DIR": str(directory)})
 
@@ -341,6 +485,7 @@ def test_cli_server_commands(fresh_dir: Callable[[], Path]) -> None:
         "running": True,
         "pid": pid,
         "dsn": dsn,
+        "psql": str(psql_path()),
     }
 
     human = runner.invoke(cli, ["server", "status"])
@@ -360,3 +505,121 @@ def test_cli_server_commands(fresh_dir: Callable[[], Path]) -> None:
     assert down.stdout.strip() == dsn
     assert "not running" in down.stderr
     assert json.loads(runner.invoke(cli, ["server", "status", "--json"]).stdout)["running"] is False
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another OS user")
+def test_unreachable_server_dir_as_root_is_a_clear_error() -> None:
+    closed = Path(tempfile.mkdtemp(prefix="pgrag-closed-", dir="/tmp"))  # mode 0700, root's
+    try:
+        with pytest.raises(ServerError, match=r"cannot reach .*chmod o\+x"):
+            EmbeddedServer(closed / "server").ensure_running()
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)
+
+
+def test_initdb_killed_half_way_is_redone(fresh_dir: Callable[..., Path]) -> None:
+    directory = fresh_dir()
+    code = (
+        "import sys\n"
+        "from pathlib import Path\n"
+        "from pgrag.server import EmbeddedServer\n"
+        "EmbeddedServer(Path(sys.argv[1]), settings={'fsync': 'off'}).ensure_running()\n"
+    )
+    # Its own session, so that killing the group also kills initdb and its bootstrap backend.
+    proc = subprocess.Popen([sys.executable, "-c", code, str(directory)], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not list(directory.glob("data*/PG_VERSION")):  # among initdb's first files
+            assert proc.poll() is None, "ensure_running() ended before initdb was under way"
+            assert time.monotonic() < deadline, "initdb never started"
+            time.sleep(0.005)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    server = EmbeddedServer(directory, settings=FAST_SETTINGS)
+    assert not server.status().initialized, "a half-initialised data directory looks usable"
+
+    dsn = server.ensure_running()
+
+    assert _select_one(dsn) == 1
+    assert server.status().initialized
+    assert list(directory.glob("data.initdb-*")) == []
+
+
+def test_leftover_initdb_directory_is_removed(fresh_dir: Callable[..., Path]) -> None:
+    directory = fresh_dir()
+    leftover = directory / "data.initdb-99999"
+    (leftover / "base").mkdir(parents=True)
+    (leftover / "PG_VERSION").write_text("18\n")
+    server = EmbeddedServer(directory, settings=FAST_SETTINGS)
+    assert not server.status().initialized
+
+    assert _select_one(server.ensure_running()) == 1
+
+    assert not leftover.exists()
+    assert sorted(p.name for p in directory.glob("data*")) == ["data"]
+    st = os.lstat(directory / "data")
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == _server_uid()
+
+
+def test_long_server_path_puts_a_private_socket_directory_in_tmp(
+    fresh_dir: Callable[..., Path],
+) -> None:
+    server = EmbeddedServer(fresh_dir(long=True), settings=FAST_SETTINGS)
+    assert server.socket_dir.parent == Path(tempfile.gettempdir())
+    assert server.socket_dir.name.startswith("pgrag-")
+    assert not server.socket_dir.exists()
+
+    dsn = server.ensure_running()
+
+    assert _select_one(dsn) == 1
+    _assert_private_socket(server)
+    if _nobody_can_run_psql():
+        _assert_only_the_owner_connects(server)
+
+
+def _symlink_to_a_lookalike(path: Path) -> None:
+    # Everything about the target passes the checks: only the symlink itself must be refused.
+    target = Path(tempfile.mkdtemp(prefix="pgrag-test-lookalike-", dir="/tmp"))
+    os.chown(target, _server_uid(), -1)
+    path.symlink_to(target)
+
+
+def _directory_owned_by_someone_else(path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can create a directory owned by another user")
+    path.mkdir(mode=0o700)
+    os.chown(path, pwd.getpwnam("nobody").pw_uid, -1)
+
+
+def _directory_open_to_others(path: Path) -> None:
+    path.mkdir()
+    path.chmod(0o755)
+    os.chown(path, _server_uid(), -1)
+
+
+@pytest.mark.parametrize(
+    "plant", [_symlink_to_a_lookalike, _directory_owned_by_someone_else, _directory_open_to_others]
+)
+def test_untrusted_socket_directory_in_tmp_is_refused(
+    fresh_dir: Callable[..., Path], plant: Callable[[Path], None]
+) -> None:
+    server = EmbeddedServer(fresh_dir(long=True), settings=FAST_SETTINGS)
+    assert not server.socket_dir.exists()
+    target = None
+    try:
+        plant(server.socket_dir)  # what another local user could create first
+        if server.socket_dir.is_symlink():
+            target = server.socket_dir.resolve()
+
+        with pytest.raises(ServerError) as raised:
+            server.ensure_running()
+
+        message = str(raised.value)
+        assert str(server.socket_dir) in message
+        assert "remove it" in message and "PGRAG_SERVER_DIR" in message
+        assert not server.status().running
+        assert _postmasters(server.data) == []
+    finally:
+        if target is not None:
+            shutil.rmtree(target, ignore_errors=True)

@@ -55,7 +55,6 @@ def _require_pgvector() -> None:
 
 
 SCHEMA = """
-CREATE SCHEMA pgrag;
 COMMENT ON SCHEMA pgrag IS 'pgrag: documents, chunks, embeddings and hybrid search. Managed by pgrag db upgrade.';
 
 -- Models are data: two can coexist while a collection is re-embedded.
@@ -79,7 +78,7 @@ CREATE TABLE pgrag.collections (
     id            integer GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     name          text NOT NULL UNIQUE
                   CHECK (name ~ '^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$'),
-    text_config   regconfig NOT NULL DEFAULT 'english',
+    text_config   text NOT NULL DEFAULT 'english',  -- a text search configuration name
     model_id      integer REFERENCES pgrag.embedding_models (id),  -- the active model
     chunk_tokens  integer NOT NULL DEFAULT 200 CHECK (chunk_tokens > 0),
     chunk_overlap integer NOT NULL DEFAULT 40
@@ -117,10 +116,9 @@ CREATE TABLE pgrag.chunks (
     content_hash  text NOT NULL,
     parent_id     bigint REFERENCES pgrag.chunks (id) ON DELETE CASCADE,
     principals    text[] NOT NULL DEFAULT '{public}',  -- copied from the document
-    text_config   regconfig NOT NULL,
+    text_config   text NOT NULL,             -- the collection's, needed by the generated column
     tsv           tsvector GENERATED ALWAYS AS (
-                      setweight(to_tsvector(text_config, coalesce(section, '')), 'B')
-                      || to_tsvector(text_config, content)
+                      pgrag.chunk_tsvector_v1(text_config, section, content)
                   ) STORED,
     UNIQUE (document_id, ordinal)
 );
@@ -168,9 +166,31 @@ def _sql(statements: str) -> None:
     op.get_bind().connection.driver_connection.execute(statements)
 
 
+def _vector_on_search_path() -> None:
+    """Make pgvector's types resolvable for the rest of this migration's transaction, wherever
+    the extension is installed (managed services often keep extensions in their own schema)."""
+    _sql(
+        "SELECT set_config('search_path', format('%I, ', n.nspname)"
+        " || current_setting('search_path'), true)"
+        " FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace"
+        " WHERE e.extname = 'vector'"
+    )
+
+
+def _use_vector_extension() -> None:
+    _sql("CREATE EXTENSION IF NOT EXISTS vector")
+    _vector_on_search_path()
+    # Load pgvector's library in this session, so its hnsw.* settings are real parameters
+    # rather than placeholders when search_v1's SET clauses are validated: a non-superuser may
+    # not set placeholders.
+    _sql("SELECT '[1]'::vector")
+
+
 def upgrade() -> None:
     _require_pgvector()
-    _sql("CREATE EXTENSION IF NOT EXISTS vector")
+    _use_vector_extension()
+    _sql("CREATE SCHEMA pgrag")
+    _sql(sql_file("functions/chunk_tsvector_v1.sql"))
     _sql(SCHEMA)
     _sql(sql_file("functions/ensure_model_index_v1.sql"))
     _sql(sql_file("functions/register_model_v1.sql"))
@@ -178,5 +198,19 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # pgrag's own objects by name, then the schema without CASCADE: an application object that
+    # depends on pgrag (a view, a foreign key) makes this fail loudly instead of vanishing.
     # The vector extension stays: other schemas in this database may use it.
-    _sql("DROP SCHEMA pgrag CASCADE")
+    _vector_on_search_path()
+    _sql(
+        """
+        DROP FUNCTION pgrag.search_v1(text, text, vector, integer, jsonb, integer, integer,
+                                      integer, double precision, double precision);
+        DROP FUNCTION pgrag.register_model_v1(text, text, integer, text, boolean, integer);
+        DROP FUNCTION pgrag.ensure_model_index_v1(integer);
+        DROP TABLE pgrag.queries, pgrag.chunk_embeddings, pgrag.chunks, pgrag.documents,
+                   pgrag.collections, pgrag.embedding_models;
+        DROP FUNCTION pgrag.chunk_tsvector_v1(text, text, text);
+        DROP SCHEMA pgrag;
+        """
+    )

@@ -8,7 +8,9 @@
 --   SELECT * FROM pgrag.search_v1('handbook', NULL, $1::vector, k => 5);      -- vector only
 --
 -- Vector arm: the collection's active model, nearest neighbours through that model's partial
--- HNSW index, with pgvector 0.8 iterative scans so filters do not starve the result.
+-- HNSW index, with pgvector 0.8 iterative scans so filters do not starve the result. When the
+-- index still yields fewer candidates than asked (a small collection, a selective filter), the
+-- arm is answered by an exact scan over the rows the filters admit instead.
 -- Keyword arm: OR over the query's lexemes (a question must not return nothing because one word
 -- is missing from the passage), ranked by ts_rank with length normalisation, through the GIN index.
 -- Fusion: Reciprocal Rank Fusion, score = sum over arms of weight / (rrf_k + rank).
@@ -52,6 +54,7 @@ AS $fn$
 DECLARE
     v_collection_id integer;
     v_text_config   regconfig;
+    v_config_name   text;
     v_model_id      integer;
     v_dimension     integer;
     v_distance      text;
@@ -73,22 +76,29 @@ BEGIN
     IF rrf_k IS NULL OR rrf_k < 1 THEN
         RAISE EXCEPTION 'rrf_k must be at least 1, got %', rrf_k USING ERRCODE = '22023';
     END IF;
+    IF vector_weight IS NULL OR vector_weight < 0 OR keyword_weight IS NULL OR keyword_weight < 0 THEN
+        RAISE EXCEPTION 'vector_weight and keyword_weight must be >= 0, got % and %',
+            vector_weight, keyword_weight USING ERRCODE = '22023';
+    END IF;
+    IF query_text IS NULL AND query_embedding IS NULL THEN
+        RAISE EXCEPTION 'search_v1 needs query_text, query_embedding or both' USING ERRCODE = '22023';
+    END IF;
     IF filter IS NOT NULL AND jsonb_typeof(filter) <> 'object' THEN
         RAISE EXCEPTION 'filter must be a jsonb object such as {"team": "billing"}, got %', filter
             USING ERRCODE = '22023';
     END IF;
 
     SELECT c.id, c.text_config, c.model_id
-      INTO v_collection_id, v_text_config, v_model_id
+      INTO v_collection_id, v_config_name, v_model_id
       FROM pgrag.collections c WHERE c.name = collection;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'collection % does not exist', quote_literal(collection)
             USING ERRCODE = '42704',
                   HINT = 'SELECT name FROM pgrag.collections lists the collections.';
     END IF;
+    v_text_config := v_config_name::regconfig;
 
-    v_use_vector := query_embedding IS NOT NULL;
-    IF v_use_vector THEN
+    IF query_embedding IS NOT NULL THEN
         IF v_model_id IS NULL THEN
             RAISE EXCEPTION 'collection % has no embedding model yet', quote_literal(collection)
                 USING ERRCODE = '22023', HINT = 'Ingest documents first, or pass a NULL query_embedding for keyword-only search.';
@@ -105,11 +115,12 @@ BEGIN
                 USING ERRCODE = '22000', HINT = 'Embed the query with the collection''s model (see pgrag.embedding_models).';
         END IF;
     END IF;
+    v_use_vector := query_embedding IS NOT NULL AND vector_weight > 0;
 
     -- OR over the query's normalised lexemes. The text form of a stripped tsvector quotes each
     -- lexeme exactly as tsquery input expects, and lexemes never contain spaces.
     v_use_keyword := false;
-    IF query_text IS NOT NULL THEN
+    IF query_text IS NOT NULL AND keyword_weight > 0 THEN
         v_query_lexemes := strip(to_tsvector(v_text_config, query_text));
         IF length(v_query_lexemes) > 0 THEN
             v_tsquery := replace(v_query_lexemes::text, ''' ''', ''' | ''')::tsquery;
@@ -118,7 +129,7 @@ BEGIN
     END IF;
 
     IF NOT v_use_vector AND NOT v_use_keyword THEN
-        RETURN;  -- nothing to search with (no embedding, and no searchable words)
+        RETURN;  -- nothing to search with: only stop words, or every arm weighted 0
     END IF;
 
     v_vdepth := greatest(coalesce(vector_depth, greatest(4 * k, 40)), k);
@@ -132,18 +143,34 @@ BEGIN
     END IF;
 
     IF v_use_vector THEN
+        -- %6$s joins documents only when a filter needs them.
+        -- The exact branch orders by "distance + 0" so that the planner cannot answer it from
+        -- the HNSW index; it runs only when the index scan came back short.
         v_vector_sql := format(
-            'SELECT ce.chunk_id AS id,
-                    (ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3)::float8 AS dist
-               FROM pgrag.chunk_embeddings ce
-               JOIN pgrag.chunks c ON c.id = ce.chunk_id
-               JOIN pgrag.documents d ON d.id = c.document_id
-              WHERE ce.model_id = %4$s AND c.collection_id = $1%5$s
-              ORDER BY ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3
-              LIMIT $4',
+            'WITH ann AS MATERIALIZED (
+                 SELECT ce.chunk_id AS id,
+                        (ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3)::float8 AS dist
+                   FROM pgrag.chunk_embeddings ce
+                   JOIN pgrag.chunks c ON c.id = ce.chunk_id%6$s
+                  WHERE ce.model_id = %4$s AND c.collection_id = $1%5$s
+                  ORDER BY ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3
+                  LIMIT $4),
+             exact AS (
+                 SELECT ce.chunk_id AS id,
+                        (ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3)::float8 AS dist
+                   FROM pgrag.chunk_embeddings ce
+                   JOIN pgrag.chunks c ON c.id = ce.chunk_id%6$s
+                  WHERE ce.model_id = %4$s AND c.collection_id = $1%5$s
+                  ORDER BY (ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3) + 0
+                  LIMIT $4)
+             SELECT id, dist FROM ann WHERE (SELECT count(*) FROM ann) >= $4
+             UNION ALL
+             SELECT id, dist FROM exact WHERE (SELECT count(*) FROM ann) < $4',
             v_schema, v_dimension,
             CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
-            v_model_id, v_filter_sql);
+            v_model_id, v_filter_sql,
+            CASE WHEN v_filter_sql = '' THEN ''
+                 ELSE ' JOIN pgrag.documents d ON d.id = c.document_id' END);
     ELSE
         v_vector_sql := 'SELECT NULL::bigint AS id, NULL::float8 AS dist WHERE false';
     END IF;
@@ -151,8 +178,9 @@ BEGIN
     IF v_use_keyword THEN
         v_keyword_sql :=
             'SELECT c.id, ts_rank(c.tsv, $2, 1)::float8 AS s
-               FROM pgrag.chunks c
-               JOIN pgrag.documents d ON d.id = c.document_id
+               FROM pgrag.chunks c'
+            || CASE WHEN v_filter_sql = '' THEN ''
+                    ELSE ' JOIN pgrag.documents d ON d.id = c.document_id' END || '
               WHERE c.collection_id = $1 AND c.tsv @@ $2' || v_filter_sql || '
               ORDER BY s DESC, c.id
               LIMIT $5';
