@@ -113,5 +113,7 @@ def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedd
     for _, _, n, sentence in chosen[:MAX_SENTENCES]:
         if sentence not in seen:
             seen.add(sentence)
-            parts.append(f"{sentence.rstrip()} [{n}]")
+            body = sentence.rstrip()
+            end = body[-1] if body[-1] in ".!" else "."
+            parts.append(f"{body.rstrip('.!')} [{n}]{end}")
     return ReaderAnswer(" ".join(parts), False, None, best_sim)
