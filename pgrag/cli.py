@@ -278,6 +278,12 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json:
     help="Only documents whose metadata contains this JSON object,"
     ' e.g. \'{"format": "markdown"}\'.',
 )
+@click.option(
+    "--sql",
+    "show_sql",
+    is_flag=True,
+    help="Print the SQL statement instead of running it ($1 is the query's embedding).",
+)
 @json_option
 @click.pass_context
 def search(
@@ -287,12 +293,17 @@ def search(
     k: int,
     mode: str,
     filter_json: str | None,
+    show_sql: bool,
     as_json: bool,
 ) -> None:
     """Hybrid search (vector + keyword, fused with RRF) over a collection."""
     from .search import search as run_search
+    from .search import search_sql
 
     filt = _parse_filter(filter_json)
+    if show_sql:
+        click.echo(search_sql(query, collection=collection, k=k, mode=mode, filter=filt) + ";")
+        return
     results = run_search(_db(ctx), query, collection=collection, k=k, mode=mode, filter=filt)
     if as_json:
         _emit_json([r.to_dict() for r in results])

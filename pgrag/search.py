@@ -45,6 +45,36 @@ class SearchResult:
         return asdict(self)
 
 
+def search_sql(
+    query: str,
+    *,
+    collection: str = "default",
+    k: int = 10,
+    mode: str = "hybrid",
+    filter: dict[str, Any] | None = None,
+) -> str:
+    """The statement :func:`search` runs, as SQL text to paste into psql or an application:
+    literals inlined (safely quoted), the query embedding left as ``$1``."""
+    import json
+
+    from psycopg import sql
+
+    embedding = sql.SQL("NULL") if mode == "keyword" else sql.SQL("$1::vector")
+    statement = sql.SQL(
+        "SELECT rank, score, chunk_id, document_id, source, title, section, text,"
+        " vector_rank, keyword_rank, vector_distance, keyword_score, metadata"
+        " FROM pgrag.search_v1({collection}, {query}, {embedding}, k => {k},"
+        " filter => {filter}::jsonb)"
+    ).format(
+        collection=sql.Literal(collection),
+        query=sql.Literal(None if mode == "vector" else query),
+        embedding=embedding,
+        k=sql.Literal(k),
+        filter=sql.Literal(json.dumps(filter or {})),
+    )
+    return statement.as_string(None)
+
+
 def collection_model(db: Database, collection: str) -> tuple[str, int] | None:
     """(model name, dimension) of a collection's active model; raises if it does not exist."""
     from .db import transaction

@@ -295,3 +295,24 @@ def test_selective_filter_still_returns_k_rows_via_exact_fallback(loaded: Databa
     assert len(rows) == 10
     assert {r[1] for r in rows} == {"synthetic-rare"}
     assert [r[0] for r in rows] == [r[0] for r in exact]
+
+
+def test_search_sql_is_the_statement_search_runs(loaded: Database) -> None:
+    from click.testing import CliRunner
+    from pgvector.psycopg import register_vector
+
+    from pgrag.cli import cli
+
+    query = "refund o'clock"  # a quote, to prove the literal is escaped
+    result = CliRunner().invoke(
+        cli, ["--dsn", loaded.dsn, "search", query, "-c", "docs", "--k", "4", "--sql"]
+    )
+    assert result.exit_code == 0, result.stderr
+    statement = result.stdout.strip().rstrip(";")
+    assert "pgrag.search_v1('docs', 'refund o''clock', $1::vector, k => 4" in statement
+    vector = loaded.embedder.embed([query])[0]
+    with psycopg.connect(loaded.dsn) as conn:
+        register_vector(conn)
+        rows = conn.execute(statement.replace("$1", "%s"), (vector,)).fetchall()
+    expected = pgrag.search(loaded, query, collection="docs", k=4)
+    assert [r[2] for r in rows] == [r.chunk_id for r in expected]
