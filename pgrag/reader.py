@@ -55,6 +55,7 @@ def _stem(word: str) -> str:
     return word
 
 
+_TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
 _MARKUP = re.compile(r"\*\*|__|`|^\s*(?:[-*+]|\d{1,3}[.)])\s+")
 
 
@@ -70,18 +71,56 @@ def _usable(sentence: str) -> bool:
     return len(_WORD.findall(sentence.lower())) >= 3
 
 
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def _render_tables(text: str) -> str:
+    """Markdown table rows become sentences that carry their column names
+    ("Plan: Team; Severity 1: 4 hours; ..."), so a row can answer a question on its own.
+    The header and separator rows are dropped; a table cut by chunking (no header in this
+    passage) keeps its cells without names."""
+    out: list[str] = []
+    header: list[str] | None = None
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        if not _TABLE_ROW.match(line):
+            header = None
+            out.append(line)
+            continue
+        cells = _cells(line)
+        if all(set(c) <= set("-: ") for c in cells):
+            continue  # the separator row
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        if (
+            header is None
+            and _TABLE_ROW.match(nxt)
+            and all(set(c) <= set("-: ") for c in _cells(nxt))
+        ):
+            header = cells  # a header row, followed by its separator
+            continue
+        if header and len(header) == len(cells):
+            row = "; ".join(f"{h}: {c}" for h, c in zip(header, cells, strict=True) if c)
+        else:
+            row = "; ".join(c for c in cells if c)
+        out.append(f"\n{row}.\n")
+    return "\n".join(out)
+
+
 def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedder) -> ReaderAnswer:
     candidates: list[tuple[int, str]] = []  # (source number, sentence)
     mentioned: set[str] = set()
     for source in sources:
         mentioned |= _content_words(source.result.text)
-        for sentence in split_sentences(source.result.text):
+        for sentence in split_sentences(_render_tables(source.result.text)):
             if _usable(sentence):
                 candidates.append((source.n, _clean(sentence)))
+    source_text = " ".join(s.result.text.lower() for s in sources)
     if not candidates:
         return ReaderAnswer(ABSTAIN_TEXT, True, "nothing was retrieved for this question", 0.0)
     q_words = _content_words(question)
-    missing = sorted(q_words - mentioned)
+    # A word also counts when it is part of a longer one ("roll back" / "rollback").
+    missing = sorted(w for w in q_words - mentioned if len(w) < 4 or w not in source_text)
     if q_words and len(missing) / len(q_words) > 1 - MIN_COVERAGE:
         return ReaderAnswer(
             ABSTAIN_TEXT,

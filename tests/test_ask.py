@@ -91,3 +91,30 @@ def test_budget_limits_the_passages_given_to_the_generator(loaded: Database) -> 
     large = pgrag.ask(loaded, "refund", collection="docs", llm=None, log=False)
     assert len(small.sources) == 1 < len(large.sources)
     assert small.sources[0].result.rank == 1
+
+
+def test_table_rows_answer_with_their_column_names(db: Database, tmp_path: Path) -> None:
+    (tmp_path / "sla.md").write_text(
+        "# Support\n\n## Response times\n\n"
+        "| Plan | First response | Channels |\n"
+        "|------|----------------|----------|\n"
+        "| Starter | 2 business days | Email |\n"
+        "| Team | 4 hours | Email, chat |\n"
+    )
+    pgrag.ingest(db, [tmp_path], collection="sla")
+    answer = pgrag.ask(
+        db, "What is the first response time on the Team plan?", collection="sla", llm=None
+    )
+    assert not answer.abstained, answer.reason
+    assert "Plan: Team; First response: 4 hours; Channels: Email, chat" in answer.answer
+    assert "|" not in answer.answer
+
+
+def test_a_word_inside_a_compound_counts_as_mentioned(db: Database, tmp_path: Path) -> None:
+    (tmp_path / "deploy.md").write_text(
+        "# Deploy guide\n\n## Rollback\n\nUse make rollback within 10 minutes of a bad deploy.\n"
+    )
+    pgrag.ingest(db, [tmp_path], collection="ops")
+    answer = pgrag.ask(db, "How do I roll back a deploy?", collection="ops", llm=None)
+    assert not answer.abstained, answer.reason
+    assert "make rollback" in answer.answer
