@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .errors import ConfigError
+from .errors import ConfigError, PgragError
 from .tokens import TokenCounter, counter_for
 
 if TYPE_CHECKING:
@@ -37,6 +37,19 @@ class Embedder(Protocol):
     def tokens(self) -> TokenCounter: ...
 
     def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+
+
+def require_model(collection: str, recorded: tuple[str, int] | None, embedder: Embedder) -> None:
+    """Refuse to mix models: ``recorded`` is the (name, dimension) the collection was embedded
+    with, checked against the embedder about to write or query it."""
+    if recorded is not None and recorded == (embedder.name, embedder.dimension):
+        return
+    active = f"{recorded[0]!r} ({recorded[1]} dimensions)" if recorded else "no model"
+    raise PgragError(
+        f"collection {collection!r} is embedded with {active} but pgrag is configured with"
+        f" {embedder.name!r} ({embedder.dimension} dimensions); set PGRAG_EMBEDDING_MODEL to"
+        " the collection's model, or use another collection"
+    )
 
 
 class SentenceTransformerEmbedder:

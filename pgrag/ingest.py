@@ -150,18 +150,14 @@ def ensure_collection(db: Database, name: str, embedder: Embedder | None = None)
 
 
 def _check_model(db: Database, collection: Collection, embedder: Embedder) -> None:
+    from .embeddings import require_model
+
     with transaction(db) as conn:
         row = conn.execute(
             "SELECT name, dimension FROM pgrag.embedding_models WHERE id = %(id)s",
             {"id": collection.model_id},
         ).fetchone()
-    if row is None or (row[0], row[1]) != (embedder.name, embedder.dimension):
-        active = f"{row[0]!r} ({row[1]} dimensions)" if row else "no model"
-        raise PgragError(
-            f"collection {collection.name!r} is embedded with {active} but pgrag is configured"
-            f" with {embedder.name!r} ({embedder.dimension}); use the collection's model"
-            " (PGRAG_EMBEDDING_MODEL) or ingest into another collection"
-        )
+    require_model(collection.name, None if row is None else (row[0], row[1]), embedder)
 
 
 def get_collection(db: Database, name: str) -> Collection | None:

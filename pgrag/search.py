@@ -120,13 +120,10 @@ def search(
     model = collection_model(db, collection)
     embedding = None
     if mode != "keyword" and model is not None:
+        from .embeddings import require_model
+
         embedder = db.embedder
-        if (embedder.name, embedder.dimension) != model:
-            raise PgragError(
-                f"collection {collection!r} is embedded with {model[0]!r} ({model[1]} dimensions)"
-                f" but pgrag is configured with {embedder.name!r}; set PGRAG_EMBEDDING_MODEL to"
-                " the collection's model"
-            )
+        require_model(collection, model, embedder)
         embedding = embedder.embed([query])[0]
     t1 = time.perf_counter()
     with transaction(db) as conn:

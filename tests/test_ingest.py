@@ -172,3 +172,32 @@ def test_a_database_error_leaves_the_connection_usable(db: Database, corpus: Pat
     with pytest.raises(pgrag.DatabaseError, match="division by zero"), transaction(db) as conn:
         conn.execute("SELECT 1 / 0")
     assert pgrag.search(db, "refund", mode="keyword")
+
+
+class _OtherModel:
+    """Stands in for a differently sized model: only its identity matters here."""
+
+    name, provider, dimension, max_tokens = "other/model-768", "test", 768, 256
+    distance, normalized = "cosine", True
+
+    def __init__(self, real: object) -> None:
+        self.tokens = real.tokens  # type: ignore[attr-defined]
+
+    def embed(self, texts: list[str]) -> object:
+        raise AssertionError("a mismatched model must be refused before embedding anything")
+
+
+def test_a_collection_refuses_a_different_model(dsn: str, corpus: Path, embedder: object) -> None:
+    db = pgrag.connect(dsn, embedder=embedder)  # type: ignore[arg-type]
+    pgrag.ingest(db, [corpus])
+    db.close()
+    other = pgrag.connect(dsn, embedder=_OtherModel(embedder))  # type: ignore[arg-type]
+    try:
+        expected = r"embedded with 'sentence-transformers/all-MiniLM-L6-v2' \(384 dimensions\)"
+        with pytest.raises(pgrag.PgragError, match=expected):
+            pgrag.ingest(other, [corpus])
+        with pytest.raises(pgrag.PgragError, match="other/model-768"):
+            pgrag.search(other, "refund")
+        assert pgrag.search(other, "refund", mode="keyword")  # no model needed for keywords
+    finally:
+        other.close()
