@@ -172,11 +172,13 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
     click.echo(migrate.state(dsn).describe())
 
 
-@db.command("downgrade")
+# ignore_unknown_options: Alembic's relative revisions ("-1") are arguments, not options.
+@db.command("downgrade", context_settings={"ignore_unknown_options": True})
 @click.argument("revision")
 @click.pass_context
 def db_downgrade(ctx: click.Context, revision: str) -> None:
-    """Downgrade the schema to REVISION ('base' removes pgrag's schema and its data)."""
+    """Downgrade the schema to REVISION: an id, -1 for one step, or 'base' (removes pgrag's
+    schema and all its data)."""
     from . import migrate
 
     dsn = _dsn(ctx)

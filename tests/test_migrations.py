@@ -121,11 +121,17 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     assert check.exit_code == 0, check.output
     assert "up to date" in check.stdout
 
-    down = run("db", "downgrade", "base")
+    # A relative revision is an argument, not an unknown option.
+    down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
     assert "pgrag db upgrade" in down.stdout
     assert not _schema_exists(empty_dsn)
     assert run("db", "check").exit_code == 1
+    assert run("db", "upgrade").exit_code == 0
+
+    down = run("db", "downgrade", "base")
+    assert down.exit_code == 0, down.output
+    assert not _schema_exists(empty_dsn)
 
 
 def test_cli_command_on_an_unmigrated_database_says_what_to_do(empty_dsn: str) -> None:
