@@ -46,6 +46,7 @@ PORT = 5432  # only names the socket file; the server does not listen on TCP
 DATABASE = "pgrag"
 SUPERUSER = "postgres"
 SYSTEM_USER = "pgrag"  # OS user the server runs as when pgrag itself runs as root
+LOG_LIMIT = 10 * 1024 * 1024  # rotate postgres.log at start once it is larger than this
 _SOCKET_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes on Linux, 104 on macOS
 
 
@@ -372,6 +373,15 @@ class EmbeddedServer:
                 )
             time.sleep(0.2)
 
+    def _rotate_log(self) -> None:
+        """The log is the server's stdout, appended to for its whole life; keep the previous
+        one (postgres.log.1) when it has grown past LOG_LIMIT, at each start."""
+        try:
+            if self.log.stat().st_size > LOG_LIMIT:
+                self.log.replace(self.log.with_name(self.log.name + ".1"))
+        except FileNotFoundError:
+            pass
+
     def _start_with_retry(self, attempts: int = 5) -> None:
         # Orphaned backends of a killed postmaster hold its shared memory for a moment
         # after it died; postgres refuses to start until they are gone.
@@ -386,6 +396,7 @@ class EmbeddedServer:
 
     def _start(self) -> None:
         # ensure_running() prepared the owner and the socket directory.
+        self._rotate_log()
         options = [
             "-c listen_addresses=''",
             f"-c unix_socket_directories='{self.socket_dir}'",

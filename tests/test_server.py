@@ -640,3 +640,17 @@ def test_untrusted_socket_directory_in_tmp_is_refused(
     finally:
         if target is not None:
             shutil.rmtree(target, ignore_errors=True)
+
+
+def test_a_large_log_is_rotated_at_start(shared: tuple[EmbeddedServer, str]) -> None:
+    from pgrag.server import LOG_LIMIT
+
+    server, _ = shared
+    server.stop()
+    with open(server.log, "ab") as fh:
+        fh.write(b"x" * (LOG_LIMIT + 1))
+    server.ensure_running()
+    previous = server.log.with_name("postgres.log.1")
+    assert previous.stat().st_size > LOG_LIMIT
+    assert server.log.stat().st_size < LOG_LIMIT
+    assert "ready to accept connections" in server.log.read_text()
