@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .citations import Citation, check_citations, says_unknown
+from .errors import InputError
 from .prompt import ABSTAIN_TEXT, Source, build_messages, fit_budget, number_sources, render
 from .search import search
 
@@ -68,6 +69,12 @@ def ask(
     """Answer ``question`` from ``collection`` with numbered citations, or abstain."""
     from .generation import ChatClient, LLMConfig
 
+    if not question or not question.strip():
+        raise InputError(
+            'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
+        )
+    if budget_tokens < 1:
+        raise InputError(f"budget_tokens must be at least 1, got {budget_tokens}")
     config = LLMConfig.from_env() if llm is _ENV else llm
     assert config is None or isinstance(config, LLMConfig)
     t_start = time.perf_counter()

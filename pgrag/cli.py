@@ -107,7 +107,7 @@ def _db(ctx: click.Context) -> Database:
 
 @cli.group()
 def server() -> None:
-    """Manage the embedded PostgreSQL server (used when no DSN is configured)."""
+    """Start, stop or inspect the embedded PostgreSQL server."""
 
 
 @server.command("start")
@@ -150,6 +150,8 @@ def server_status(dsn_only: bool, as_json: bool) -> None:
     click.echo(f"dsn:       {st.dsn}")
     click.echo(f'psql:      psql "{st.dsn}"')
     click.echo(f"           (no psql installed? the embedded server ships one: {st.psql})")
+    if not st.running:
+        sys.exit(3)  # pg_ctl's convention for "not running", so scripts can test it
 
 
 # -- db ----------------------------------------------------------------------------------
@@ -157,7 +159,7 @@ def server_status(dsn_only: bool, as_json: bool) -> None:
 
 @cli.group()
 def db() -> None:
-    """Move the schema with Alembic migrations (upgrade, downgrade, current, check)."""
+    """Upgrade, downgrade or check the schema (Alembic migrations)."""
 
 
 @db.command("upgrade")
@@ -168,7 +170,11 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
     from . import migrate
 
     dsn = _dsn(ctx)
+    before = migrate.current(dsn)
     migrate.upgrade(dsn, revision)
+    after = migrate.current(dsn)
+    if before != after:
+        click.echo(f"upgraded pgrag's schema: {before or '(none)'} -> {after}", err=True)
     click.echo(migrate.state(dsn).describe())
 
 
@@ -182,8 +188,13 @@ def db_downgrade(ctx: click.Context, revision: str) -> None:
     from . import migrate
 
     dsn = _dsn(ctx)
+    before = migrate.current(dsn)
     migrate.downgrade(dsn, revision)
-    click.echo(migrate.state(dsn).describe())
+    after = migrate.current(dsn)
+    if after is None:
+        click.echo(f"removed pgrag's schema and its data (was at {before or '(none)'})")
+    else:
+        click.echo(f"downgraded pgrag's schema: {before or '(none)'} -> {after}")
 
 
 @db.command("current")
@@ -211,12 +222,14 @@ def db_check(ctx: click.Context) -> None:
 
 
 @cli.command()
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=str))
+# readable=False: an unreadable path is reported by the ingest itself, on one line, and
+# does not stop the other paths.
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=str))
 @collection_option
 @json_option
 @click.pass_context
 def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json: bool) -> None:
-    """Chunk, embed and index .md and .txt files and directories (recursively).
+    """Chunk, embed and index .md/.txt files and directories.
 
     Unchanged files are skipped. A file that cannot be read is reported on one line and the
     others are still ingested; the exit status is then 1.
@@ -298,7 +311,7 @@ def search(
     show_sql: bool,
     as_json: bool,
 ) -> None:
-    """Hybrid search (vector + keyword, fused with RRF) over a collection."""
+    """Hybrid search: vector + keyword, fused with RRF."""
     from .search import search as run_search
     from .search import search_sql
 
@@ -349,7 +362,11 @@ def _parse_filter(raw: str | None) -> dict[str, Any] | None:
 @collection_option
 @click.option("--k", "-k", default=8, show_default=True, help="Passages to retrieve.")
 @click.option(
-    "--budget", default=1500, show_default=True, help="Token budget for passages in the prompt."
+    "--budget",
+    default=1500,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Token budget for passages in the prompt.",
 )
 @click.option("--show-prompt", is_flag=True, help="Print the prompt given to the generator.")
 @click.option("--no-log", is_flag=True, help="Do not record this question in pgrag.queries.")
@@ -365,7 +382,7 @@ def ask(
     no_log: bool,
     as_json: bool,
 ) -> None:
-    """Answer a question from a collection, citing numbered sources.
+    """Answer a question, citing numbered sources.
 
     Uses the OpenAI-compatible endpoint in PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL) when one
     is set, else the offline extractive reader: nothing leaves the machine without a base URL.
@@ -429,9 +446,13 @@ def collections(ctx: click.Context, as_json: bool) -> None:
         click.echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
     for r in rows:
         click.echo(
-            f"{r['name']}\t{r['documents']} documents\t{r['chunks']} chunks"
+            f"{r['name']}\t{_plural(r['documents'], 'document')}\t{_plural(r['chunks'], 'chunk')}"
             f"\t{r['model']} ({r['dimension']}d)"
         )
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
 def main() -> None:

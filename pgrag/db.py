@@ -53,16 +53,28 @@ def describe_dsn(dsn: str) -> str:
         return "the configured database"
 
 
+def _source_of(dsn: str) -> str:
+    """What the user should change when connecting fails: the DSN or the PG* variables."""
+    if dsn:
+        return "check --dsn / PGRAG_DSN, or unset it to use the embedded server"
+    names = " ".join(name for name in LIBPQ_ENV if os.environ.get(name))
+    return f"check {names}, or unset them to use the embedded server"
+
+
 def open_connection(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
     import psycopg
 
     try:
         return psycopg.connect(dsn, autocommit=autocommit, application_name="pgrag")
+    except psycopg.ProgrammingError as err:  # the string itself does not parse
+        reason = " ".join(str(err).split())
+        raise PgragError(
+            f"the connection string is not valid ({reason}); {_source_of(dsn)}"
+        ) from err
     except psycopg.OperationalError as err:
         reason = " ".join(str(err).split())
         raise PgragError(
-            f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {reason};"
-            " check --dsn / PGRAG_DSN, or unset them to use the embedded server"
+            f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {reason}; {_source_of(dsn)}"
         ) from err
 
 

@@ -45,10 +45,13 @@ def require_model(collection: str, recorded: tuple[str, int] | None, embedder: E
     if recorded is not None and recorded == (embedder.name, embedder.dimension):
         return
     active = f"{recorded[0]!r} ({recorded[1]} dimensions)" if recorded else "no model"
+    if recorded and recorded[0] == DEFAULT_MODEL_NAME:
+        fix = "unset PGRAG_EMBEDDING_MODEL to use the bundled model"
+    else:
+        fix = "set PGRAG_EMBEDDING_MODEL to the collection's model directory"
     raise PgragError(
         f"collection {collection!r} is embedded with {active} but pgrag is configured with"
-        f" {embedder.name!r} ({embedder.dimension} dimensions); set PGRAG_EMBEDDING_MODEL to"
-        " the collection's model, or use another collection"
+        f" {embedder.name!r} ({embedder.dimension} dimensions); {fix}, or use another collection"
     )
 
 

@@ -7,6 +7,7 @@ the caller adds the file name and moves on to the next file.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,26 +33,51 @@ class LoadedFile:
 def find_files(paths: list[Path]) -> Iterator[tuple[Path, InputError | None]]:
     """Yield each file to ingest, in a stable order. Directories are walked recursively
     (hidden entries and files of other types skipped); a path given explicitly that cannot be
-    ingested is yielded with the reason."""
+    ingested, an unreadable subdirectory, or a directory with nothing to ingest is yielded with
+    the reason."""
     for path in paths:
         if path.is_dir():
-            for child in sorted(path.rglob("*")):
-                rel = child.relative_to(path)
-                if any(part.startswith(".") for part in rel.parts):
-                    continue
-                if child.is_file() and child.suffix.lower() in FORMATS:
-                    yield child, None
+            yield from _walk(path)
         elif path.is_file():
             if path.suffix.lower() in FORMATS:
                 yield path, None
             else:
-                kinds = ", ".join(sorted(FORMATS))
                 suffix = path.suffix or "(none)"
-                yield path, InputError(f"unsupported file type {suffix!r}; pgrag reads {kinds}")
+                yield path, InputError(f"unsupported file type {suffix!r}; pgrag reads {_KINDS}")
         elif path.exists():
             yield path, InputError("not a regular file or directory")
         else:
             yield path, InputError("no such file or directory")
+
+
+_KINDS = ", ".join(sorted(FORMATS))
+
+
+def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
+    found = skipped = 0
+    problems: list[tuple[Path, InputError]] = []
+
+    def unreadable(err: OSError) -> None:
+        where = Path(err.filename) if err.filename else root
+        problems.append((where, InputError(f"cannot read this directory ({err.strerror})")))
+
+    for dirpath, dirnames, filenames in os.walk(root, onerror=unreadable):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            child = Path(dirpath) / name
+            if child.suffix.lower() in FORMATS and child.is_file():
+                found += 1
+                yield child, None
+            else:
+                skipped += 1
+    yield from problems
+    if not found and not problems:
+        others = ""
+        if skipped:
+            others = f" ({skipped} {'file' if skipped == 1 else 'files'} of other types skipped)"
+        yield root, InputError(f"no {_KINDS} files in this directory{others}")
 
 
 def load(path: Path) -> LoadedFile:
@@ -64,8 +90,12 @@ def load(path: Path) -> LoadedFile:
         raise InputError("permission denied; make it readable for this user") from err
     except OSError as err:
         raise InputError(f"cannot read it ({err.strerror})") from err
-    if not data.strip():
+    if not data:
         raise InputError("file is empty; nothing to ingest")
+    if not data.strip():
+        raise InputError("file holds only whitespace; nothing to ingest")
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError("is UTF-16 text; convert it to UTF-8, e.g. `iconv -f utf-16 -t utf-8`")
     nul = data.find(b"\0")
     if nul >= 0:
         raise InputError(f"contains NUL bytes (offset {nul}); looks like a binary file, not text")

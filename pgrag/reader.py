@@ -31,7 +31,7 @@ _STOPWORDS = frozenset(
     its our their this that these those what which who whom whose when where why how can could
     should would will shall may might must not no nor so than too very just about into over
     after before under again there here all any both each few more most other some such only
-    own same s t don't isn't aren't""".split()
+    own same s t don't isn't aren't much many often long""".split()
 )
 
 
@@ -44,8 +44,13 @@ class ReaderAnswer:
 
 
 def _content_words(text: str) -> set[str]:
+    return set(_stems(text))
+
+
+def _stems(text: str) -> dict[str, str]:
+    """Content words of ``text`` by stem, each with the word as written (for messages)."""
     words = (re.sub(r"['’]s$", "", w) for w in _WORD.findall(text.lower()))
-    return {_stem(w) for w in words if w not in _STOPWORDS}
+    return {_stem(w): w for w in words if w not in _STOPWORDS}
 
 
 def _stem(word: str) -> str:
@@ -111,21 +116,26 @@ def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedd
     candidates: list[tuple[int, str]] = []  # (source number, sentence)
     mentioned: set[str] = set()
     for source in sources:
-        mentioned |= _content_words(source.result.text)
+        r = source.result
+        # The title and heading path are part of what a passage says.
+        mentioned |= _content_words(f"{r.title or ''} {r.section or ''} {r.text}")
         for sentence in split_sentences(_render_tables(source.result.text)):
             if _usable(sentence):
                 candidates.append((source.n, _clean(sentence)))
-    source_text = " ".join(s.result.text.lower() for s in sources)
+    source_text = " ".join(
+        f"{s.result.title or ''} {s.result.section or ''} {s.result.text}".lower() for s in sources
+    )
     if not candidates:
         return ReaderAnswer(ABSTAIN_TEXT, True, "nothing was retrieved for this question", 0.0)
-    q_words = _content_words(question)
+    asked = _stems(question)
+    q_words = set(asked)
     # A word also counts when it is part of a longer one ("roll back" / "rollback").
     missing = sorted(w for w in q_words - mentioned if len(w) < 4 or w not in source_text)
     if q_words and len(missing) / len(q_words) > 1 - MIN_COVERAGE:
         return ReaderAnswer(
             ABSTAIN_TEXT,
             True,
-            f"the retrieved sources do not mention {', '.join(missing)}",
+            f"the retrieved sources do not mention {', '.join(asked[w] for w in missing)}",
             0.0,
         )
 

@@ -119,7 +119,7 @@ def test_bad_files_get_one_line_each_and_the_rest_is_ingested(dsn: str, messy: P
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     by_file = {Path(line.split(":", 2)[1].strip()).name: line for line in errors}
     assert set(by_file) == {"empty.md", "blank.txt", "binary.txt", "latin1.md", "nul.md"}
-    assert "empty" in by_file["empty.md"] and "empty" in by_file["blank.txt"]
+    assert "empty" in by_file["empty.md"] and "whitespace" in by_file["blank.txt"]
     assert "NUL" in by_file["binary.txt"] and "NUL" in by_file["nul.md"]
     assert "UTF-8" in by_file["latin1.md"]
     assert "Traceback" not in proc.stderr
@@ -201,3 +201,37 @@ def test_a_collection_refuses_a_different_model(dsn: str, corpus: Path, embedder
         assert pgrag.search(other, "refund", mode="keyword")  # no model needed for keywords
     finally:
         other.close()
+
+
+def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
+    dsn: str, tmp_path: Path, corpus: Path
+) -> None:
+    (tmp_path / "empty_dir").mkdir()
+    (tmp_path / "pdfs").mkdir()
+    (tmp_path / "pdfs" / "a.pdf").write_bytes(b"%PDF-1.4")
+    (tmp_path / "utf16.txt").write_bytes("Hello".encode("utf-16"))
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--dsn",
+            dsn,
+            "ingest",
+            str(tmp_path / "empty_dir"),
+            str(tmp_path / "pdfs"),
+            str(tmp_path / "utf16.txt"),
+            str(corpus),
+        ],
+    )
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert (
+        f"error: {tmp_path / 'empty_dir'}: no .markdown, .md, .text, .txt files in this directory"
+        in lines
+    )
+    assert any(
+        line.startswith(f"error: {tmp_path / 'pdfs'}: no ")
+        and line.endswith("(1 file of other types skipped)")
+        for line in lines
+    )
+    assert any("utf16.txt: is UTF-16 text" in line and "iconv -f utf-16" in line for line in lines)
+    assert "3 added" in result.stderr

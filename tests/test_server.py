@@ -522,6 +522,9 @@ def test_cli_server_commands(fresh_dir: Callable[..., Path]) -> None:
     assert down.stdout.strip() == dsn
     assert "not running" in down.stderr
     assert json.loads(runner.invoke(cli, ["server", "status", "--json"]).stdout)["running"] is False
+    stopped = runner.invoke(cli, ["server", "status"])
+    assert stopped.exit_code == 3  # pg_ctl's "not running", for scripts
+    assert "running:   no" in stopped.stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root runs the server as another OS user")
