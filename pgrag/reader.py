@@ -23,6 +23,11 @@ MIN_COVERAGE = 0.5  # share of the question's content words the sources must men
 KEYWORD_WEIGHT = 0.15
 MARGIN = 0.05  # a second sentence is added only when it scores this close to the best
 MAX_SENTENCES = 2
+QUANTITY_BONUS = 0.1
+_QUANTITY_QUESTION = re.compile(
+    r"\s*(how\s+(long|many|much|often|soon|far|old|big|large)|when|what\s+time)\b", re.IGNORECASE
+)
+_NUMBER = re.compile(r"\d")
 
 _WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
 _STOPWORDS = frozenset(
@@ -141,10 +146,14 @@ def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedd
 
     vectors = embedder.embed([question] + [s for _, s in candidates])
     similarity = vectors[1:] @ vectors[0]
+    wants_quantity = bool(_QUANTITY_QUESTION.match(question))
     scored = []
     for (n, sentence), sim in zip(candidates, similarity, strict=True):
         overlap = len(q_words & _content_words(sentence)) / len(q_words) if q_words else 0.0
-        scored.append((float(sim) + KEYWORD_WEIGHT * overlap, float(sim), n, sentence))
+        score = float(sim) + KEYWORD_WEIGHT * overlap
+        if wants_quantity and _NUMBER.search(sentence):
+            score += QUANTITY_BONUS  # "how long/many/much/often", "when": the answer has a number
+        scored.append((score, float(sim), n, sentence))
     scored.sort(key=lambda t: t[0], reverse=True)
     best_sim = max(t[1] for t in scored)
     if best_sim < MIN_SIMILARITY:

@@ -118,3 +118,17 @@ def test_a_word_inside_a_compound_counts_as_mentioned(db: Database, tmp_path: Pa
     answer = pgrag.ask(db, "How do I roll back a deploy?", collection="ops", llm=None)
     assert not answer.abstained, answer.reason
     assert "make rollback" in answer.answer
+
+
+def test_quantity_questions_prefer_sentences_with_numbers(db: Database, tmp_path: Path) -> None:
+    (tmp_path / "refunds.md").write_text(
+        "# Refunds\n\n## How the money is returned\n\n"
+        "Approved refunds always go back to the original payment method. We cannot send a refund"
+        " to a different card. Depending on your bank, the money arrives within 5–10 business"
+        " days after we have confirmed the refund by email.\n"
+    )
+    pgrag.ingest(db, [tmp_path], collection="money")
+    question = "How long does it take for an approved refund to reach the original payment method?"
+    answer = pgrag.ask(db, question, collection="money", llm=None)
+    first_sentence = answer.answer.split("]")[0]
+    assert "5–10 business days" in first_sentence
