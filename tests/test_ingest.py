@@ -235,3 +235,46 @@ def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
     )
     assert any("utf16.txt: is UTF-16 text" in line and "iconv -f utf-16" in line for line in lines)
     assert "3 added" in result.stderr
+
+
+def test_two_ingests_of_the_same_files_at_once_leave_one_consistent_copy(
+    dsn: str, tmp_path: Path
+) -> None:
+    # pgrag is never assumed to be the only writer: two processes ingest the same 30 files
+    # at the same time (their embedding and writing overlap), then the result is checked.
+    root = tmp_path / "many"
+    root.mkdir()
+    for i in range(30):
+        (root / f"note{i:02d}.md").write_text(
+            f"# Note {i}\n\n## Facts\n\n"
+            + " ".join(
+                f"Fact {j} of note {i} concerns topic {i * 7 + j} in the archive."
+                for j in range(12)
+            )
+        )
+    cmd = [sys.executable, "-m", "pgrag.cli", "--dsn", dsn, "ingest", str(root), "-c", "race"]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    results = [(p.wait(timeout=300), p.stderr.read() if p.stderr else "") for p in procs]
+    assert all(rc == 0 for rc, _ in results), results
+
+    db = pgrag.connect(dsn)
+    try:
+        docs, chunks, vectors, dupes = db.conn.execute(
+            "SELECT (SELECT count(*) FROM pgrag.documents),"
+            " (SELECT count(*) FROM pgrag.chunks),"
+            " (SELECT count(*) FROM pgrag.chunk_embeddings),"
+            " (SELECT count(*) FROM (SELECT document_id, ordinal FROM pgrag.chunks"
+            "   GROUP BY 1, 2 HAVING count(*) > 1) d)"
+        ).fetchone()
+        per_doc = db.conn.execute(
+            "SELECT min(n), max(n)"
+            " FROM (SELECT count(*) n FROM pgrag.chunks GROUP BY document_id) c"
+        ).fetchone()
+    finally:
+        db.close()
+    assert docs == 30 and dupes == 0
+    assert vectors == chunks
+    assert per_doc[0] == per_doc[1], "every note has the same shape, so the same chunk count"
