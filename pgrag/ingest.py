@@ -398,7 +398,14 @@ def _write(
                     "c": coll.id,
                     "source": f.source,
                     "title": f.title,
-                    "meta": _jsonb({"path": str(f.path), "format": f.format, "bytes": f.size}),
+                    "meta": _jsonb(
+                        {
+                            "path": str(f.path),
+                            "format": f.format,
+                            "bytes": f.size,
+                            "modified": f.modified,
+                        }
+                    ),
                     "hash": f.content_hash,
                 },
             ).fetchone()

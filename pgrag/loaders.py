@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .errors import InputError
@@ -28,6 +29,7 @@ class LoadedFile:
     title: str
     content_hash: str
     size: int
+    modified: str  # the file's modification date, YYYY-MM-DD (UTC)
 
 
 def find_files(paths: list[Path]) -> Iterator[tuple[Path, InputError | None]]:
@@ -82,7 +84,8 @@ def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
 
 def load(path: Path) -> LoadedFile:
     try:
-        size = path.stat().st_size
+        st = path.stat()
+        size = st.st_size
         if size > MAX_BYTES:
             raise InputError(f"file is {size} bytes, over the {MAX_BYTES}-byte limit; split it")
         data = path.read_bytes()
@@ -115,6 +118,7 @@ def load(path: Path) -> LoadedFile:
         title=_title(text, fmt, path),
         content_hash=hashlib.sha256(data).hexdigest(),
         size=size,
+        modified=datetime.fromtimestamp(st.st_mtime, tz=UTC).date().isoformat(),
     )
 
 

@@ -1,4 +1,5 @@
-"""Assembling the prompt: numbered sources, instructions, the question last.
+"""Assembling the prompt: numbered sources (title, section, source, date), instructions, the
+question last.
 
 Passages are chosen in rank order until the token budget is spent, then placed with the
 strongest at the two ends (ranks 1, 3, 5 … from the front, 2, 4, 6 … from the back), where
@@ -83,7 +84,9 @@ def _header(source: Source) -> str:
     parts = [r.title or "(untitled)"]
     if r.section and r.section != r.title:
         parts.append(r.section)
-    return f"[{source.n}] {' — '.join(parts)} (source: {r.source})"
+    dated = r.metadata.get("modified") if isinstance(r.metadata, dict) else None
+    where = f"source: {r.source}" + (f", updated {dated}" if dated else "")
+    return f"[{source.n}] {' — '.join(parts)} ({where})"
 
 
 def build_messages(question: str, sources: Sequence[Source]) -> list[dict[str, str]]:

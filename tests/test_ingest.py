@@ -278,3 +278,24 @@ def test_two_ingests_of_the_same_files_at_once_leave_one_consistent_copy(
     assert docs == 30 and dupes == 0
     assert vectors == chunks
     assert per_doc[0] == per_doc[1], "every note has the same shape, so the same chunk count"
+
+
+def test_document_metadata_records_format_size_and_date(db: Database, corpus: Path) -> None:
+    import datetime as dt
+    import os
+
+    refunds = corpus / "policies" / "refunds.md"
+    stamp = dt.datetime(2025, 3, 4, 12, 0, tzinfo=dt.UTC).timestamp()
+    os.utime(refunds, (stamp, stamp))
+    pgrag.ingest(db, [corpus])
+    meta = db.conn.execute(
+        "SELECT metadata FROM pgrag.documents WHERE source = %s", (str(refunds.resolve()),)
+    ).fetchone()[0]
+    assert meta == {
+        "path": str(refunds),
+        "format": "markdown",
+        "bytes": refunds.stat().st_size,
+        "modified": "2025-03-04",
+    }
+    hit = pgrag.search(db, "annual plans refund", k=1)[0]
+    assert hit.metadata["modified"] == "2025-03-04"
