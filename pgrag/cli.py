@@ -455,6 +455,109 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
+@cli.group("eval")
+def eval_group() -> None:
+    """Measure retrieval quality on a dataset, beside the usual peers."""
+
+
+@eval_group.command("retrieval")
+@click.argument("dataset", type=click.Path(exists=True, path_type=str))
+@click.option("--split", default="test", show_default=True, help="BEIR qrels split.")
+@click.option("--collection", "-c", help="Collection to use (default: eval-DATASET).")
+@click.option("--queries", "n_queries", type=click.IntRange(min=1), help="Sample N queries.")
+@click.option(
+    "--arm",
+    "arms",
+    multiple=True,
+    type=click.Choice(["keyword", "vector", "hybrid"]),
+    help="Arms to run (default: all three).",
+)
+@click.option("--no-peers", is_flag=True, help="Skip bm25s and the exact-search peer.")
+@click.option(
+    "--min-ndcg",
+    "thresholds",
+    multiple=True,
+    metavar="[RUN=]VALUE",
+    help="Exit 1 unless nDCG@10 reaches VALUE (for the hybrid, or RUN such as keyword=0.85).",
+)
+@json_option
+@click.pass_context
+def eval_retrieval(
+    ctx: click.Context,
+    dataset: str,
+    split: str,
+    collection: str | None,
+    n_queries: int | None,
+    arms: tuple[str, ...],
+    no_peers: bool,
+    thresholds: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Evaluate retrieval on DATASET: a BEIR directory (corpus.jsonl, queries.jsonl,
+    qrels/SPLIT.tsv) or a SQuAD JSON file (each paragraph a document).
+
+    Reports nDCG@10, Recall@1/5/10/20/100, MRR@10, queries with no result and latency per
+    arm, with bm25s and exact cosine search measured in the same run.
+    """
+    from pathlib import Path
+
+    from .datasets import load_dataset, sample_queries
+    from .evaluation import ARMS, evaluate_retrieval
+
+    limits = _parse_thresholds(thresholds)
+    data = sample_queries(load_dataset(Path(dataset), split=split), n_queries)
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None:
+            for other in bars.values():
+                other.render_finish()
+            bar = click.progressbar(length=max(total, 1), label=f"{stage:<12}", file=sys.stderr)
+            bars[stage] = bar
+        bar.update(max(done - bar.pos, 0))
+
+    try:
+        report = evaluate_retrieval(
+            _db(ctx),
+            data,
+            collection=collection,
+            arms=arms or ARMS,
+            peers=not no_peers,
+            progress=progress,
+        )
+    finally:
+        for bar in bars.values():
+            bar.render_finish()
+    if as_json:
+        _emit_json(report.to_dict())
+    else:
+        click.echo(report.table())
+    failed = [
+        f"{run} nDCG@10 {report.results[run].summary.ndcg10:.4f} < {value}"
+        for run, value in limits.items()
+        if run in report.results and report.results[run].summary.ndcg10 < value
+    ]
+    missing = [run for run in limits if run not in report.results]
+    if missing:
+        _fail(f"--min-ndcg names runs that did not run: {', '.join(missing)}")
+    if failed:
+        _fail("; ".join(failed))
+
+
+def _parse_thresholds(values: tuple[str, ...]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for value in values:
+        run, _, number = value.rpartition("=")
+        try:
+            out[run or "hybrid"] = float(number)
+        except ValueError:
+            raise PgragError(
+                f"--min-ndcg {value!r} is not [RUN=]NUMBER, e.g. 0.8 or keyword=0.85"
+            ) from None
+    return out
+
+
 def main() -> None:
     cli(prog_name="pgrag")
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -202,6 +202,55 @@ def ingest(
     ``progress(n)`` is called as chunks are embedded and written. The collection is created
     when the first document is written (not by an ingest that writes nothing).
     """
+    return _ingest(
+        db,
+        _load_files([Path(p) for p in paths]),
+        collection=collection,
+        on_error=on_error,
+        progress=progress,
+        on_plan=on_plan,
+        batch_chunks=batch_chunks,
+        bulk_threshold=bulk_threshold,
+    )
+
+
+def ingest_documents(
+    db: Database,
+    documents: Iterable[LoadedFile],
+    *,
+    collection: str = "default",
+    on_error: Callable[[str, str], None] | None = None,
+    progress: Callable[[int], None] | None = None,
+    on_plan: Callable[[int], None] | None = None,
+    batch_chunks: int = 64,
+    bulk_threshold: int = 1000,
+) -> IngestReport:
+    """Ingest documents given as text (build them with :func:`pgrag.loaders.from_text`),
+    with the same guarantees as :func:`ingest`: unchanged ones are skipped, changed ones
+    replaced whole, in transactions of whole documents."""
+    return _ingest(
+        db,
+        ((d.label, d) for d in documents),
+        collection=collection,
+        on_error=on_error,
+        progress=progress,
+        on_plan=on_plan,
+        batch_chunks=batch_chunks,
+        bulk_threshold=bulk_threshold,
+    )
+
+
+def _ingest(
+    db: Database,
+    items: Iterable[tuple[str, LoadedFile | InputError]],
+    *,
+    collection: str,
+    on_error: Callable[[str, str], None] | None,
+    progress: Callable[[int], None] | None,
+    on_plan: Callable[[int], None] | None,
+    batch_chunks: int,
+    bulk_threshold: int,
+) -> IngestReport:
     _check_name(collection)
     embedder = db.embedder
     coll = get_collection(db, collection)
@@ -210,7 +259,7 @@ def ingest(
         # A bulk load killed between dropping and rebuilding the index left it missing.
         _build_model_index(db, coll.model_id)
     report = IngestReport(collection=collection)
-    docs = _plan(db, coll, embedder, [Path(p) for p in paths], report, on_error)
+    docs = _plan(db, coll, embedder, items, report, on_error)
     total = sum(len(d.chunks) for d in docs)
     if on_plan:
         on_plan(total)
@@ -242,11 +291,22 @@ def ingest(
     return report
 
 
+def _load_files(paths: list[Path]) -> Iterator[tuple[str, LoadedFile | InputError]]:
+    for path, problem in find_files(paths):
+        if problem is not None:
+            yield str(path), problem
+            continue
+        try:
+            yield str(path), load(path)
+        except InputError as err:
+            yield str(path), err
+
+
 def _plan(
     db: Database,
     coll: Collection | None,
     embedder: Embedder,
-    paths: list[Path],
+    items: Iterable[tuple[str, LoadedFile | InputError]],
     report: IngestReport,
     on_error: Callable[[str, str], None] | None,
 ) -> list[_PreparedDoc]:
@@ -256,11 +316,11 @@ def _plan(
     chunk_overlap = coll.chunk_overlap if coll else DEFAULT_CHUNK_OVERLAP
     limit = min(chunk_tokens, embedder.max_tokens - 2 - CONTEXT_TOKENS)
     overlap = min(chunk_overlap, limit - 1)
-    for path, problem in find_files(paths):
+    for label, item in items:
         try:
-            if problem:
-                raise problem
-            file = load(path)
+            if isinstance(item, InputError):
+                raise item
+            file = item
             if file.source in seen:
                 continue
             seen.add(file.source)
@@ -273,23 +333,23 @@ def _plan(
                         {"c": coll.id, "s": file.source},
                     ).fetchone()
             if row is not None and row[1] == file.content_hash:
-                report.files.append(FileResult(str(path), "unchanged"))
+                report.files.append(FileResult(label, "unchanged"))
                 continue
             chunks = _prepare_chunks(file, embedder, limit, overlap)
             if not chunks:
                 raise InputError("has no text to index")
             doc = _PreparedDoc(
                 file=file,
-                result=FileResult(str(path), "updated" if row else "added", len(chunks)),
+                result=FileResult(label, "updated" if row else "added", len(chunks)),
                 chunks=chunks,
             )
             if row is not None and coll is not None:
                 doc.reusable = _old_vectors(db, row[0], coll.model_id)
             docs.append(doc)
         except InputError as err:
-            report.files.append(FileResult(str(path), "failed", reason=str(err)))
+            report.files.append(FileResult(label, "failed", reason=str(err)))
             if on_error:
-                on_error(str(path), str(err))
+                on_error(label, str(err))
     # Written in a stable order, so concurrent ingests of overlapping paths lock documents in
     # the same order and cannot deadlock.
     docs.sort(key=lambda d: d.file.source)
@@ -398,14 +458,7 @@ def _write(
                     "c": coll.id,
                     "source": f.source,
                     "title": f.title,
-                    "meta": _jsonb(
-                        {
-                            "path": str(f.path),
-                            "format": f.format,
-                            "bytes": f.size,
-                            "modified": f.modified,
-                        }
-                    ),
+                    "meta": _jsonb(f.metadata),
                     "hash": f.content_hash,
                 },
             ).fetchone()

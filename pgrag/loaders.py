@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from .errors import InputError
 
@@ -22,14 +23,46 @@ MAX_BYTES = 50 * 1024 * 1024  # whole-file reads are fine below this; streaming 
 
 @dataclass(frozen=True)
 class LoadedFile:
-    path: Path
-    source: str  # absolute path, the document's identity within a collection
-    format: str
+    """A document ready to chunk: from a file, or from text an application hands over."""
+
+    label: str  # what messages call it: the path as given, or the source
+    source: str  # the document's identity within a collection (a file's absolute path)
+    format: str  # markdown | text
     text: str
     title: str
     content_hash: str
-    size: int
-    modified: str  # the file's modification date, YYYY-MM-DD (UTC)
+    metadata: dict[str, Any]  # stored in pgrag.documents.metadata
+
+
+def from_text(
+    source: str,
+    text: str,
+    *,
+    title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    format: str = "text",
+) -> LoadedFile:
+    """A document given as text rather than read from a file (records, datasets, an app)."""
+    if format not in ("text", "markdown"):
+        raise InputError(f"unknown format {format!r}; use 'text' or 'markdown'")
+    if not source:
+        raise InputError("a document needs a non-empty source (its identity in the collection)")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        raise InputError("has no text to index")
+    if "\x00" in text:
+        raise InputError("contains NUL characters; PostgreSQL text cannot store them")
+    title = title if title is not None else source
+    digest = hashlib.sha256(f"{title}\n{format}\n{text}".encode()).hexdigest()
+    return LoadedFile(
+        label=source,
+        source=source,
+        format=format,
+        text=text,
+        title=title,
+        content_hash=digest,
+        metadata={**(metadata or {}), "format": format},
+    )
 
 
 def find_files(paths: list[Path]) -> Iterator[tuple[Path, InputError | None]]:
@@ -111,14 +144,18 @@ def load(path: Path) -> LoadedFile:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     fmt = FORMATS[path.suffix.lower()]
     return LoadedFile(
-        path=path,
+        label=str(path),
         source=str(path.resolve()),
         format=fmt,
         text=text,
         title=_title(text, fmt, path),
         content_hash=hashlib.sha256(data).hexdigest(),
-        size=size,
-        modified=datetime.fromtimestamp(st.st_mtime, tz=UTC).date().isoformat(),
+        metadata={
+            "path": str(path),
+            "format": fmt,
+            "bytes": size,
+            "modified": datetime.fromtimestamp(st.st_mtime, tz=UTC).date().isoformat(),
+        },
     )
 
 

@@ -1,0 +1,333 @@
+"""`pgrag eval retrieval`: measure retrieval on a dataset, beside the peers a user would pick.
+
+The dataset's documents are ingested into a collection of their own (unchanged documents are
+skipped on a re-run), every query goes through the keyword arm, the vector arm and the hybrid
+of ``pgrag.search_v1``, and the same queries go through two peers in the same process:
+bm25s (k1=1.5, b=0.75, English stop words, Snowball stemmer) over the same documents, and an
+exact brute-force cosine search (numpy) over the same stored embeddings. Latency is per query,
+one at a time; query embeddings are computed once, up front, and timed separately, because the
+vector arm and the exact peer share them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .datasets import RetrievalDataset
+from .errors import ConfigError, InputError
+from .metrics import Summary, percentile, summarize
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from .db import Database
+
+ARMS = ("keyword", "vector", "hybrid")
+RUN_DEPTH = 100  # results kept per query (Recall@100)
+
+
+@dataclass
+class ArmResult:
+    name: str
+    summary: Summary
+    p50_ms: float
+    p95_ms: float
+    queries_per_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            **asdict(self.summary),
+            "p50_ms": self.p50_ms,
+            "p95_ms": self.p95_ms,
+            "queries_per_s": self.queries_per_s,
+        }
+
+
+@dataclass
+class EvalReport:
+    dataset: str
+    collection: str
+    documents: int
+    queries: int
+    chunks_embedded: int
+    query_embedding_s: float
+    results: dict[str, ArmResult] = field(default_factory=dict)
+    ratios: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "collection": self.collection,
+            "documents": self.documents,
+            "queries": self.queries,
+            "chunks_embedded": self.chunks_embedded,
+            "query_embedding_s": self.query_embedding_s,
+            "results": {name: r.to_dict() for name, r in self.results.items()},
+            "ratios": self.ratios,
+        }
+
+    def table(self) -> str:
+        head = (
+            f"{'run':<16}{'nDCG@10':>9}{'R@1':>7}{'R@5':>7}{'R@10':>7}{'R@20':>7}{'R@100':>7}"
+            f"{'MRR@10':>8}{'empty':>7}{'p50 ms':>9}{'p95 ms':>9}{'q/s':>8}"
+        )
+        lines = [
+            f"{self.dataset}: {self.documents} documents, {self.queries} queries"
+            f" (collection {self.collection!r})",
+            head,
+            "-" * len(head),
+        ]
+        for name, r in self.results.items():
+            s = r.summary
+            lines.append(
+                f"{name:<16}{s.ndcg10:>9.4f}{s.recall[1]:>7.3f}{s.recall[5]:>7.3f}"
+                f"{s.recall[10]:>7.3f}{s.recall[20]:>7.3f}{s.recall[100]:>7.3f}{s.mrr10:>8.4f}"
+                f"{s.zero_results:>7}{r.p50_ms:>9.2f}{r.p95_ms:>9.2f}{r.queries_per_s:>8.0f}"
+            )
+        if self.ratios:
+            lines.append("")
+            lines.extend(f"{k}: {v:.3f}" for k, v in self.ratios.items())
+        return "\n".join(lines)
+
+
+def collection_name(dataset: RetrievalDataset) -> str:
+    return "eval-" + (re.sub(r"[^A-Za-z0-9_.:-]+", "-", dataset.name).strip("-") or "dataset")
+
+
+def evaluate_retrieval(
+    db: Database,
+    dataset: RetrievalDataset,
+    *,
+    collection: str | None = None,
+    arms: Sequence[str] = ARMS,
+    peers: bool = True,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> EvalReport:
+    """Ingest ``dataset`` (skipping what is already there) and measure every arm and peer.
+    ``progress(stage, done, total)`` is called as work proceeds."""
+    from .ingest import ingest_documents
+    from .loaders import from_text
+
+    if not dataset.queries:
+        raise InputError(f"dataset {dataset.name!r} has no queries with relevance judgements")
+    collection = collection or collection_name(dataset)
+    doc_ids = list(dataset.corpus)
+
+    def on_plan(total: int) -> None:
+        if progress:
+            progress("ingest", 0, total)
+
+    done = 0
+
+    def on_progress(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress("ingest", done, -1)
+
+    report_ingest = ingest_documents(
+        db,
+        (
+            from_text(
+                f"{dataset.name}:{doc.id}", doc.text, title=doc.title, metadata={"doc_id": doc.id}
+            )
+            for doc in dataset.corpus.values()
+        ),
+        collection=collection,
+        on_plan=on_plan,
+        progress=on_progress,
+    )
+    query_ids = list(dataset.queries)
+    texts = [dataset.queries[q] for q in query_ids]
+
+    t0 = time.perf_counter()
+    vectors = db.embedder.embed(texts) if ("vector" in arms or "hybrid" in arms or peers) else None
+    embed_s = time.perf_counter() - t0
+
+    report = EvalReport(
+        dataset=dataset.name,
+        collection=collection,
+        documents=len(doc_ids),
+        queries=len(query_ids),
+        chunks_embedded=report_ingest.chunks_embedded,
+        query_embedding_s=round(embed_s, 3),
+    )
+    all_runs: dict[str, dict[str, list[str]]] = {}
+    for arm in arms:
+        runs, times = _run_arm(db, collection, arm, query_ids, texts, vectors, progress)
+        report.results[arm] = _result(arm, runs, times, dataset)
+        all_runs[arm] = runs
+    if peers:
+        runs, times = _run_bm25s(dataset, query_ids, texts, progress)
+        report.results["bm25s"] = _result("bm25s", runs, times, dataset)
+        assert vectors is not None
+        runs, times = _run_exact(db, collection, query_ids, vectors, progress)
+        report.results["exact-cosine"] = _result("exact-cosine", runs, times, dataset)
+        all_runs["exact-cosine"] = runs
+        report.ratios = _ratios(report, all_runs)
+    return report
+
+
+def _result(
+    name: str, runs: dict[str, list[str]], times: list[float], dataset: RetrievalDataset
+) -> ArmResult:
+    total = sum(times)
+    return ArmResult(
+        name=name,
+        summary=summarize(runs, dataset.qrels),
+        p50_ms=round(percentile(times, 50) * 1000, 3),
+        p95_ms=round(percentile(times, 95) * 1000, 3),
+        queries_per_s=round(len(times) / total, 1) if total else 0.0,
+    )
+
+
+def _run_arm(
+    db: Database,
+    collection: str,
+    arm: str,
+    query_ids: list[str],
+    texts: list[str],
+    vectors: npt.NDArray[np.float32] | None,
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[dict[str, list[str]], list[float]]:
+    sql = "SELECT metadata ->> 'doc_id' FROM pgrag.search_v1(%(c)s, %(q)s, %(v)s, k => %(k)s)"
+    runs: dict[str, list[str]] = {}
+    times: list[float] = []
+    with db.conn.cursor() as cur:
+        for i, qid in enumerate(query_ids):
+            params = {
+                "c": collection,
+                "q": None if arm == "vector" else texts[i],
+                "v": None if arm == "keyword" or vectors is None else vectors[i],
+                "k": RUN_DEPTH,
+            }
+            t = time.perf_counter()
+            rows = cur.execute(sql, params).fetchall()
+            times.append(time.perf_counter() - t)
+            runs[qid] = _dedupe(r[0] for r in rows)
+            if progress and i % 50 == 0:
+                progress(arm, i, len(query_ids))
+    db.conn.commit()
+    return runs, times
+
+
+def _dedupe(ids: Any) -> list[str]:
+    seen: dict[str, None] = {}
+    for i in ids:
+        if i is not None and i not in seen:
+            seen[i] = None
+    return list(seen)
+
+
+def _run_bm25s(
+    dataset: RetrievalDataset,
+    query_ids: list[str],
+    texts: list[str],
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[dict[str, list[str]], list[float]]:
+    try:
+        import bm25s
+        import Stemmer
+    except ImportError as err:
+        raise ConfigError(
+            "the bm25s peer needs bm25s and PyStemmer: pip install 'pgrag[eval]',"
+            " or run without peers (--no-peers)"
+        ) from err
+    stemmer = Stemmer.Stemmer("english")
+    doc_ids = list(dataset.corpus)
+    corpus = [f"{d.title} {d.text}" for d in dataset.corpus.values()]
+    tokens = bm25s.tokenize(corpus, stopwords="en", stemmer=stemmer, show_progress=False)
+    retriever = bm25s.BM25(k1=1.5, b=0.75)
+    retriever.index(tokens, show_progress=False)
+    k = min(RUN_DEPTH, len(doc_ids))
+    runs: dict[str, list[str]] = {}
+    times: list[float] = []
+    for i, qid in enumerate(query_ids):
+        t = time.perf_counter()  # tokenisation included, as for the keyword arm
+        q = bm25s.tokenize([texts[i]], stopwords="en", stemmer=stemmer, show_progress=False)
+        if q.vocab and len(q.ids[0]):
+            docs, scores = retriever.retrieve(q, k=k, show_progress=False, n_threads=1)
+            ranked = [doc_ids[int(d)] for d, s in zip(docs[0], scores[0], strict=True) if s > 0]
+        else:
+            ranked = []
+        times.append(time.perf_counter() - t)
+        runs[qid] = ranked
+        if progress and i % 50 == 0:
+            progress("bm25s", i, len(query_ids))
+    return runs, times
+
+
+def _stored_vectors(db: Database, collection: str) -> tuple[list[str], npt.NDArray[np.float32]]:
+    import numpy as np
+
+    rows = db.conn.execute(
+        "SELECT d.metadata ->> 'doc_id', e.embedding FROM pgrag.chunk_embeddings e"
+        " JOIN pgrag.chunks c ON c.id = e.chunk_id"
+        " JOIN pgrag.documents d ON d.id = c.document_id"
+        " JOIN pgrag.collections k ON k.id = c.collection_id AND k.model_id = e.model_id"
+        " WHERE k.name = %(c)s ORDER BY c.id",
+        {"c": collection},
+    ).fetchall()
+    db.conn.commit()
+    ids = [r[0] for r in rows]
+    matrix = np.asarray([r[1].to_numpy() for r in rows], dtype=np.float32)
+    return ids, matrix
+
+
+def _run_exact(
+    db: Database,
+    collection: str,
+    query_ids: list[str],
+    vectors: npt.NDArray[np.float32],
+    progress: Callable[[str, int, int], None] | None,
+) -> tuple[dict[str, list[str]], list[float]]:
+    import numpy as np
+
+    ids, matrix = _stored_vectors(db, collection)
+    norms = np.linalg.norm(matrix, axis=1)
+    norms[norms == 0] = 1.0
+    matrix = matrix / norms[:, None]
+    depth = min(RUN_DEPTH * 4, len(ids))
+    runs: dict[str, list[str]] = {}
+    times: list[float] = []
+    for i, qid in enumerate(query_ids):
+        t = time.perf_counter()
+        q = vectors[i] / (np.linalg.norm(vectors[i]) or 1.0)
+        scores = matrix @ q
+        top = (
+            np.argpartition(-scores, depth - 1)[:depth] if depth < len(ids) else np.arange(len(ids))
+        )
+        order = top[np.argsort(-scores[top], kind="stable")]
+        runs[qid] = _dedupe(ids[j] for j in order)[:RUN_DEPTH]
+        times.append(time.perf_counter() - t)
+        if progress and i % 50 == 0:
+            progress("exact-cosine", i, len(query_ids))
+    return runs, times
+
+
+def _ratios(report: EvalReport, runs: dict[str, dict[str, list[str]]]) -> dict[str, float]:
+    r = report.results
+    out: dict[str, float] = {}
+    if "keyword" in r and r["bm25s"].summary.ndcg10:
+        out["keyword nDCG@10 / bm25s"] = r["keyword"].summary.ndcg10 / r["bm25s"].summary.ndcg10
+        if r["bm25s"].queries_per_s:
+            out["keyword q/s / bm25s q/s"] = r["keyword"].queries_per_s / r["bm25s"].queries_per_s
+    if "vector" in r:
+        out["vector nDCG@10 - exact"] = (
+            r["vector"].summary.ndcg10 - r["exact-cosine"].summary.ndcg10
+        )
+        # HNSW against exact search: the share of exact top-10 documents the index also found.
+        overlaps = []
+        for qid, exact in runs["exact-cosine"].items():
+            top = exact[:10]
+            if top:
+                overlaps.append(len(set(top) & set(runs["vector"].get(qid, [])[:10])) / len(top))
+        if overlaps:
+            out["vector recall@10 vs exact"] = sum(overlaps) / len(overlaps)
+    return out
