@@ -6,6 +6,8 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import pgrag
 from pgrag.db import Database
@@ -316,3 +318,22 @@ def test_search_sql_is_the_statement_search_runs(loaded: Database) -> None:
         rows = conn.execute(statement.replace("$1", "%s"), (vector,)).fetchall()
     expected = pgrag.search(loaded, query, collection="docs", k=4)
     assert [r[2] for r in rows] == [r.chunk_id for r in expected]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(query=st.text(min_size=1, max_size=80))
+def test_any_query_text_is_searched_safely(loaded: Database, query: str) -> None:
+    # Whatever a user types (quotes, backslashes, tsquery operators, emoji, control
+    # characters): keyword search answers with at most k rows or refuses cleanly, and never
+    # breaks the connection.
+    if "\x00" in query:
+        with pytest.raises(pgrag.PgragError):
+            pgrag.search(loaded, query, collection="docs", mode="keyword", k=5)
+    elif not query.strip():
+        with pytest.raises(pgrag.InputError):
+            pgrag.search(loaded, query, collection="docs", mode="keyword", k=5)
+    else:
+        assert len(pgrag.search(loaded, query, collection="docs", mode="keyword", k=5)) <= 5
+    assert pgrag.search(loaded, "refund", collection="docs", mode="keyword")
