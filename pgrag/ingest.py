@@ -361,6 +361,7 @@ def _prepare_chunks(
 ) -> list[_PreparedChunk]:
     counter = embedder.tokens
     out = []
+    headings: dict[str, str] = {}  # context -> its capped form; chunks of a section share it
     for chunk in chunk_text(
         file.text, counter, limit=limit, overlap=overlap, markdown=file.format == "markdown"
     ):
@@ -368,8 +369,11 @@ def _prepare_chunks(
         # The heading path (or, without one, the title) is embedded with the chunk so that a
         # passage keeps its context; capped so the model never truncates the chunk itself.
         context = section or file.title
-        pieces = counter.cut(context, CONTEXT_TOKENS) if context else []
-        embed_text = f"{pieces[0]}\n{chunk.text}" if pieces else chunk.text
+        if context not in headings:
+            pieces = counter.cut(context, CONTEXT_TOKENS) if context else []
+            headings[context] = pieces[0] if pieces else ""
+        heading = headings[context]
+        embed_text = f"{heading}\n{chunk.text}" if heading else chunk.text
         out.append(
             _PreparedChunk(
                 text=chunk.text,
