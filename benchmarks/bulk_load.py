@@ -88,9 +88,13 @@ def run(admin: str, corpus: Path, name: str, bulk_threshold: int) -> tuple[float
     report = pgrag.ingest(db, [corpus], collection="bench", bulk_threshold=bulk_threshold)
     elapsed = time.perf_counter() - t0
     model = db.conn.execute("SELECT model_id FROM pgrag.collections").fetchone()[0]
-    assert db.conn.execute(
-        "SELECT count(*) FROM pg_indexes WHERE indexname = %s", (f"chunk_embeddings_hnsw_{model}",)
-    ).fetchone()[0] == 1, "HNSW index missing after load"
+    assert (
+        db.conn.execute(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = %s",
+            (f"chunk_embeddings_hnsw_{model}",),
+        ).fetchone()[0]
+        == 1
+    ), "HNSW index missing after load"
     db.conn.execute("SET enable_seqscan = off")
     hits = pgrag.search(db, "refund policy", collection="bench", mode="vector", k=10)
     assert len(hits) == 10

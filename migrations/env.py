@@ -27,7 +27,10 @@ context.configure(
     # Found (or chosen) by pgrag.migrate, so every later run finds the same table whatever
     # the search_path of the role that runs it.
     version_table_schema=context.config.attributes.get("version_table_schema"),
-    transaction_per_migration=True,
+    # One transaction for the whole run, up or down: PostgreSQL's DDL is transactional, so
+    # `pgrag db upgrade` from base to head (or a downgrade that an application's view blocks
+    # half-way) either completes or leaves the schema exactly as it was.
+    transaction_per_migration=False,
 )
 with context.begin_transaction():
     context.run_migrations()

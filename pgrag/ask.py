@@ -21,6 +21,7 @@ from .search import search
 if TYPE_CHECKING:
     from .db import Database
     from .generation import LLMConfig
+    from .rerank import Reranker
 
 _ENV = object()  # "read the LLM endpoint from the environment"
 
@@ -65,6 +66,7 @@ def ask(
     llm: LLMConfig | None | object = _ENV,
     on_token: Callable[[str], None] | None = None,
     log: bool = True,
+    reranker: Reranker | None = None,
 ) -> Answer:
     """Answer ``question`` from ``collection`` with numbered citations, or abstain."""
     from .generation import ChatClient, LLMConfig
@@ -79,7 +81,7 @@ def ask(
     assert config is None or isinstance(config, LLMConfig)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    results = search(db, question, collection=collection, k=k, timings=timings)
+    results = search(db, question, collection=collection, k=k, reranker=reranker, timings=timings)
     kept = fit_budget(results, budget_tokens, db.embedder.tokens.count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)

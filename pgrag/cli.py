@@ -62,6 +62,65 @@ def collection_option(f: F) -> F:
     )(f)
 
 
+def tuning_options(f: F) -> F:
+    """search_v2's knobs; each left unset keeps the function's measured default."""
+    options = [
+        click.option("--rrf-k", type=click.IntRange(min=1), help="RRF constant (default 60)."),
+        click.option(
+            "--vector-weight", type=click.FloatRange(min=0), help="Vector arm's RRF weight."
+        ),
+        click.option(
+            "--keyword-weight", type=click.FloatRange(min=0), help="Keyword arm's RRF weight."
+        ),
+        click.option(
+            "--depth",
+            type=click.IntRange(min=1, max=1000),
+            help="Candidates per arm before fusion (default max(4k, 40)).",
+        ),
+        click.option(
+            "--postings-per-term",
+            type=click.IntRange(min=0),
+            help="Keyword pruning: postings read per common term (0 = exact BM25).",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _settings(params: dict[str, Any]) -> Any:
+    from .search import SearchSettings
+
+    depth = params.get("depth")
+    return SearchSettings(
+        rrf_k=params.get("rrf_k"),
+        vector_weight=params.get("vector_weight"),
+        keyword_weight=params.get("keyword_weight"),
+        vector_depth=depth,
+        keyword_depth=depth,
+        postings_per_term=params.get("postings_per_term"),
+    )
+
+
+def mmr_option(f: F) -> F:
+    return click.option(
+        "--mmr",
+        type=click.FloatRange(0, 1),
+        help="Diversify: pick the results by Maximal Marginal Relevance with this lambda"
+        " (1 = relevance only; 0.5 is a common choice).",
+    )(f)
+
+
+def reranker_option(f: F) -> F:
+    return click.option(
+        "--reranker",
+        "reranker_spec",
+        metavar="PATH|URL|none",
+        help="Rerank with a local cross-encoder directory or a /rerank endpoint"
+        " (default: $PGRAG_RERANKER, else none). See docs/reranking.md.",
+    )(f)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(f)
 
@@ -299,27 +358,49 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json:
     is_flag=True,
     help="Print the SQL statement instead of running it ($1 is the query's embedding).",
 )
+@reranker_option
+@mmr_option
+@tuning_options
 @json_option
 @click.pass_context
 def search(
     ctx: click.Context,
+    /,
     query: str,
     collection: str,
     k: int,
     mode: str,
     filter_json: str | None,
     show_sql: bool,
+    reranker_spec: str | None,
+    mmr: float | None,
     as_json: bool,
+    **tuning: Any,
 ) -> None:
-    """Hybrid search: vector + keyword, fused with RRF."""
+    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v2)."""
+    from .rerank import reranker_from_config
     from .search import search as run_search
     from .search import search_sql
 
     filt = _parse_filter(filter_json)
+    settings = _settings(tuning)
     if show_sql:
-        click.echo(search_sql(query, collection=collection, k=k, mode=mode, filter=filt) + ";")
+        click.echo(
+            search_sql(query, collection=collection, k=k, mode=mode, filter=filt, settings=settings)
+            + ";"
+        )
         return
-    results = run_search(_db(ctx), query, collection=collection, k=k, mode=mode, filter=filt)
+    results = run_search(
+        _db(ctx),
+        query,
+        collection=collection,
+        k=k,
+        mode=mode,
+        filter=filt,
+        settings=settings,
+        reranker=reranker_from_config(reranker_spec),
+        mmr=mmr,
+    )
     if as_json:
         _emit_json([r.to_dict() for r in results])
         return
@@ -327,6 +408,8 @@ def search(
         click.echo("no results", err=True)
     for r in results:
         arms = f"vector #{r.vector_rank or '-'}, keyword #{r.keyword_rank or '-'}"
+        if r.rerank_score is not None:
+            arms += f", reranked {r.rerank_score:.3f}"
         where = _place(r.title, r.section) or r.source
         click.echo(click.style(f"{r.rank}. {where}", bold=True) + f"  ({r.score:.4f}; {arms})")
         click.echo(f"   {r.source}")
@@ -371,6 +454,7 @@ def _parse_filter(raw: str | None) -> dict[str, Any] | None:
 @click.option("--show-prompt", is_flag=True, help="Print the prompt given to the generator.")
 @click.option("--no-log", is_flag=True, help="Do not record this question in pgrag.queries.")
 @json_option
+@reranker_option
 @click.pass_context
 def ask(
     ctx: click.Context,
@@ -380,6 +464,7 @@ def ask(
     budget: int,
     show_prompt: bool,
     no_log: bool,
+    reranker_spec: str | None,
     as_json: bool,
 ) -> None:
     """Answer a question, citing numbered sources.
@@ -396,12 +481,15 @@ def ask(
         streamed = True
         click.echo(piece, nl=False)
 
+    from .rerank import reranker_from_config
+
     answer = run_ask(
         _db(ctx),
         question,
         collection=collection,
         k=k,
         budget_tokens=budget,
+        reranker=reranker_from_config(reranker_spec),
         on_token=None if as_json else on_token,
         log=not no_log,
     )
@@ -473,6 +561,8 @@ def eval_group() -> None:
     help="Arms to run (default: all three).",
 )
 @click.option("--no-peers", is_flag=True, help="Skip bm25s and the exact-search peer.")
+@reranker_option
+@tuning_options
 @click.option(
     "--min-ndcg",
     "thresholds",
@@ -484,14 +574,17 @@ def eval_group() -> None:
 @click.pass_context
 def eval_retrieval(
     ctx: click.Context,
+    /,
     dataset: str,
     split: str,
     collection: str | None,
     n_queries: int | None,
     arms: tuple[str, ...],
     no_peers: bool,
+    reranker_spec: str | None,
     thresholds: tuple[str, ...],
     as_json: bool,
+    **tuning: Any,
 ) -> None:
     """Evaluate retrieval on DATASET: a BEIR directory (corpus.jsonl, queries.jsonl,
     qrels/SPLIT.tsv) or a SQuAD JSON file (each paragraph a document).
@@ -503,6 +596,7 @@ def eval_retrieval(
 
     from .datasets import load_dataset, sample_queries
     from .evaluation import ARMS, evaluate_retrieval
+    from .rerank import reranker_from_config
 
     limits = _parse_thresholds(thresholds)
     data = sample_queries(load_dataset(Path(dataset), split=split), n_queries)
@@ -524,6 +618,8 @@ def eval_retrieval(
             collection=collection,
             arms=arms or ARMS,
             peers=not no_peers,
+            settings=_settings(tuning),
+            reranker=reranker_from_config(reranker_spec),
             progress=progress,
         )
     finally:

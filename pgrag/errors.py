@@ -27,3 +27,8 @@ class ServerError(PgragError):
 
 class DatabaseError(PgragError):
     """PostgreSQL refused a statement; the message is the server's, on one line."""
+
+
+class RerankError(PgragError):
+    """The reranker (a local cross-encoder or an HTTP rerank endpoint) failed or answered
+    something unusable."""

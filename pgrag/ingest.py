@@ -287,8 +287,19 @@ def _ingest(
     finally:
         if dropped:
             _build_model_index(db, coll.model_id, analyze=True)
+    _maintain_keyword_index(db, collection, analyze=bulk)
     report.files.sort(key=lambda f: f.path)
     return report
+
+
+def _maintain_keyword_index(db: Database, collection: str, analyze: bool) -> None:
+    """Fold the keyword statistics the batches appended (one row per term again) and refresh
+    BM25 impacts if the collection's average chunk length moved (keyword_maintain_v1)."""
+    with transaction(db) as conn:
+        conn.execute("SELECT * FROM pgrag.keyword_maintain_v1(%(c)s)", {"c": collection})
+        if analyze:
+            conn.execute("ANALYZE pgrag.keyword_postings")
+            conn.execute("ANALYZE pgrag.keyword_df")
 
 
 def _load_files(paths: list[Path]) -> Iterator[tuple[str, LoadedFile | InputError]]:
@@ -365,10 +376,12 @@ def _prepare_chunks(
     for chunk in chunk_text(
         file.text, counter, limit=limit, overlap=overlap, markdown=file.format == "markdown"
     ):
-        section = " > ".join(chunk.section) or None
-        # The heading path (or, without one, the title) is embedded with the chunk so that a
-        # passage keeps its context; capped so the model never truncates the chunk itself.
-        context = section or file.title
+        # The heading path (or, without one, the title) is the chunk's section: embedded with
+        # it and keyword-indexed with it, so a passage keeps its context. On SQuAD v1.1 dev the
+        # title in the keyword index lifts BM25 nDCG@10 from 0.868 to 0.876 (docs/search.md).
+        # Capped for embedding so the model never truncates the chunk itself.
+        section = " > ".join(chunk.section) or file.title or None
+        context = section or ""
         if context not in headings:
             pieces = counter.cut(context, CONTEXT_TOKENS) if context else []
             headings[context] = pieces[0] if pieces else ""

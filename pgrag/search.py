@@ -1,28 +1,65 @@
-"""Hybrid search from Python: embed the question, call ``pgrag.search_v1`` in the database.
+"""Hybrid search from Python: embed the question, call ``pgrag.search_v2`` in the database.
 
-All ranking happens in SQL (one statement: vector arm, keyword arm, Reciprocal Rank Fusion),
-so Python, psql and any other client get the same results under the same permissions.
+All ranking happens in SQL (one function call: vector arm, BM25 keyword arm, Reciprocal Rank
+Fusion), so Python, psql and any other client get the same results under the same permissions.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError, PgragError
 
 if TYPE_CHECKING:
     from .db import Database
+    from .rerank import Reranker
 
 MODES = ("hybrid", "keyword", "vector")
 
-SEARCH_SQL = (
-    "SELECT rank, score, chunk_id, document_id, source, title, section, text,"
-    " vector_rank, keyword_rank, vector_distance, keyword_score, metadata"
-    " FROM pgrag.search_v1(%(collection)s, %(query)s, %(embedding)s, k => %(k)s,"
-    " filter => %(filter)s)"
+COLUMNS = (
+    "rank, score, chunk_id, document_id, source, title, section, text,"
+    " vector_rank, keyword_rank, vector_distance, keyword_score, metadata, probability"
 )
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Tuning knobs of ``pgrag.search_v2``; None leaves the function's default (see
+    sql/functions/search_v2.sql and docs/search.md for what each does and how the defaults were
+    chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25)."""
+
+    rrf_k: int | None = None
+    vector_weight: float | None = None
+    keyword_weight: float | None = None
+    vector_depth: int | None = None
+    keyword_depth: int | None = None
+    temperature: float | None = None
+    postings_per_term: int | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        """The named arguments to pass, as {name: value}; pruning off is passed as NULL."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = None if (f.name == "postings_per_term" and value == 0) else value
+        return out
+
+
+def call_sql(settings: SearchSettings | None = None, *, columns: str = COLUMNS) -> str:
+    """``SELECT columns FROM pgrag.search_v2(...)`` with psycopg named placeholders:
+    %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, and one per setting given."""
+    named = "".join(
+        f", {name} => %({name})s" for name in (settings or SearchSettings()).arguments()
+    )
+    # Only fixed names are spliced in (the columns are pgrag's, the argument names are
+    # SearchSettings' fields); every value travels as a parameter.
+    return (
+        f"SELECT {columns} FROM pgrag.search_v2(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
+        f" k => %(k)s, filter => %(filter)s{named})"
+    )
 
 
 @dataclass(frozen=True)
@@ -40,6 +77,8 @@ class SearchResult:
     vector_distance: float | None
     keyword_score: float | None
     metadata: dict[str, Any]
+    probability: float | None = None  # p(z|x) over the returned results (softmax, search_v2)
+    rerank_score: float | None = None  # the reranker's score, when one reordered the results
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,6 +91,7 @@ def search_sql(
     k: int = 10,
     mode: str = "hybrid",
     filter: dict[str, Any] | None = None,
+    settings: SearchSettings | None = None,
 ) -> str:
     """The statement :func:`search` runs, as SQL text to paste into psql or an application:
     literals inlined (safely quoted), the query embedding left as ``$1``."""
@@ -60,17 +100,20 @@ def search_sql(
     from psycopg import sql
 
     embedding = sql.SQL("NULL") if mode == "keyword" else sql.SQL("$1::vector")
+    named = [
+        sql.SQL(", {} => {}").format(sql.SQL(name), sql.Literal(value))
+        for name, value in (settings or SearchSettings()).arguments().items()
+    ]
     statement = sql.SQL(
-        "SELECT rank, score, chunk_id, document_id, source, title, section, text,"
-        " vector_rank, keyword_rank, vector_distance, keyword_score, metadata"
-        " FROM pgrag.search_v1({collection}, {query}, {embedding}, k => {k},"
-        " filter => {filter}::jsonb)"
+        "SELECT " + COLUMNS + " FROM pgrag.search_v2({collection}, {query}, {embedding},"  # noqa: S608
+        " k => {k}, filter => {filter}::jsonb{named})"
     ).format(
         collection=sql.Literal(collection),
         query=sql.Literal(None if mode == "vector" else query),
         embedding=embedding,
         k=sql.Literal(k),
         filter=sql.Literal(json.dumps(filter or {})),
+        named=sql.SQL("").join(named),
     )
     return statement.as_string(None)
 
@@ -101,9 +144,19 @@ def search(
     k: int = 10,
     mode: str = "hybrid",
     filter: dict[str, Any] | None = None,
+    settings: SearchSettings | None = None,
+    reranker: Reranker | None = None,
+    mmr: float | None = None,
     timings: dict[str, float] | None = None,
 ) -> list[SearchResult]:
-    """Ranked chunks for ``query``; ``mode`` is hybrid, keyword or vector."""
+    """Ranked chunks for ``query``; ``mode`` is hybrid, keyword or vector.
+
+    With a ``reranker`` (see :mod:`pgrag.rerank`), the retriever's top ``candidates(k)`` are
+    reordered by it and its best ``k`` kept; ``probability`` is then a softmax over the
+    reranker's scores (logits). With ``mmr`` (a lambda in [0, 1]) the final ``k`` are picked by
+    Maximal Marginal Relevance over the chunks' stored embeddings, so near-duplicates give way
+    to other passages; ``probability`` is renormalised over the picks.
+    """
     if mode not in MODES:
         raise InputError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
     if not query or not query.strip():
@@ -112,33 +165,104 @@ def search(
         raise InputError(f"k must be between 1 and 1000, got {k}")
     if filter is not None and not isinstance(filter, dict):
         raise InputError(f"filter must be a dict such as {{'team': 'billing'}}, got {filter!r}")
+    if mmr is not None and not 0.0 <= mmr <= 1.0:
+        raise InputError(f"mmr must be between 0 and 1 (1 = relevance only), got {mmr}")
     from psycopg.types.json import Jsonb
 
     from .db import transaction
 
     t0 = time.perf_counter()
     model = collection_model(db, collection)
+    if mmr is not None and model is None:
+        raise InputError(f"mmr needs embeddings, and collection {collection!r} has none yet")
     embedding = None
-    if mode != "keyword" and model is not None:
+    if (mode != "keyword" or mmr is not None) and model is not None:
         from .embeddings import require_model
 
         embedder = db.embedder
         require_model(collection, model, embedder)
         embedding = embedder.embed([query])[0]
     t1 = time.perf_counter()
+    fetch = candidates(k) if (reranker is not None or mmr is not None) else k
     with transaction(db) as conn:
         rows = conn.execute(
-            SEARCH_SQL,
+            call_sql(settings),
             {
                 "collection": collection,
                 "query": None if mode == "vector" else query,
-                "embedding": embedding,
-                "k": k,
+                "embedding": None if mode == "keyword" else embedding,
+                "k": fetch,
                 "filter": Jsonb(filter or {}),
+                **(settings or SearchSettings()).arguments(),
             },
         ).fetchall()
+    results = [SearchResult(*row) for row in rows]
     t2 = time.perf_counter()
+    if reranker is not None:
+        results = _reranked(query, results, reranker, k if mmr is None else fetch)
+    t3 = time.perf_counter()
+    if mmr is not None and results:
+        results = _diversified(db, collection, embedding, results, k, mmr)
+    results = results[:k]
     if timings is not None:
         timings["embed_ms"] = round((t1 - t0) * 1000, 2)
         timings["retrieve_ms"] = round((t2 - t1) * 1000, 2)
-    return [SearchResult(*row) for row in rows]
+        if reranker is not None:
+            timings["rerank_ms"] = round((t3 - t2) * 1000, 2)
+    return results
+
+
+def candidates(k: int) -> int:
+    """How many results a second stage (reranker, MMR) chooses its ``k`` from."""
+    return min(1000, max(4 * k, 40))
+
+
+def _reranked(
+    query: str, results: list[SearchResult], reranker: Reranker, keep: int
+) -> list[SearchResult]:
+    import math
+
+    from .rerank import rerank
+
+    ranked = rerank(query, results, reranker, top_k=keep)
+    if not ranked:
+        return []
+    top = max(score for _, score in ranked)
+    weights = [math.exp(score - top) for _, score in ranked]
+    total = sum(weights)
+    return [
+        replace(r, rank=i + 1, rerank_score=score, probability=w / total)
+        for i, ((r, score), w) in enumerate(zip(ranked, weights, strict=True))
+    ]
+
+
+def _diversified(
+    db: Database,
+    collection: str,
+    embedding: Any,
+    results: list[SearchResult],
+    k: int,
+    lambda_: float,
+) -> list[SearchResult]:
+    import numpy as np
+
+    from .db import transaction
+    from .rerank import mmr
+
+    ids = [r.chunk_id for r in results]
+    with transaction(db) as conn:
+        rows = conn.execute(
+            "SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e"
+            " JOIN pgrag.collections c ON c.model_id = e.model_id AND c.name = %(c)s"
+            " WHERE e.chunk_id = ANY(%(ids)s)",
+            {"c": collection, "ids": ids},
+        ).fetchall()
+    vectors = {chunk_id: vector.to_numpy() for chunk_id, vector in rows}
+    kept = [r for r in results if r.chunk_id in vectors]
+    matrix = np.asarray([vectors[r.chunk_id] for r in kept], dtype=np.float32)
+    picks = [kept[i] for i in mmr(np.asarray(embedding), matrix, k=k, lambda_=lambda_)]
+    total = sum(r.probability or 0.0 for r in picks)
+    return [
+        replace(r, rank=i + 1, probability=(r.probability or 0.0) / total if total else None)
+        for i, r in enumerate(picks)
+    ]

@@ -124,6 +124,10 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     # A relative revision is an argument, not an unknown option.
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0002 -> 0001" in down.stdout
+    assert run("db", "current").stdout.strip() == "0001"
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
     assert "removed pgrag's schema and its data (was at 0001)" in down.stdout
     assert not _schema_exists(empty_dsn)
     assert run("db", "check").exit_code == 1

@@ -1,4 +1,9 @@
-"""search_v1 in the database and pgrag.search in Python, on the real model."""
+"""search_v1 and search_v2 in the database and pgrag.search in Python, on the real model.
+
+search_v1 is released and stays; search_v2 (BM25 keyword arm) is what pgrag.search calls. The
+contract both keep (validation, fixed search_path, ef_search restored, the k guarantee under a
+selective filter) is tested on both.
+"""
 
 from __future__ import annotations
 
@@ -72,9 +77,12 @@ def test_both_arms_contribute_to_fused_ranking(loaded: Database) -> None:
     }
     assert any(r.vector_rank is not None for r in hybrid)
     assert any(r.keyword_rank is not None for r in hybrid)
-    # The fused score is exactly RRF over the two arm ranks (k = 60, weights 1).
+    # The fused score is exactly RRF over the two arm ranks (search_v2's defaults: rrf_k 5,
+    # keyword weight 1, vector weight 0.5).
     for r in hybrid:
-        expected = sum(1 / (60 + rank) for rank in (r.vector_rank, r.keyword_rank) if rank)
+        expected = (0.5 / (5 + r.vector_rank) if r.vector_rank else 0) + (
+            1 / (5 + r.keyword_rank) if r.keyword_rank else 0
+        )
         assert r.score == pytest.approx(expected)
     assert [r.score for r in hybrid] == sorted((r.score for r in hybrid), reverse=True)
     # Each top hit of an arm is in the hybrid top-5.
@@ -113,13 +121,26 @@ def test_metadata_filter_is_applied_inside_search(loaded: Database) -> None:
 def test_unknown_collection_and_wrong_dimension_are_clear_errors(loaded: Database) -> None:
     with pytest.raises(pgrag.PgragError, match="collection 'nope' does not exist"):
         pgrag.search(loaded, "x", collection="nope")
+    with pytest.raises(pgrag.InputError, match="empty"):
+        pgrag.search(loaded, "   ", collection="docs")
+
+
+SEARCH_FUNCTIONS = {
+    "search_v1": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
+    "double precision",
+    "search_v2": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
+    "double precision,double precision,integer",
+}
+each_function = pytest.mark.parametrize("fn", sorted(SEARCH_FUNCTIONS))
+
+
+@each_function
+def test_a_query_vector_of_the_wrong_size_is_refused(loaded: Database, fn: str) -> None:
     with (
         psycopg.connect(loaded.dsn) as conn,
         pytest.raises(psycopg.errors.DataException, match="has 3 dimensions"),
     ):
-        conn.execute("SELECT * FROM pgrag.search_v1('docs', 'x', '[1,2,3]'::vector)")
-    with pytest.raises(pgrag.InputError, match="empty"):
-        pgrag.search(loaded, "   ", collection="docs")
+        conn.execute(f"SELECT * FROM pgrag.{fn}('docs', 'x', '[1,2,3]'::vector)")  # noqa: S608 - fixed names
 
 
 def test_search_injection_through_collection_name_is_harmless(loaded: Database) -> None:
@@ -149,7 +170,13 @@ def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
     return "\n".join(notices)
 
 
-def test_plans_use_hnsw_and_gin_indexes(loaded: Database) -> None:
+@pytest.mark.parametrize(
+    ("fn", "keyword_index"),
+    [("search_v1", "chunks_tsv_idx"), ("search_v2", "keyword_postings_impact_idx")],
+)
+def test_plans_use_the_vector_and_keyword_indexes(
+    loaded: Database, fn: str, keyword_index: str
+) -> None:
     model_id = loaded.conn.execute(
         "SELECT model_id FROM pgrag.collections WHERE name = 'docs'"
     ).fetchone()[0]
@@ -169,39 +196,41 @@ def test_plans_use_hnsw_and_gin_indexes(loaded: Database) -> None:
     literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
     plans = _nested_plans(
         loaded.dsn,
-        "SELECT * FROM pgrag.search_v1('docs', 'refund password', %s::vector)",
+        f"SELECT * FROM pgrag.{fn}('docs', 'refund password', %s::vector)",  # noqa: S608 - fixed names
         (literal,),
     )
     assert f"Index Scan using chunk_embeddings_hnsw_{model_id}" in plans, plans
-    assert "chunks_tsv_idx" in plans, plans
+    assert keyword_index in plans, plans
 
 
-def test_search_v1_is_security_invoker_with_fixed_search_path(loaded: Database) -> None:
+@each_function
+def test_search_is_security_invoker_with_fixed_search_path(loaded: Database, fn: str) -> None:
     row = loaded.conn.execute(
-        "SELECT prosecdef, proconfig FROM pg_proc WHERE oid ="
-        " 'pgrag.search_v1(text,text,vector,integer,jsonb,integer,integer,integer,"
-        "double precision,double precision)'::regprocedure"
+        "SELECT prosecdef, proconfig FROM pg_proc WHERE oid = %s::regprocedure",
+        (f"pgrag.{fn}({SEARCH_FUNCTIONS[fn]})",),
     ).fetchone()
     assert row[0] is False
     assert "search_path=pg_catalog, pg_temp" in row[1]
 
 
-def test_search_v1_restores_callers_ef_search(loaded: Database) -> None:
+@each_function
+def test_search_restores_callers_ef_search(loaded: Database, fn: str) -> None:
     with psycopg.connect(loaded.dsn) as conn:
         conn.execute("SET hnsw.ef_search = 77")
         vector = loaded.embedder.embed(["office"])[0]
         literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
         conn.execute(
-            "SELECT count(*) FROM pgrag.search_v1('docs', 'office', %s::vector, k => 50)",
+            f"SELECT count(*) FROM pgrag.{fn}('docs', 'office', %s::vector, k => 50)",  # noqa: S608 - fixed names
             (literal,),
         ).fetchone()
         assert conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "77"
 
 
-def test_search_v1_validates_its_arguments(loaded: Database) -> None:
+@each_function
+def test_search_validates_its_arguments(loaded: Database, fn: str) -> None:
     with psycopg.connect(loaded.dsn) as conn:
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="needs query_text"):
-            conn.execute("SELECT * FROM pgrag.search_v1('docs', NULL, NULL)")
+            conn.execute(f"SELECT * FROM pgrag.{fn}('docs', NULL, NULL)")  # noqa: S608 - fixed names
     for bad in (
         "vector_weight => -1",
         "keyword_weight => NULL",
@@ -213,17 +242,18 @@ def test_search_v1_validates_its_arguments(loaded: Database) -> None:
             psycopg.connect(loaded.dsn) as conn,
             pytest.raises(psycopg.errors.InvalidParameterValue),
         ):
-            conn.execute(f"SELECT * FROM pgrag.search_v1('docs', 'refund', {bad})")  # noqa: S608 - constant test cases
+            conn.execute(f"SELECT * FROM pgrag.{fn}('docs', 'refund', {bad})")  # noqa: S608 - constant test cases
 
 
-def test_an_arm_weighted_zero_is_switched_off(loaded: Database) -> None:
+@each_function
+def test_an_arm_weighted_zero_is_switched_off(loaded: Database, fn: str) -> None:
     vector = loaded.embedder.embed(["refund"])[0]
     with psycopg.connect(loaded.dsn) as conn:
         from pgvector.psycopg import register_vector
 
         register_vector(conn)
         rows = conn.execute(
-            "SELECT vector_rank, keyword_rank, score FROM pgrag.search_v1('docs', 'refund', %s,"
+            f"SELECT vector_rank, keyword_rank, score FROM pgrag.{fn}('docs', 'refund', %s,"  # noqa: S608 - fixed names
             " keyword_weight => 0)",
             (vector,),
         ).fetchall()
@@ -231,7 +261,10 @@ def test_an_arm_weighted_zero_is_switched_off(loaded: Database) -> None:
     assert all(r[2] > 0 for r in rows)
 
 
-def test_selective_filter_still_returns_k_rows_via_exact_fallback(loaded: Database) -> None:
+@each_function
+def test_selective_filter_still_returns_k_rows_via_exact_fallback(
+    loaded: Database, fn: str
+) -> None:
     # Bury 12 "rare" chunks among 3,000 others, then starve the HNSW scan (max_scan_tuples):
     # the index alone would return fewer than k of them; the exact fallback must return k.
     import numpy as np
@@ -284,7 +317,7 @@ def test_selective_filter_still_returns_k_rows_via_exact_fallback(loaded: Databa
         c.execute("SET enable_seqscan = off")
         c.execute("SET enable_sort = off")
         rows = c.execute(
-            "SELECT chunk_id, source FROM pgrag.search_v1('docs', NULL, %s, k => 10,"
+            f"SELECT chunk_id, source FROM pgrag.{fn}('docs', NULL, %s, k => 10,"  # noqa: S608 - fixed names
             ' filter => \'{"kind": "rare"}\')',
             (query,),
         ).fetchall()
@@ -311,7 +344,7 @@ def test_search_sql_is_the_statement_search_runs(loaded: Database) -> None:
     )
     assert result.exit_code == 0, result.stderr
     statement = result.stdout.strip().rstrip(";")
-    assert "pgrag.search_v1('docs', 'refund o''clock', $1::vector, k => 4" in statement
+    assert "pgrag.search_v2('docs', 'refund o''clock', $1::vector, k => 4" in statement
     vector = loaded.embedder.embed([query])[0]
     with psycopg.connect(loaded.dsn) as conn:
         register_vector(conn)

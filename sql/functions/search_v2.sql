@@ -1,0 +1,307 @@
+-- pgrag.search_v2: hybrid retrieval with a BM25 keyword arm, in one function call.
+--
+-- Released SQL objects are frozen (see sql/RELEASED.sha256): once shipped this function is never
+-- edited in place; a changed contract is added beside it as search_v3. search_v1 stays.
+--
+--   SELECT * FROM pgrag.search_v2('handbook', 'refund window');               -- keyword only
+--   SELECT * FROM pgrag.search_v2('handbook', 'refund window', $1::vector);   -- hybrid
+--   SELECT * FROM pgrag.search_v2('handbook', NULL, $1::vector, k => 5);      -- vector only
+--
+-- Keyword arm: Okapi BM25 (k1 = 1.5, b = 0.75, idf = ln(1 + (N - df + 0.5) / (df + 0.5))) with OR
+-- semantics over the query's lexemes (the collection's text search configuration: stop words
+-- dropped, words stemmed), summed over pgrag.keyword_postings (see keyword_sync_v1). N and df are
+-- exact for the caller's snapshot; each posting's term-frequency part (its impact) is computed at
+-- the collection's reference average length, which keyword_maintain_v1 refreshes once the live
+-- average drifts by more than 10% (pgrag ingest runs it after every ingest).
+-- Pruning: a query term found in more than postings_per_term chunks is read only through its
+-- postings_per_term highest-impact postings; the 4 x keyword_depth best candidates are then
+-- rescored exactly over every query term, so pruning can only miss a chunk that is in no pruned
+-- term's top postings and matches no rare term well. NULL reads everything (exact BM25); a
+-- metadata filter also reads everything, so it never starves the arm.
+-- Vector arm: as search_v1 (the collection's active model, partial HNSW index with iterative
+-- scans and ef_search sized for the depth, exact scan when the index returns too few rows).
+-- Fusion: Reciprocal Rank Fusion, score = sum over arms of weight / (rrf_k + rank). The defaults
+-- (rrf_k 5, keyword 1.0, vector 0.5) were chosen by a sweep on SQuAD v1.1 dev (docs/search.md):
+-- with all-MiniLM-L6-v2 the BM25 arm is the stronger one, and a small rrf_k lets each arm's top
+-- hits count. A collection whose vector arm is stronger wants other weights: measure yours with
+-- pgrag eval retrieval --vector-weight ... --keyword-weight ... --rrf-k ...
+-- probability: p(z|x) over the returned rows, softmax(score / temperature). The default 0.02
+-- minimises the negative log-likelihood of the relevant passage among the top 10 on SQuAD dev
+-- under the default fusion; a chunk first in both arms is then ~1,800 times as likely as one
+-- tenth in both.
+--
+-- SECURITY INVOKER with a fixed search_path: row-level security and privileges of the caller
+-- apply to every row it reads.
+CREATE FUNCTION pgrag.search_v2(
+    collection        text,
+    query_text        text,
+    query_embedding   vector DEFAULT NULL,
+    k                 integer DEFAULT 10,
+    filter            jsonb DEFAULT '{}',
+    rrf_k             integer DEFAULT 5,
+    vector_depth      integer DEFAULT NULL,
+    keyword_depth     integer DEFAULT NULL,
+    vector_weight     double precision DEFAULT 0.5,
+    keyword_weight    double precision DEFAULT 1.0,
+    temperature       double precision DEFAULT 0.02,
+    postings_per_term integer DEFAULT 2000
+) RETURNS TABLE (
+    rank            integer,
+    score           double precision,
+    chunk_id        bigint,
+    document_id     bigint,
+    source          text,
+    title           text,
+    section         text,
+    text            text,
+    vector_rank     integer,
+    keyword_rank    integer,
+    vector_distance double precision,
+    keyword_score   double precision,
+    metadata        jsonb,
+    probability     double precision
+)
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+SET hnsw.iterative_scan = relaxed_order
+SET hnsw.ef_search = 40
+-- Each statement is planned once per session: the custom plans PostgreSQL would otherwise try
+-- first cost more to make than to run (3x the latency of a keyword search on SQuAD). The vector
+-- arm is dynamic SQL and is planned per call, with the query vector's model and dimension.
+SET plan_cache_mode = force_generic_plan
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_collection_id integer;
+    v_text_config   regconfig;
+    v_config_name   text;
+    v_model_id      integer;
+    v_dimension     integer;
+    v_distance      text;
+    v_schema        text;
+    v_qdims         integer;
+    v_filtered      boolean;
+    v_use_vector    boolean;
+    v_use_keyword   boolean;
+    v_vdepth        integer;
+    v_kdepth        integer;
+    v_vector_sql    text;
+    v_terms         text[] COLLATE "C";
+    v_idfs          float8[];
+    v_limits        integer[];
+    v_candidates    bigint[];
+    v_pruned        boolean := false;
+    v_vec_ids       bigint[];
+    v_vec_dists     float8[];
+BEGIN
+    IF k IS NULL OR k NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'k must be between 1 and 1000, got %', k USING ERRCODE = '22023';
+    END IF;
+    IF rrf_k IS NULL OR rrf_k < 1 THEN
+        RAISE EXCEPTION 'rrf_k must be at least 1, got %', rrf_k USING ERRCODE = '22023';
+    END IF;
+    IF vector_weight IS NULL OR vector_weight < 0 OR keyword_weight IS NULL OR keyword_weight < 0 THEN
+        RAISE EXCEPTION 'vector_weight and keyword_weight must be >= 0, got % and %',
+            vector_weight, keyword_weight USING ERRCODE = '22023';
+    END IF;
+    IF temperature IS NULL OR NOT temperature > 0 THEN
+        RAISE EXCEPTION 'temperature must be > 0, got %', temperature USING ERRCODE = '22023';
+    END IF;
+    IF postings_per_term IS NOT NULL AND postings_per_term < 1 THEN
+        RAISE EXCEPTION 'postings_per_term must be at least 1 (or NULL for exact), got %',
+            postings_per_term USING ERRCODE = '22023';
+    END IF;
+    IF query_text IS NULL AND query_embedding IS NULL THEN
+        RAISE EXCEPTION 'search_v2 needs query_text, query_embedding or both' USING ERRCODE = '22023';
+    END IF;
+    IF filter IS NOT NULL AND jsonb_typeof(filter) <> 'object' THEN
+        RAISE EXCEPTION 'filter must be a jsonb object such as {"team": "billing"}, got %', filter
+            USING ERRCODE = '22023';
+    END IF;
+
+    SELECT c.id, c.text_config, c.model_id
+      INTO v_collection_id, v_config_name, v_model_id
+      FROM pgrag.collections c WHERE c.name = collection;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'collection % does not exist', quote_literal(collection)
+            USING ERRCODE = '42704',
+                  HINT = 'SELECT name FROM pgrag.collections lists the collections.';
+    END IF;
+    v_text_config := v_config_name::regconfig;
+    v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
+
+    IF query_embedding IS NOT NULL THEN
+        IF v_model_id IS NULL THEN
+            RAISE EXCEPTION 'collection % has no embedding model yet', quote_literal(collection)
+                USING ERRCODE = '22023', HINT = 'Ingest documents first, or pass a NULL query_embedding for keyword-only search.';
+        END IF;
+        SELECT m.dimension, m.distance INTO v_dimension, v_distance
+          FROM pgrag.embedding_models m WHERE m.id = v_model_id;
+        SELECT n.nspname INTO v_schema
+          FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+         WHERE e.extname = 'vector';
+        EXECUTE format('SELECT %I.vector_dims($1)', v_schema) INTO v_qdims USING query_embedding;
+        IF v_qdims <> v_dimension THEN
+            RAISE EXCEPTION 'query_embedding has % dimensions but collection % uses a %-dimensional model',
+                v_qdims, quote_literal(collection), v_dimension
+                USING ERRCODE = '22000', HINT = 'Embed the query with the collection''s model (see pgrag.embedding_models).';
+        END IF;
+    END IF;
+    v_use_vector := query_embedding IS NOT NULL AND vector_weight > 0;
+    v_use_keyword := query_text IS NOT NULL AND keyword_weight > 0;
+
+    v_vdepth := greatest(coalesce(vector_depth, greatest(4 * k, 40)), k);
+    v_kdepth := greatest(coalesce(keyword_depth, greatest(4 * k, 40)), k);
+
+    IF v_use_keyword THEN
+        -- The query's terms that occur in the collection, with their idf and, for a term too
+        -- common to read whole, how many of its postings to read.
+        SELECT array_agg(x.lexeme),
+               array_agg(ln(1 + (st.n - x.df + 0.5) / (x.df + 0.5))),
+               array_agg(CASE WHEN NOT v_filtered AND x.df > postings_per_term
+                              THEN postings_per_term END),
+               coalesce(bool_or(NOT v_filtered AND x.df > postings_per_term), false)
+          INTO v_terms, v_idfs, v_limits, v_pruned
+          FROM (SELECT sum(t.chunks)::float8 AS n
+                  FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id) st,
+               unnest(to_tsvector(v_text_config, query_text)) u,
+               LATERAL (SELECT u.lexeme COLLATE "C" AS lexeme, sum(d.df)::float8 AS df
+                          FROM pgrag.keyword_df d
+                         WHERE d.collection_id = v_collection_id
+                           AND d.lexeme = u.lexeme COLLATE "C") x
+         WHERE x.df > 0;
+        IF v_terms IS NULL THEN
+            v_use_keyword := false;  -- only stop words, or no chunk has any of the words
+        ELSIF v_pruned THEN
+            -- Candidates: every posting of the rarer terms, the top postings of the common
+            -- ones; the main statement rescores them exactly over every query term.
+            SELECT array_agg(h.id)
+              INTO v_candidates
+              FROM (SELECT p.chunk_id AS id
+                      FROM unnest(v_terms, v_idfs, v_limits) AS t(lexeme, idf, lim)
+                      CROSS JOIN LATERAL (
+                          SELECT q.chunk_id, q.impact
+                            FROM pgrag.keyword_postings q
+                           WHERE q.collection_id = v_collection_id AND q.lexeme = t.lexeme
+                           ORDER BY q.impact DESC
+                           LIMIT t.lim) p
+                     GROUP BY p.chunk_id
+                     ORDER BY sum(t.idf * p.impact) DESC, p.chunk_id
+                     LIMIT 4 * v_kdepth) h;
+        END IF;
+    END IF;
+
+    IF NOT v_use_vector AND NOT v_use_keyword THEN
+        RETURN;  -- nothing to search with: only stop words, or every arm weighted 0
+    END IF;
+
+    IF v_use_vector THEN
+        -- Enough candidates from the graph for the depth asked; the function's SET clause puts
+        -- the caller's value back on exit.
+        PERFORM set_config('hnsw.ef_search', least(greatest(v_vdepth, 40), 1000)::text, true);
+        -- %6$s joins documents only when a filter needs them. The exact branch orders by
+        -- "distance + 0" so that the planner cannot answer it from the HNSW index; it runs only
+        -- when the index scan came back short.
+        v_vector_sql := format(
+            'WITH ann AS MATERIALIZED (
+                 SELECT ce.chunk_id AS id,
+                        (ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3)::float8 AS dist
+                   FROM pgrag.chunk_embeddings ce
+                   JOIN pgrag.chunks c ON c.id = ce.chunk_id%6$s
+                  WHERE ce.model_id = %4$s AND c.collection_id = $1%5$s
+                  ORDER BY ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3
+                  LIMIT $4),
+             exact AS (
+                 SELECT ce.chunk_id AS id,
+                        (ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3)::float8 AS dist
+                   FROM pgrag.chunk_embeddings ce
+                   JOIN pgrag.chunks c ON c.id = ce.chunk_id%6$s
+                  WHERE ce.model_id = %4$s AND c.collection_id = $1%5$s
+                  ORDER BY (ce.embedding::%1$I.vector(%2$s) OPERATOR(%1$I.%3$s) $3) + 0
+                  LIMIT $4),
+             hits AS (
+                 SELECT id, dist FROM ann WHERE (SELECT count(*) FROM ann) >= $4
+                 UNION ALL
+                 SELECT id, dist FROM exact WHERE (SELECT count(*) FROM ann) < $4)
+             SELECT array_agg(id ORDER BY dist, id), array_agg(dist ORDER BY dist, id) FROM hits',
+            v_schema, v_dimension,
+            CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
+            v_model_id,
+            CASE WHEN v_filtered THEN ' AND d.metadata @> $2' ELSE '' END,
+            CASE WHEN v_filtered THEN ' JOIN pgrag.documents d ON d.id = c.document_id' ELSE '' END);
+        EXECUTE v_vector_sql INTO v_vec_ids, v_vec_dists
+          USING v_collection_id, filter, query_embedding, v_vdepth;
+    END IF;
+
+    RETURN QUERY
+    WITH terms AS (
+             SELECT t.lexeme, t.idf FROM unnest(v_terms, v_idfs) AS t(lexeme, idf)),
+         -- Keyword arm, one of three ways (the others are switched off by their WHERE):
+         -- every posting of every term,
+         kw_exact AS (
+             SELECT p.chunk_id AS id, sum(t.idf * p.impact) AS s
+               FROM terms t
+               JOIN pgrag.keyword_postings p
+                 ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
+              WHERE v_use_keyword AND NOT v_pruned AND NOT v_filtered
+              GROUP BY p.chunk_id
+              ORDER BY s DESC, p.chunk_id
+              LIMIT v_kdepth),
+         -- every posting of the chunks the filter admits,
+         kw_filtered AS (
+             SELECT p.chunk_id AS id, sum(t.idf * p.impact) AS s
+               FROM terms t
+               JOIN pgrag.keyword_postings p
+                 ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
+               JOIN pgrag.chunks c ON c.id = p.chunk_id
+               JOIN pgrag.documents d ON d.id = c.document_id
+              WHERE v_use_keyword AND v_filtered AND d.metadata @> filter
+              GROUP BY p.chunk_id
+              ORDER BY s DESC, p.chunk_id
+              LIMIT v_kdepth),
+         -- or the pruned candidates, rescored over every term.
+         kw_rescored AS (
+             SELECT c.id, sum(t.idf * p.impact) AS s
+               FROM unnest(v_candidates) AS c(id)
+              CROSS JOIN terms t
+               JOIN pgrag.keyword_postings p
+                 ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
+                AND p.chunk_id = c.id
+              WHERE v_use_keyword AND v_pruned
+              GROUP BY c.id
+              ORDER BY s DESC, c.id
+              LIMIT v_kdepth),
+         kw AS (SELECT * FROM kw_exact
+                UNION ALL SELECT * FROM kw_filtered
+                UNION ALL SELECT * FROM kw_rescored),
+         w AS (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r
+                 FROM kw),
+         v AS (SELECT x.id, x.dist, x.r::int AS r
+                 FROM unnest(v_vec_ids, v_vec_dists) WITH ORDINALITY AS x(id, dist, r)),
+         f AS (SELECT coalesce(v.id, w.id) AS id, v.r AS vr, w.r AS kr, v.dist, w.s,
+                      coalesce(vector_weight / (rrf_k + v.r), 0)
+                      + coalesce(keyword_weight / (rrf_k + w.r), 0) AS fused,
+                      least(v.r, w.r) AS best
+                 FROM v FULL JOIN w ON w.id = v.id),
+         -- Chunks are read in fused order, only until k of them are visible to the caller.
+         top AS (SELECT f.id, f.vr, f.kr, f.dist, f.s, f.fused, f.best, c.document_id AS doc,
+                        c.section AS sect, c.content, d.source AS src, d.title AS ttl,
+                        d.metadata AS meta
+                   FROM (SELECT * FROM f ORDER BY f.fused DESC, f.best, f.id) f
+                   JOIN pgrag.chunks c ON c.id = f.id
+                   JOIN pgrag.documents d ON d.id = c.document_id
+                  ORDER BY f.fused DESC, f.best, f.id
+                  LIMIT k),
+         z AS (SELECT top.*, exp((top.fused - max(top.fused) OVER ()) / temperature) AS e
+                 FROM top)
+    SELECT (row_number() OVER (ORDER BY z.fused DESC, z.best, z.id))::int,
+           z.fused, z.id, z.doc, z.src, z.ttl, z.sect, z.content, z.vr, z.kr, z.dist, z.s,
+           z.meta, z.e / sum(z.e) OVER ()
+      FROM z
+     ORDER BY z.fused DESC, z.best, z.id;
+END
+$fn$;
+
+COMMENT ON FUNCTION pgrag.search_v2(text, text, vector, integer, jsonb, integer, integer, integer, double precision, double precision, double precision, integer) IS
+    'Hybrid search (HNSW vector arm + BM25 keyword arm, fused with RRF, with p(z|x)) over one collection; SECURITY INVOKER.';

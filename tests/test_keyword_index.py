@@ -1,0 +1,415 @@
+"""The BM25 keyword arm of search_v2: scores, statistics under writes, pruning, concurrency.
+
+Chunks are written with plain SQL here (no embeddings needed for the keyword arm), which is also
+how an application that writes pgrag's tables itself keeps the keyword index in step: the
+statement trigger does it, in the writer's transaction.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import threading
+from collections import Counter
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pgrag import migrate
+
+WORDS = (
+    "refund invoice billing card payment plan monthly annual seat license vpn laptop office"
+    " password login travel expense receipt manager approval holiday leave salary tax report"
+    " backup server outage incident support ticket escalation contract renewal discount"
+).split()
+
+K1, B = 1.5, 0.75
+
+
+def _text(rng: random.Random, n: int) -> str:
+    # Zipf-ish: early words are common, late words rare, so idf matters.
+    weights = [1 / (i + 1) for i in range(len(WORDS))]
+    return " ".join(rng.choices(WORDS, weights=weights, k=n)) + "."
+
+
+def _collection(conn: psycopg.Connection[Any], name: str = "kw") -> int:
+    row = conn.execute(
+        "INSERT INTO pgrag.collections (name) VALUES (%s) RETURNING id", (name,)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _add_document(
+    conn: psycopg.Connection[Any], collection_id: int, source: str, chunks: list[str]
+) -> int:
+    row = conn.execute(
+        "INSERT INTO pgrag.documents (collection_id, source, content_hash)"
+        " VALUES (%s, %s, 'h') RETURNING id",
+        (collection_id, source),
+    ).fetchone()
+    assert row is not None
+    doc_id = int(row[0])
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, token_count,"
+            " content_hash, text_config) VALUES (%s, %s, %s, %s, 1, 'h', 'english')",
+            [(doc_id, collection_id, i, text) for i, text in enumerate(chunks)],
+        )
+    return doc_id
+
+
+def _truth(conn: psycopg.Connection[Any], collection_id: int) -> dict[str, Any]:
+    """Postings, document frequencies and totals recomputed from the chunks themselves."""
+    rows = conn.execute(
+        "SELECT c.id, u.lexeme, coalesce(array_length(u.positions, 1), 1)"
+        " FROM pgrag.chunks c, unnest(c.tsv) u WHERE c.collection_id = %s",
+        (collection_id,),
+    ).fetchall()
+    postings = {(lex, cid): tf for cid, lex, tf in rows}
+    lengths: Counter[int] = Counter()
+    for cid, _, tf in rows:
+        lengths[cid] += tf
+    row = conn.execute(
+        "SELECT count(*) FROM pgrag.chunks WHERE collection_id = %s", (collection_id,)
+    ).fetchone()
+    assert row is not None
+    return {
+        "postings": postings,
+        "df": Counter(lex for lex, _ in postings),
+        "chunks": int(row[0]),
+        "length": sum(lengths.values()),
+        "dl": lengths,
+    }
+
+
+def _index(conn: psycopg.Connection[Any], collection_id: int) -> dict[str, Any]:
+    """What the keyword index holds: postings, summed df deltas, summed totals."""
+    postings = {
+        (lex, cid): tf
+        for lex, cid, tf in conn.execute(
+            "SELECT lexeme, chunk_id, tf FROM pgrag.keyword_postings WHERE collection_id = %s",
+            (collection_id,),
+        ).fetchall()
+    }
+    df = Counter(
+        {
+            lex: int(n)
+            for lex, n in conn.execute(
+                "SELECT lexeme, sum(df) FROM pgrag.keyword_df WHERE collection_id = %s"
+                " GROUP BY lexeme HAVING sum(df) <> 0",
+                (collection_id,),
+            ).fetchall()
+        }
+    )
+    row = conn.execute(
+        "SELECT coalesce(sum(chunks), 0), coalesce(sum(length), 0) FROM pgrag.keyword_totals"
+        " WHERE collection_id = %s",
+        (collection_id,),
+    ).fetchone()
+    assert row is not None
+    return {"postings": postings, "df": df, "chunks": int(row[0]), "length": int(row[1])}
+
+
+def _assert_in_step(conn: psycopg.Connection[Any], collection_id: int) -> None:
+    truth, index = _truth(conn, collection_id), _index(conn, collection_id)
+    assert index["postings"] == truth["postings"]
+    assert index["df"] == truth["df"]
+    assert (index["chunks"], index["length"]) == (truth["chunks"], truth["length"])
+
+
+def _bm25(
+    conn: psycopg.Connection[Any], collection_id: int, query: str, avgdl: float
+) -> dict[int, float]:
+    """BM25 computed in Python from the chunks' own tsvectors."""
+    truth = _truth(conn, collection_id)
+    lexemes = {
+        r[0]
+        for r in conn.execute(
+            "SELECT lexeme FROM unnest(to_tsvector('english', %s))", (query,)
+        ).fetchall()
+    }
+    n = truth["chunks"]
+    scores: dict[int, float] = {}
+    for (lex, cid), tf in truth["postings"].items():
+        if lex in lexemes:
+            df = truth["df"][lex]
+            idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+            dl = truth["dl"][cid]
+            scores[cid] = scores.get(cid, 0.0) + idf * tf / (tf + K1 * (1 - B + B * dl / avgdl))
+    return scores
+
+
+def _keyword_search(
+    conn: psycopg.Connection[Any], query: str, k: int = 10, **options: Any
+) -> list[tuple[int, float, float]]:
+    named = "".join(f", {name} => %({name})s" for name in options)
+    return [
+        (int(r[0]), float(r[1]), float(r[2]))
+        for r in conn.execute(
+            "SELECT chunk_id, keyword_score, probability FROM pgrag.search_v2('kw', %(q)s,"  # noqa: S608
+            f" k => %(k)s{named})",
+            {"q": query, "k": k, **options},
+        ).fetchall()
+    ]
+
+
+def _reference_avgdl(conn: psycopg.Connection[Any]) -> float:
+    row = conn.execute(
+        "SELECT impact_avg_length FROM pgrag.keyword_maintain_v1('kw', max_drift => 0)"
+    ).fetchone()
+    assert row is not None
+    return float(row[0])
+
+
+@pytest.fixture
+def kw(dsn: str) -> Any:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        cid = _collection(conn)
+        rng = random.Random(7)
+        for d in range(30):
+            _add_document(
+                conn, cid, f"doc{d}.md", [_text(rng, rng.randint(5, 60)) for _ in range(4)]
+            )
+        yield conn, cid
+
+
+def test_scores_are_bm25_computed_from_the_stored_text(kw: Any) -> None:
+    conn, cid = kw
+    avgdl = _reference_avgdl(conn)
+    for query in ("refund for an annual license", "vpn outage escalation", "tax salary report"):
+        expected = _bm25(conn, cid, query, avgdl)
+        got = _keyword_search(conn, query, k=50, postings_per_term=None)
+        assert got, query
+        ranked = sorted(expected.items(), key=lambda kv: (-kv[1], kv[0]))[: len(got)]
+        assert [cid for cid, _, _ in got] == [c for c, _ in ranked]
+        for (chunk_id, score, _), (_, want) in zip(got, ranked, strict=True):
+            assert score == pytest.approx(want, rel=1e-5), (query, chunk_id)
+
+
+def test_or_semantics_a_missing_word_does_not_empty_the_result(kw: Any) -> None:
+    conn, _ = kw
+    assert _keyword_search(conn, "refund zeppelin")  # no chunk says "zeppelin"
+    assert _keyword_search(conn, "zeppelin") == []
+    assert _keyword_search(conn, "the and of") == []  # only stop words
+
+
+def test_probabilities_are_a_softmax_over_the_returned_results(kw: Any) -> None:
+    conn, _ = kw
+    rows = _keyword_search(conn, "refund invoice payment", k=10)
+    probabilities = [p for _, _, p in rows]
+    assert sum(probabilities) == pytest.approx(1.0)
+    assert probabilities == sorted(probabilities, reverse=True)
+    assert probabilities[0] > probabilities[-1]
+    # A higher temperature flattens the distribution towards uniform.
+    flat = [p for _, _, p in _keyword_search(conn, "refund invoice payment", temperature=10.0)]
+    assert max(flat) - min(flat) < 0.01
+    assert max(flat) < probabilities[0]
+
+
+def test_statistics_follow_inserts_updates_deletes_and_truncate(kw: Any) -> None:
+    conn, cid = kw
+    _assert_in_step(conn, cid)
+    doc = _add_document(conn, cid, "new.md", ["zeppelin refund", "zeppelin airship hangar"])
+    _assert_in_step(conn, cid)
+    assert [r[0] for r in _keyword_search(conn, "zeppelin")]
+    # An UPDATE that changes the words moves them; one that does not touches nothing.
+    conn.execute(
+        "UPDATE pgrag.chunks SET content = 'blimp hangar' WHERE document_id = %s AND ordinal = 0",
+        (doc,),
+    )
+    conn.execute("UPDATE pgrag.chunks SET principals = '{alice}' WHERE document_id = %s", (doc,))
+    _assert_in_step(conn, cid)
+    # Deleting a document (chunks go by ON DELETE CASCADE) takes its postings with it.
+    conn.execute("DELETE FROM pgrag.documents WHERE id = %s", (doc,))
+    _assert_in_step(conn, cid)
+    assert _keyword_search(conn, "zeppelin") == []
+    # Folding the deltas changes nothing a search can see (impacts are left as they are here).
+    before = _keyword_search(conn, "refund license vpn", k=20)
+    folded = conn.execute(
+        "SELECT * FROM pgrag.keyword_maintain_v1('kw', max_drift => 1000)"
+    ).fetchone()
+    assert folded is not None and folded[3] > 0  # df rows folded
+    _assert_in_step(conn, cid)
+    assert conn.execute(
+        "SELECT count(*) = count(DISTINCT lexeme) FROM pgrag.keyword_df WHERE collection_id = %s",
+        (cid,),
+    ).fetchone() == (True,)
+    assert _keyword_search(conn, "refund license vpn", k=20) == before
+    conn.execute("TRUNCATE pgrag.chunks CASCADE")
+    _assert_in_step(conn, cid)
+    assert conn.execute("SELECT count(*) FROM pgrag.keyword_postings").fetchone() == (0,)
+
+
+def test_deleting_a_collection_removes_its_keyword_index(kw: Any) -> None:
+    conn, cid = kw
+    other = _collection(conn, "other")
+    _add_document(conn, other, "a.md", ["refund policy for the other collection"])
+    conn.execute("DELETE FROM pgrag.collections WHERE id = %s", (cid,))
+    for table in ("keyword_postings", "keyword_df", "keyword_totals", "keyword_settings"):
+        row = conn.execute(
+            f"SELECT count(*) FROM pgrag.{table} WHERE collection_id = %s",  # noqa: S608 - fixed names
+            (cid,),
+        ).fetchone()
+        assert row == (0,), table
+    _assert_in_step(conn, other)
+
+
+def test_impacts_are_refreshed_when_the_average_length_drifts(kw: Any) -> None:
+    conn, cid = kw
+    reference = _reference_avgdl(conn)
+    rng = random.Random(3)
+    # Much longer chunks move the average far past 10%.
+    _add_document(conn, cid, "long.md", [_text(rng, 400) for _ in range(40)])
+    row = conn.execute("SELECT * FROM pgrag.keyword_maintain_v1('kw')").fetchone()
+    assert row is not None
+    chunks, live, refreshed_to, _, refreshed = row
+    assert refreshed is True and refreshed_to == pytest.approx(live) and live > 1.5 * reference
+    expected = _bm25(conn, cid, "refund annual license", live)
+    got = _keyword_search(conn, "refund annual license", k=5, postings_per_term=None)
+    for chunk_id, score, _ in got:
+        assert score == pytest.approx(expected[chunk_id], rel=1e-5)
+    # Within the drift allowed, nothing is rewritten.
+    again = conn.execute("SELECT impacts_refreshed FROM pgrag.keyword_maintain_v1('kw')")
+    assert again.fetchone() == (False,)
+
+
+def test_pruned_search_rescores_its_candidates_exactly(kw: Any) -> None:
+    conn, cid = kw
+    _add_document(conn, cid, "rare.md", ["zeppelin refund invoice billing"])
+    avgdl = _reference_avgdl(conn)
+    query = "zeppelin refund invoice billing"  # common words and a rare one
+    expected = _bm25(conn, cid, query, avgdl)
+    exact = _keyword_search(conn, query, k=10, postings_per_term=None)
+    pruned = _keyword_search(conn, query, k=10, postings_per_term=3)
+    assert len(pruned) == 10
+    # Every pruned result carries its exact score, so the order among them is exact too.
+    for chunk_id, score, _ in pruned:
+        assert score == pytest.approx(expected[chunk_id], rel=1e-5)
+    assert [s for _, s, _ in pruned] == sorted((s for _, s, _ in pruned), reverse=True)
+    # The best chunk has the rare word, which is read whole: pruning keeps it first.
+    assert pruned[0][0] == exact[0][0]
+    assert [c for c, _, _ in pruned] != [c for c, _, _ in exact]  # it did prune
+
+
+def test_a_filter_reads_every_posting_so_it_keeps_k(kw: Any) -> None:
+    conn, cid = kw
+    conn.execute(
+        "UPDATE pgrag.documents SET metadata = '{\"team\": \"ops\"}' WHERE source LIKE 'doc1%%'"
+    )
+    rows = conn.execute(
+        "SELECT chunk_id, source FROM pgrag.search_v2('kw', 'refund invoice billing', k => 8,"
+        ' filter => \'{"team": "ops"}\', postings_per_term => 1)'
+    ).fetchall()
+    assert len(rows) == 8 and all(r[1].startswith("doc1") for r in rows)
+
+
+def test_concurrent_writers_to_one_collection_do_not_wait_for_each_other(kw: Any, dsn: str) -> None:
+    conn, cid = kw
+    with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+        _add_document(first, cid, "first.md", ["refund window for annual plans"])
+        second.execute("SET lock_timeout = '3s'")
+        # Same collection, same common words, while the first transaction is still open.
+        _add_document(second, cid, "second.md", ["refund window for monthly plans"])
+        # Each sees exactly its own snapshot: the other's uncommitted chunk is not counted.
+        n_first = first.execute("SELECT sum(chunks) FROM pgrag.keyword_totals").fetchone()
+        n_second = second.execute("SELECT sum(chunks) FROM pgrag.keyword_totals").fetchone()
+        assert n_first == n_second
+        second.commit()
+        first.commit()
+    _assert_in_step(conn, cid)
+
+
+def test_concurrent_ingest_and_maintenance_keep_statistics_exact(kw: Any, dsn: str) -> None:
+    conn, cid = kw
+    errors: list[BaseException] = []
+
+    def writer(seed: int) -> None:
+        rng = random.Random(seed)
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                for i in range(15):
+                    with c.transaction():
+                        doc = _add_document(c, cid, f"w{seed}-{i}.md", [_text(rng, 20)] * 2)
+                        if i % 3 == 0:
+                            c.execute("DELETE FROM pgrag.documents WHERE id = %s", (doc,))
+        except BaseException as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    def maintainer() -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                for _ in range(10):
+                    c.execute("SELECT * FROM pgrag.keyword_maintain_v1('kw')").fetchall()
+        except BaseException as err:  # pragma: no cover - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=writer, args=(s,)) for s in (1, 2)]
+    threads.append(threading.Thread(target=maintainer))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    _assert_in_step(conn, cid)
+
+
+def test_upgrade_from_0001_indexes_the_chunks_already_stored(empty_dsn: str) -> None:
+    migrate.upgrade(empty_dsn, "0001")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        cid = _collection(conn)
+        rng = random.Random(11)
+        for d in range(5):
+            _add_document(conn, cid, f"d{d}.md", [_text(rng, 30), _text(rng, 8)])
+    migrate.upgrade(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        _assert_in_step(conn, cid)
+        assert _keyword_search(conn, "refund invoice")
+
+
+def test_search_v2_validates_its_new_arguments(kw: Any) -> None:
+    conn, _ = kw
+    for bad, message in (
+        ("temperature => 0", "temperature must be > 0"),
+        ("postings_per_term => 0", "postings_per_term must be at least 1"),
+    ):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+            conn.execute(f"SELECT * FROM pgrag.search_v2('kw', 'refund', {bad})")  # noqa: S608 - constant cases
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ops=st.lists(
+        st.tuples(
+            st.sampled_from(["insert", "update", "delete"]),
+            st.lists(st.sampled_from(WORDS + ["the", "and"]), min_size=0, max_size=12),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_any_sequence_of_writes_leaves_the_index_exact(kw: Any, ops: list[Any]) -> None:
+    conn, cid = kw
+    with conn.transaction(force_rollback=True):
+        for op, words in ops:
+            text = " ".join(words)
+            if op == "insert":
+                _add_document(conn, cid, f"h{random.random()}.md", [text, text[::-1]])
+            elif op == "update":
+                conn.execute(
+                    "UPDATE pgrag.chunks SET content = %s WHERE id IN"
+                    " (SELECT id FROM pgrag.chunks WHERE collection_id = %s ORDER BY id LIMIT 3)",
+                    (text, cid),
+                )
+            else:
+                conn.execute(
+                    "DELETE FROM pgrag.chunks WHERE id IN (SELECT id FROM pgrag.chunks"
+                    " WHERE collection_id = %s ORDER BY id DESC LIMIT 2)",
+                    (cid,),
+                )
+        _assert_in_step(conn, cid)
