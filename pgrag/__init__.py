@@ -37,6 +37,7 @@ __all__ = [
     "PgragError",
     "SchemaError",
     "SearchResult",
+    "SearchSettings",
     "ServerError",
     "ask",
     "connect",
@@ -50,4 +51,4 @@ __all__ = [
 from .ask import Answer, ask  # noqa: E402
 from .db import Database, connect  # noqa: E402
 from .ingest import ingest  # noqa: E402
-from .search import SearchResult, search  # noqa: E402
+from .search import SearchResult, SearchSettings, search  # noqa: E402

@@ -80,7 +80,8 @@ def tuning_options(f: F) -> F:
         click.option(
             "--postings-per-term",
             type=click.IntRange(min=0),
-            help="Keyword pruning: postings read per common term (0 = exact BM25).",
+            help="Keyword arm: prune (MaxScore) above this many postings, reading at most this"
+            " many per term (0 = read everything).",
         ),
     ]
     for option in reversed(options):

@@ -18,6 +18,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pgrag.errors import ConfigError, GenerationError
 
@@ -161,6 +162,17 @@ def _retry_after(value: str | None) -> float | None:
     return min(seconds, _RETRY_AFTER_CAP) if seconds >= 0 else None
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """urllib would follow a redirected POST as a GET carrying the Authorization header to
+    whatever host the redirect names; a redirect is reported instead."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects())
+
+
 class ChatClient:
     """Sends chat requests to ``config.chat_url``; see :meth:`complete`."""
 
@@ -199,7 +211,7 @@ class ChatClient:
     ) -> str:
         request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
         try:
-            response = urllib.request.urlopen(request, timeout=self.config.timeout)
+            response = _OPENER.open(request, timeout=self.config.timeout)
         except urllib.error.HTTPError as exc:
             try:
                 raise self._http_error(exc) from exc
@@ -291,6 +303,13 @@ class ChatClient:
         except (OSError, http.client.HTTPException):
             excerpt = ""
         problem = f"LLM endpoint {self.url} answered HTTP {exc.code}"
+        if 300 <= exc.code < 400:
+            target = exc.headers.get("Location", "elsewhere")
+            return GenerationError(
+                f"{problem}, a redirect to {_one_line(target, 120)}; pgrag does not follow"
+                " redirects (they would carry the API key along): set PGRAG_LLM_BASE_URL to"
+                " the final address"
+            )
         problem += f": {excerpt}" if excerpt else ""
         if exc.code == 429:
             hint = "the server is rate-limiting; wait a moment and try again"

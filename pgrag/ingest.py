@@ -265,6 +265,7 @@ def _ingest(
         on_plan(total)
     if not docs:
         return report
+    new_collection = coll is None
     if coll is None:
         coll = ensure_collection(db, collection, embedder)
 
@@ -287,7 +288,10 @@ def _ingest(
     finally:
         if dropped:
             _build_model_index(db, coll.model_id, analyze=True)
-    _maintain_keyword_index(db, collection, analyze=bulk)
+    # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
+    # round: search_v2 plans once per session, and a plan made without them can scan whole
+    # postings lists where it should probe one posting.
+    _maintain_keyword_index(db, collection, analyze=bulk or new_collection)
     report.files.sort(key=lambda f: f.path)
     return report
 

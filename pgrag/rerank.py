@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from .errors import ConfigError, InputError, RerankError
-from .generation import _describe, _error_excerpt, _one_line, _retry_after
+from .generation import _describe, _error_excerpt, _NoRedirects, _one_line, _retry_after
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -181,14 +181,6 @@ def _shown(url: str) -> str:
     if "@" not in parts.netloc:
         return url
     return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.split("@")[-1]))
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """urllib would follow a redirected POST as a GET carrying the Authorization header to
-    whatever host the redirect names; a redirect is reported instead."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
 
 
 class _Transient(Exception):

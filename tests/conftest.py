@@ -48,6 +48,9 @@ def _no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
         "OPENAI_MODEL",
         "PGRAG_COLLECTION",
         "PGRAG_EMBEDDING_MODEL",
+        "PGRAG_RERANKER",
+        "PGRAG_RERANKER_MODEL",
+        "PGRAG_RERANKER_API_KEY",
     ):
         monkeypatch.delenv(name, raising=False)
 

@@ -455,16 +455,16 @@ def test_refusals_are_counted_apart_from_other_failures(
     llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 503, then the server goes away: the 503 does not use up the refusal's one retry.
-    real_urlopen = urllib.request.urlopen
+    real_open = generation._OPENER.open
     calls: list[int] = []
 
     def urlopen(request: urllib.request.Request, timeout: float) -> Any:
         calls.append(1)
         if len(calls) == 1:
-            return real_urlopen(request, timeout=timeout)
+            return real_open(request, timeout=timeout)
         raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
 
-    monkeypatch.setattr(generation.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr(generation._OPENER, "open", urlopen)
     llm.script = [Reply(status=503)]
     client, sleeps = client_for(llm, max_retries=5)
     with pytest.raises(GenerationError, match=r"Connection refused\) \(gave up after 3 attempts"):
@@ -657,3 +657,18 @@ def test_from_env_openai_family() -> None:
 def test_from_env_bad_timeout(value: str) -> None:
     with pytest.raises(ConfigError, match="timeout|TIMEOUT"):
         LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://x", "PGRAG_LLM_TIMEOUT": value})
+
+
+def test_redirects_are_not_followed_so_the_key_stays_home(llm: FakeLLM) -> None:
+    elsewhere = FakeLLM()
+    elsewhere.start()
+    try:
+        llm.script = [Reply(302, b"", headers={"Location": elsewhere.url})]
+        client, _ = client_for(llm, api_key="sk-secret")
+        with pytest.raises(GenerationError) as exc:
+            client.complete([{"role": "user", "content": "hi"}])
+        message = assert_one_line(exc)
+        assert "does not follow redirects" in message and "sk-secret" not in message
+        assert elsewhere.requests == []  # neither the question nor the key went there
+    finally:
+        elsewhere.stop()

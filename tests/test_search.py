@@ -370,3 +370,123 @@ def test_any_query_text_is_searched_safely(loaded: Database, query: str) -> None
     else:
         assert len(pgrag.search(loaded, query, collection="docs", mode="keyword", k=5)) <= 5
     assert pgrag.search(loaded, "refund", collection="docs", mode="keyword")
+
+
+# --- second stage: reranking and MMR ---------------------------------------------------------
+
+
+class _WordReranker:
+    """A reranker that prefers passages mentioning a word: a stand-in with a known order."""
+
+    name = "word"
+
+    def __init__(self, word: str) -> None:
+        self.word = word
+        self.calls: list[int] = []
+
+    def score(self, query: str, passages: list[str]) -> list[float]:
+        self.calls.append(len(passages))
+        return [3.0 if self.word in p.lower() else -float(i) / 10 for i, p in enumerate(passages)]
+
+
+def test_a_reranker_reorders_the_candidates_and_gives_probabilities(loaded: Database) -> None:
+    import math
+
+    plain = pgrag.search(loaded, "refund window", collection="docs", k=3)
+    assert "bicycles" not in plain[0].text.lower()
+    reranker = _WordReranker("bicycles")
+    hits = pgrag.search(loaded, "refund window", collection="docs", k=3, reranker=reranker)
+    # The reranker saw the retriever's candidates (all chunks here: fewer than 40), not just 3.
+    total = loaded.conn.execute(
+        "SELECT count(*) FROM pgrag.chunks c JOIN pgrag.collections k ON k.id = c.collection_id"
+        " WHERE k.name = 'docs'"
+    ).fetchone()[0]
+    loaded.conn.commit()
+    assert reranker.calls == [total] and total > 3
+    assert "bicycles" in hits[0].text.lower()
+    assert [h.rank for h in hits] == [1, 2, 3]
+    scores = [h.rerank_score for h in hits]
+    assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+    weights = [math.exp(s - scores[0]) for s in scores]  # type: ignore[operator]
+    for hit, w in zip(hits, weights, strict=True):
+        assert hit.probability == pytest.approx(w / sum(weights))
+
+
+def test_mmr_pushes_a_near_duplicate_down(loaded: Database, tmp_path: Path) -> None:
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    (copy / "refunds-again.md").write_text(
+        "# Refund policy\n\n## Annual plans\n\n"
+        "Customers on annual plans can request a full refund within 30 days of purchase. "
+        "After thirty days, refunds are prorated by the unused months.\n"
+    )
+    pgrag.ingest(loaded, [copy], collection="docs")
+    query = "full refund annual plan within 30 days"
+    plain = pgrag.search(loaded, query, collection="docs", k=3)
+    texts = [h.text for h in plain]
+    assert texts[0] == texts[1]  # the passage and its copy lead the plain ranking
+    diverse = pgrag.search(loaded, query, collection="docs", k=3, mmr=0.3)
+    assert diverse[0].text == texts[0]
+    assert diverse[1].text != texts[0]  # the copy gave way to another passage
+    assert sum(h.probability or 0 for h in diverse) == pytest.approx(1.0)
+    with pytest.raises(pgrag.InputError, match="mmr must be between 0 and 1"):
+        pgrag.search(loaded, query, collection="docs", mmr=1.5)
+
+
+def test_cli_search_reranks_through_a_rerank_endpoint(loaded: Database) -> None:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from click.testing import CliRunner
+
+    from pgrag.cli import cli
+
+    seen: list[dict[str, object]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append({"path": self.path, **body})
+            # TEI's shape: the passage about the office first.
+            scores = [
+                {"index": i, "score": 5.0 if "office" in t.lower() else 0.0}
+                for i, t in enumerate(body["texts"])
+            ]
+            out = json.dumps(sorted(scores, key=lambda s: -s["score"])).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        result = CliRunner().invoke(
+            cli,
+            [
+                "--dsn",
+                loaded.dsn,
+                "search",
+                "refund window",
+                "-c",
+                "docs",
+                "--k",
+                "2",
+                "--reranker",
+                url,
+                "--json",
+            ],
+        )
+    finally:
+        server.shutdown()
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)
+    assert len(hits) == 2 and "office" in hits[0]["text"].lower()
+    assert hits[0]["rerank_score"] == 5.0
+    assert seen and seen[0]["path"] == "/rerank" and seen[0]["query"] == "refund window"

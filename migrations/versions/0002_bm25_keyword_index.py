@@ -30,11 +30,12 @@ CREATE TABLE pgrag.keyword_postings (
     tf            integer NOT NULL,          -- occurrences of the lexeme in the chunk
     dl            integer NOT NULL,          -- the chunk's length in indexed words
     impact        real NOT NULL,             -- BM25 tf part at the reference average length
-    PRIMARY KEY (collection_id, lexeme, chunk_id) INCLUDE (tf, dl)
+    -- Probed for one chunk's impact when candidates are rescored: index-only.
+    PRIMARY KEY (collection_id, lexeme, chunk_id) INCLUDE (impact)
 );
--- A term's postings, best first: what a pruned search reads.
+-- A term's postings, best first: what every keyword search reads (index-only).
 CREATE INDEX keyword_postings_impact_idx
-    ON pgrag.keyword_postings (collection_id, lexeme, impact DESC) INCLUDE (chunk_id, tf, dl);
+    ON pgrag.keyword_postings (collection_id, lexeme, impact DESC) INCLUDE (chunk_id);
 
 -- Signed deltas, summed at query time and folded by keyword_maintain_v1.
 CREATE TABLE pgrag.keyword_df (

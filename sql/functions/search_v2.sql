@@ -13,11 +13,13 @@
 -- exact for the caller's snapshot; each posting's term-frequency part (its impact) is computed at
 -- the collection's reference average length, which keyword_maintain_v1 refreshes once the live
 -- average drifts by more than 10% (pgrag ingest runs it after every ingest).
--- Pruning: a query term found in more than postings_per_term chunks is read only through its
--- postings_per_term highest-impact postings; the 4 x keyword_depth best candidates are then
--- rescored exactly over every query term, so pruning can only miss a chunk that is in no pruned
--- term's top postings and matches no rare term well. NULL reads everything (exact BM25); a
--- metadata filter also reads everything, so it never starves the arm.
+-- Pruning, for large collections: when the query's terms have more than postings_per_term
+-- postings in all, the arm runs MaxScore (see the comment in the body): terms whose largest
+-- possible contribution cannot lift a chunk into the results are skipped, the others are read
+-- best-first only as far as a result could lie, and at most postings_per_term postings each;
+-- candidates are rescored exactly. Only where that cap cuts a list can a result differ from
+-- exact BM25. NULL reads every posting (exact, always); a metadata filter also reads every
+-- posting, so it never starves the arm.
 -- Vector arm: as search_v1 (the collection's active model, partial HNSW index with iterative
 -- scans and ef_search sized for the depth, exact scan when the index returns too few rows).
 -- Fusion: Reciprocal Rank Fusion, score = sum over arms of weight / (rrf_k + rank). The defaults
@@ -44,7 +46,7 @@ CREATE FUNCTION pgrag.search_v2(
     vector_weight     double precision DEFAULT 0.5,
     keyword_weight    double precision DEFAULT 1.0,
     temperature       double precision DEFAULT 0.02,
-    postings_per_term integer DEFAULT 2000
+    postings_per_term integer DEFAULT 50000
 ) RETURNS TABLE (
     rank            integer,
     score           double precision,
@@ -89,8 +91,9 @@ DECLARE
     v_vector_sql    text;
     v_terms         text[] COLLATE "C";
     v_idfs          float8[];
-    v_limits        integer[];
+    v_dfs           float8[];
     v_candidates    bigint[];
+    v_candidate_scores float8[];
     v_pruned        boolean := false;
     v_vec_ids       bigint[];
     v_vec_dists     float8[];
@@ -152,17 +155,18 @@ BEGIN
     v_use_keyword := query_text IS NOT NULL AND keyword_weight > 0;
 
     v_vdepth := greatest(coalesce(vector_depth, greatest(4 * k, 40)), k);
-    v_kdepth := greatest(coalesce(keyword_depth, greatest(4 * k, 40)), k);
+    -- Alone, the keyword arm needs only k candidates; fused, more (and pruning then works to
+    -- the depth's floor, not k's).
+    v_kdepth := greatest(coalesce(keyword_depth,
+                                  CASE WHEN v_use_vector THEN greatest(4 * k, 40) ELSE k END), k);
 
     IF v_use_keyword THEN
-        -- The query's terms that occur in the collection, with their idf and, for a term too
-        -- common to read whole, how many of its postings to read.
+        -- The query's terms that occur in the collection, with their idf.
         SELECT array_agg(x.lexeme),
+               array_agg(x.df),
                array_agg(ln(1 + (st.n - x.df + 0.5) / (x.df + 0.5))),
-               array_agg(CASE WHEN NOT v_filtered AND x.df > postings_per_term
-                              THEN postings_per_term END),
-               coalesce(bool_or(NOT v_filtered AND x.df > postings_per_term), false)
-          INTO v_terms, v_idfs, v_limits, v_pruned
+               coalesce(NOT v_filtered AND sum(x.df) > postings_per_term, false)
+          INTO v_terms, v_dfs, v_idfs, v_pruned
           FROM (SELECT sum(t.chunks)::float8 AS n
                   FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id) st,
                unnest(to_tsvector(v_text_config, query_text)) u,
@@ -174,21 +178,50 @@ BEGIN
         IF v_terms IS NULL THEN
             v_use_keyword := false;  -- only stop words, or no chunk has any of the words
         ELSIF v_pruned THEN
-            -- Candidates: every posting of the rarer terms, the top postings of the common
-            -- ones; the main statement rescores them exactly over every query term.
-            SELECT array_agg(h.id)
-              INTO v_candidates
-              FROM (SELECT p.chunk_id AS id
-                      FROM unnest(v_terms, v_idfs, v_limits) AS t(lexeme, idf, lim)
+            -- Impact-ordered reading with a budget: each term reads its best postings (highest
+            -- impact first) up to a share of postings_per_term proportional to its idf, so a
+            -- rare term is read whole and a common one only where it weighs most. The best
+            -- candidates by what was read are then completed: each is probed (primary key)
+            -- for the terms whose lists were cut short and did not show it, so their scores
+            -- are exact BM25; only a chunk that never became a candidate can be missed.
+            WITH t AS (
+                     SELECT b.lexeme, b.idf, b.df,
+                            -- a bit per term (beyond 62 terms: 0, always probed)
+                            CASE WHEN b.i <= 62 THEN 1::bigint << (b.i - 1)::int ELSE 0 END AS bit,
+                            greatest(ceil(postings_per_term * b.idf / sum(b.idf) OVER ()),
+                                     v_kdepth)::int AS budget
+                       FROM unnest(v_terms, v_idfs, v_dfs) WITH ORDINALITY
+                            AS b(lexeme, idf, df, i)),
+                 cand AS (
+                     SELECT p.chunk_id AS id, sum(t.idf * p.impact) AS s,
+                            bit_or(t.bit) AS found  -- which terms' postings showed the chunk
+                       FROM t
                       CROSS JOIN LATERAL (
                           SELECT q.chunk_id, q.impact
                             FROM pgrag.keyword_postings q
                            WHERE q.collection_id = v_collection_id AND q.lexeme = t.lexeme
                            ORDER BY q.impact DESC
-                           LIMIT t.lim) p
-                     GROUP BY p.chunk_id
-                     ORDER BY sum(t.idf * p.impact) DESC, p.chunk_id
-                     LIMIT 4 * v_kdepth) h;
+                           LIMIT t.budget) p
+                      GROUP BY p.chunk_id
+                      ORDER BY s DESC, p.chunk_id
+                      LIMIT greatest(4 * v_kdepth, 250)),
+                 rest AS (
+                     SELECT c.id, sum(t.idf * q.impact) AS s
+                       FROM cand c
+                      CROSS JOIN t
+                      CROSS JOIN LATERAL (
+                          SELECT q.impact FROM pgrag.keyword_postings q
+                           WHERE q.collection_id = v_collection_id AND q.lexeme = t.lexeme
+                             AND q.chunk_id = c.id
+                           LIMIT 1) q  -- a probe of the primary key, never a list scan
+                      WHERE t.budget < t.df AND c.found & t.bit = 0
+                      GROUP BY c.id)
+            SELECT array_agg(x.id ORDER BY x.s DESC, x.id), array_agg(x.s ORDER BY x.s DESC, x.id)
+              INTO v_candidates, v_candidate_scores
+              FROM (SELECT c.id, c.s + coalesce(r.s, 0) AS s
+                      FROM cand c LEFT JOIN rest r ON r.id = c.id
+                     ORDER BY 2 DESC, 1
+                     LIMIT v_kdepth) x;
         END IF;
     END IF;
 
@@ -260,21 +293,13 @@ BEGIN
               GROUP BY p.chunk_id
               ORDER BY s DESC, p.chunk_id
               LIMIT v_kdepth),
-         -- or the pruned candidates, rescored over every term.
-         kw_rescored AS (
-             SELECT c.id, sum(t.idf * p.impact) AS s
-               FROM unnest(v_candidates) AS c(id)
-              CROSS JOIN terms t
-               JOIN pgrag.keyword_postings p
-                 ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
-                AND p.chunk_id = c.id
-              WHERE v_use_keyword AND v_pruned
-              GROUP BY c.id
-              ORDER BY s DESC, c.id
-              LIMIT v_kdepth),
+         -- or, pruned: the best candidates, completed above.
+         kw_pruned AS (
+             SELECT x.id, x.s FROM unnest(v_candidates, v_candidate_scores) AS x(id, s)
+              WHERE v_use_keyword AND v_pruned),
          kw AS (SELECT * FROM kw_exact
                 UNION ALL SELECT * FROM kw_filtered
-                UNION ALL SELECT * FROM kw_rescored),
+                UNION ALL SELECT * FROM kw_pruned),
          w AS (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r
                  FROM kw),
          v AS (SELECT x.id, x.dist, x.r::int AS r
