@@ -114,3 +114,38 @@ def test_eval_retrieval_on_squad_json(dsn: str, tmp_path: Path) -> None:
     assert report["documents"] == 3 and report["queries"] == 2
     assert report["collection"] == "eval-mini-squad"
     assert report["results"]["hybrid"]["recall"]["1"] == 1.0
+
+
+def test_eval_with_a_reranker_and_settings(dsn: str, beir: Path) -> None:
+    """A reranker adds a "hybrid+rerank" run; search settings reach search_v2; the k=10 pass
+    reports its own nDCG@10 and speed for every run, the peers included."""
+    import pgrag
+    from pgrag.datasets import load_dataset
+    from pgrag.evaluation import evaluate_retrieval
+
+    class BikeFirst:
+        name = "bike-first"
+
+        def score(self, query: str, passages: list[str]) -> list[float]:
+            return [1.0 if "Bicycles" in p else 0.0 for p in passages]
+
+    db = pgrag.connect(dsn)
+    try:
+        report = evaluate_retrieval(
+            db,
+            load_dataset(beir),
+            peers=True,
+            reranker=BikeFirst(),
+            settings=pgrag.SearchSettings(vector_weight=0.0),
+        )
+    finally:
+        db.close()
+    # The settings reached search_v2: with the vector arm weighted 0 the hybrid is the keyword arm.
+    assert report.results["hybrid"].summary == report.results["keyword"].summary
+    reranked = report.results["hybrid+rerank"]
+    # Only q4 is about bicycles: putting d6 first helps it and hurts the three others.
+    assert reranked.summary.mrr10 < report.results["hybrid"].summary.mrr10
+    assert reranked.summary.recall[100] == report.results["hybrid"].summary.recall[100]
+    for name in ("keyword", "vector", "hybrid", "bm25s", "exact-cosine"):
+        run = report.results[name]
+        assert run.queries_per_s_at_10 > 0 and 0.0 <= run.ndcg10_at_10 <= 1.0

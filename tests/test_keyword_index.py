@@ -461,3 +461,28 @@ def test_any_sequence_of_writes_leaves_the_index_exact(kw: Any, ops: list[Any]) 
                     (cid,),
                 )
         _assert_in_step(conn, cid)
+
+
+def test_keyword_only_fast_path_agrees_with_the_general_statement(kw: Any) -> None:
+    """Keyword-only, unfiltered search has a statement of its own (search_v2's fast path); a
+    filter every document passes takes the general statement: same rows, same numbers."""
+    conn, _ = kw
+    conn.execute("UPDATE pgrag.documents SET metadata = '{\"all\": true}'")
+    columns = (
+        "rank, score, chunk_id, document_id, source, title, section, text, vector_rank,"
+        " keyword_rank, vector_distance, keyword_score, metadata, probability"
+    )
+    for query in ("refund invoice payment", "vpn outage escalation ticket", "tax"):
+        fast = conn.execute(
+            f"SELECT {columns} FROM pgrag.search_v2('kw', %s, k => 7)",  # noqa: S608 - fixed
+            (query,),
+        ).fetchall()
+        general = conn.execute(
+            f"SELECT {columns} FROM pgrag.search_v2('kw', %s, k => 7,"  # noqa: S608 - fixed
+            " filter => '{\"all\": true}')",
+            (query,),
+        ).fetchall()
+        assert fast and len(fast) == len(general)
+        for a, b in zip(fast, general, strict=True):
+            assert a[:11] == b[:11] and a[12] == b[12]
+            assert a[11] == pytest.approx(b[11]) and a[13] == pytest.approx(b[13])
