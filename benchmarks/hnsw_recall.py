@@ -6,9 +6,9 @@ the index matters: N synthetic 384-d vectors (default 200,000) in one collection
 through `pgrag.search_v2(collection, NULL, query_vector, k => k)` for k = 10 and 100, each result
 set compared with the exact top k computed in numpy over all N vectors (recall@k = mean overlap
 / k). Latency is the SQL call's, client-side, after a warm-up; numpy's exact search of the same
-query is timed beside it for reference. A sweep over vector_depth (10, 20, 40 = the default for
-k=10, 80, 160; ef_search follows the depth, at least 40) shows where the default sits on the
-recall/latency curve. One query's nested plan (auto_explain) shows the partial HNSW index at
+query is timed beside it for reference. A sweep over vector_depth (10, 40 = the default for
+k=10, 100, 200, 400; ef_search = 2 x depth, at least 200) shows where the default sits on
+the recall/latency curve. One query's nested plan (auto_explain) shows the partial HNSW index at
 work, and a sample of calls is checked for the exact fallback (the plan's exact branch must not
 run: it would make recall look perfect).
 
@@ -25,7 +25,7 @@ of stored vectors. The distribution is printed with the results.
 
 Load path: documents, chunks (content 'v<i>', through the keyword trigger) and chunk_embeddings
 are COPYed (vectors in binary) with the model's HNSW index dropped, then the index is built once
-by pgrag.ensure_model_index_v1 with maintenance_work_mem = 1GB (timed), then VACUUM ANALYZE:
+by pgrag.ensure_model_index_v2 with maintenance_work_mem = 1GB (timed), then VACUUM ANALYZE:
 the same index pgrag's bulk ingest builds.
 
 The database (default pgrag_bench_hnsw, on --dsn / PGRAG_DSN / PG* / the embedded server) is
@@ -65,7 +65,7 @@ CHUNKS_PER_DOCUMENT = 10
 BATCH = 50_000
 WARMUP_QUERIES = 100
 KS = (10, 100)
-DEPTHS = (10, 20, 40, 80, 160)
+DEPTHS = (10, 40, 100, 200, 400)
 FALLBACK_SAMPLE = 20  # calls per k checked for the exact fallback
 GENERATOR = 1  # bump when the vector generator changes, so --reuse reloads
 MARKER = "pgrag hnsw_recall benchmark (benchmarks/hnsw_recall.py); safe to drop"
@@ -368,14 +368,14 @@ def load(dsn: str, args: argparse.Namespace, stored: np.ndarray, phases: Phases)
 
 
 def build_index(dsn: str, model: int, phases: Phases) -> list[str]:
-    """pgrag.ensure_model_index_v1 with 1GB of maintenance_work_mem; the server's notices."""
+    """pgrag.ensure_model_index_v2 with 1GB of maintenance_work_mem; the server's notices."""
     notices: list[str] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
         conn.execute("SET maintenance_work_mem = '1GB'")
         phases.run(
-            "build HNSW index (ensure_model_index_v1)",
-            lambda: conn.execute("SELECT pgrag.ensure_model_index_v1(%(m)s)", {"m": model}),
+            "build HNSW index (ensure_model_index_v2)",
+            lambda: conn.execute("SELECT pgrag.ensure_model_index_v2(%(m)s)", {"m": model}),
         )
         phases.run(
             "VACUUM ANALYZE",
@@ -452,9 +452,10 @@ def recall(hits: list[list[int]], index: np.ndarray, exact: np.ndarray) -> dict[
 
 
 def ef_search(k: int, depth: int | None) -> int:
-    """What search_v2 sets: depth = vector_depth or max(4k, 40), ef_search in [40, 1000]."""
+    """What search_v2 sets: depth = vector_depth or max(4k, 40); ef_search = 2 x depth, at
+    least 200, at most 1000."""
     d = max(depth if depth is not None else max(4 * k, 40), k)
-    return min(max(d, 40), 1000)
+    return min(max(2 * d, 200), 1000)
 
 
 def nested_plans(

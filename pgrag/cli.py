@@ -80,8 +80,8 @@ def tuning_options(f: F) -> F:
         click.option(
             "--postings-per-term",
             type=click.IntRange(min=0),
-            help="Keyword arm: prune (MaxScore) above this many postings, reading at most this"
-            " many per term (0 = read everything).",
+            help="Keyword arm: above this many postings per query, read a budget of this"
+            " many, best first (0 = read everything).",
         ),
     ]
     for option in reversed(options):

@@ -566,7 +566,7 @@ def _build_model_index(db: Database, model_id: int, analyze: bool = False) -> No
     """Create the model's HNSW index if it is missing (a no-op when it exists)."""
     with transaction(db) as conn:
         conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-        conn.execute("SELECT pgrag.ensure_model_index_v1(%(m)s)", {"m": model_id})
+        conn.execute("SELECT pgrag.ensure_model_index_v2(%(m)s)", {"m": model_id})
     if analyze:
         with transaction(db) as conn:
             conn.execute("ANALYZE pgrag.chunks")

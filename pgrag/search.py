@@ -28,7 +28,7 @@ COLUMNS = (
 class SearchSettings:
     """Tuning knobs of ``pgrag.search_v2``; None leaves the function's default (see
     sql/functions/search_v2.sql and docs/search.md for what each does and how the defaults were
-    chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25)."""
+    chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25 reads every posting)."""
 
     rrf_k: int | None = None
     vector_weight: float | None = None

@@ -136,12 +136,12 @@ def test_eval_with_a_reranker_and_settings(dsn: str, beir: Path) -> None:
             load_dataset(beir),
             peers=True,
             reranker=BikeFirst(),
-            settings=pgrag.SearchSettings(vector_weight=0.0),
+            settings=pgrag.SearchSettings(keyword_weight=0.0),
         )
     finally:
         db.close()
-    # The settings reached search_v2: with the vector arm weighted 0 the hybrid is the keyword arm.
-    assert report.results["hybrid"].summary == report.results["keyword"].summary
+    # The settings reached search_v2: with the keyword arm weighted 0 the hybrid is the vector arm.
+    assert report.results["hybrid"].summary == report.results["vector"].summary
     reranked = report.results["hybrid+rerank"]
     # Only q4 is about bicycles: putting d6 first helps it and hurts the three others.
     assert reranked.summary.mrr10 < report.results["hybrid"].summary.mrr10

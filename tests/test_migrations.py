@@ -28,8 +28,28 @@ from pgrag.cli import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = "sql/RELEASED.sha256"
-TABLES = ("collections", "documents", "chunks", "chunk_embeddings", "embedding_models", "queries")
-FUNCTIONS = ("search_v1", "register_model_v1", "ensure_model_index_v1")
+TABLES = (
+    "collections",
+    "documents",
+    "chunks",
+    "chunk_embeddings",
+    "embedding_models",
+    "queries",
+    "keyword_postings",
+    "keyword_df",
+    "keyword_totals",
+    "keyword_settings",
+)
+FUNCTIONS = (
+    "search_v1",
+    "search_v2",
+    "register_model_v1",
+    "ensure_model_index_v1",
+    "ensure_model_index_v2",
+    "keyword_sync_v1",
+    "keyword_truncate_v1",
+    "keyword_maintain_v1",
+)
 
 
 def _one(dsn: str, query: str) -> object:

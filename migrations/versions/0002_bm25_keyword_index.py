@@ -1,4 +1,5 @@
-"""BM25 keyword index (postings and exact statistics, kept by a trigger) and search_v2.
+"""BM25 keyword index (postings and exact statistics, kept by a trigger), search_v2, and
+ensure_model_index_v2 (HNSW graphs built with ef_construction 128).
 
 Revision ID: 0002
 Revises: 0001
@@ -128,6 +129,7 @@ def upgrade() -> None:
     _sql(BACKFILL)
     _sql(TRIGGERS)
     _sql(sql_file("functions/search_v2.sql"))
+    _sql(sql_file("functions/ensure_model_index_v2.sql"))
 
 
 def downgrade() -> None:
@@ -141,6 +143,7 @@ def downgrade() -> None:
         DROP TRIGGER chunks_keyword_update ON pgrag.chunks;
         DROP TRIGGER chunks_keyword_delete ON pgrag.chunks;
         DROP TRIGGER chunks_keyword_truncate ON pgrag.chunks;
+        DROP FUNCTION pgrag.ensure_model_index_v2(integer);
         DROP FUNCTION pgrag.keyword_maintain_v1(text, double precision);
         DROP FUNCTION pgrag.keyword_sync_v1();
         DROP FUNCTION pgrag.keyword_truncate_v1();

@@ -14,14 +14,16 @@
 -- the collection's reference average length, which keyword_maintain_v1 refreshes once the live
 -- average drifts by more than 10% (pgrag ingest runs it after every ingest).
 -- Pruning, for large collections: when the query's terms have more than postings_per_term
--- postings in all, the arm runs MaxScore (see the comment in the body): terms whose largest
--- possible contribution cannot lift a chunk into the results are skipped, the others are read
--- best-first only as far as a result could lie, and at most postings_per_term postings each;
--- candidates are rescored exactly. Only where that cap cuts a list can a result differ from
--- exact BM25. NULL reads every posting (exact, always); a metadata filter also reads every
--- posting, so it never starves the arm.
+-- postings in all, each term reads its best postings (highest impact first) up to a share of
+-- postings_per_term proportional to its idf (a rare term is read whole), and the 250 (or
+-- 4 x keyword_depth) best candidates are completed by primary-key probes for the terms whose
+-- lists were cut, so every returned score is exact BM25; only a chunk that never became a
+-- candidate can be missed. NULL reads every posting (exact, always); a metadata filter also
+-- reads every posting, so it never starves the arm. The keyword arm alone keeps k candidates,
+-- fused keyword_depth (default max(4k, 40)).
 -- Vector arm: as search_v1 (the collection's active model, partial HNSW index with iterative
--- scans and ef_search sized for the depth, exact scan when the index returns too few rows).
+-- scans, exact scan when the index returns too few rows), with a wider HNSW search list:
+-- ef_search = 2 x depth, at least 200.
 -- Fusion: Reciprocal Rank Fusion, score = sum over arms of weight / (rrf_k + rank). The defaults
 -- (rrf_k 5, keyword 1.0, vector 0.5) were chosen by a sweep on SQuAD v1.1 dev (docs/search.md):
 -- with all-MiniLM-L6-v2 the BM25 arm is the stronger one, and a small rrf_k lets each arm's top
@@ -230,9 +232,12 @@ BEGIN
     END IF;
 
     IF v_use_vector THEN
-        -- Enough candidates from the graph for the depth asked; the function's SET clause puts
-        -- the caller's value back on exit.
-        PERFORM set_config('hnsw.ef_search', least(greatest(v_vdepth, 40), 1000)::text, true);
+        -- A search list twice the depth asked, at least 200 (at most pgvector's 1,000): on
+        -- 200k clustered vectors, in a graph built by ensure_model_index_v2, recall@10 is
+        -- 0.969 at ef 100 and 0.996 at ef 200 (docs/benchmarks.md). The function's SET clause
+        -- puts the caller's value back on exit.
+        PERFORM set_config('hnsw.ef_search', least(greatest(2 * v_vdepth, 200), 1000)::text,
+                           true);
         -- %6$s joins documents only when a filter needs them. The exact branch orders by
         -- "distance + 0" so that the planner cannot answer it from the HNSW index; it runs only
         -- when the index scan came back short.
