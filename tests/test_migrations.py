@@ -315,16 +315,16 @@ def test_manifest_check_catches_edits_and_unlisted_files(tmp_path: Path) -> None
 
     with (root / "sql/functions/search_v1.sql").open("a") as fh:
         fh.write("-- a tweak\n")
-    (root / "sql/functions/search_v2.sql").write_text("-- next\n")
-    (root / "migrations/versions/0002_next.py").write_text("# next\n")
+    (root / "sql/functions/search_v3.sql").write_text("-- next\n")
+    (root / "migrations/versions/0003_next.py").write_text("# next\n")
 
     problems = "\n".join(_manifest_problems(root))
     assert (
         "released file sql/functions/search_v1.sql was edited; add a new migration / a new _vN"
         " function instead" in problems
     )
-    assert "sql/functions/search_v2.sql is not in sql/RELEASED.sha256" in problems
-    assert "migrations/versions/0002_next.py is not in" in problems
+    assert "sql/functions/search_v3.sql is not in sql/RELEASED.sha256" in problems
+    assert "migrations/versions/0003_next.py is not in" in problems
     assert "add it to sql/RELEASED.sha256 when it ships" in problems
 
 
