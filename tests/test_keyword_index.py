@@ -421,7 +421,7 @@ def test_upgrade_from_0001_indexes_the_chunks_already_stored(empty_dsn: str) -> 
 def test_search_v2_validates_its_new_arguments(kw: Any) -> None:
     conn, _ = kw
     for bad, message in (
-        ("temperature => 0", "temperature must be > 0"),
+        ("temperature => 0", "temperature must be a finite number > 0"),
         ("postings_per_term => 0", "postings_per_term must be at least 1"),
     ):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
@@ -486,3 +486,76 @@ def test_keyword_only_fast_path_agrees_with_the_general_statement(kw: Any) -> No
         for a, b in zip(fast, general, strict=True):
             assert a[:11] == b[:11] and a[12] == b[12]
             assert a[11] == pytest.approx(b[11]) and a[13] == pytest.approx(b[13])
+
+
+def test_changing_chunk_ids_moves_their_postings(kw: Any) -> None:
+    conn, cid = kw
+    conn.execute("UPDATE pgrag.chunks SET id = id + 100000 WHERE id % 5 = 0")
+    _assert_in_step(conn, cid)
+    # An id freed by a delete, taken by another chunk in the same transaction.
+    with conn.transaction():
+        lo, hi = conn.execute("SELECT min(id), max(id) FROM pgrag.chunks").fetchone()
+        conn.execute("DELETE FROM pgrag.chunks WHERE id = %s", (lo,))
+        conn.execute("UPDATE pgrag.chunks SET id = %s WHERE id = %s", (lo, hi))
+    _assert_in_step(conn, cid)
+
+
+def test_truncating_collections_or_chunks_empties_the_index(kw: Any) -> None:
+    conn, cid = kw
+    conn.execute("TRUNCATE pgrag.collections CASCADE")
+    for table in ("keyword_postings", "keyword_df", "keyword_totals", "keyword_settings"):
+        assert conn.execute(f"SELECT count(*) FROM pgrag.{table}").fetchone() == (0,), table  # noqa: S608 - fixed names
+    cid = _collection(conn)
+    _add_document(conn, cid, "a.md", ["refund window", "invoice address"])
+    _assert_in_step(conn, cid)
+
+
+def test_extreme_temperatures_and_long_queries(kw: Any) -> None:
+    conn, cid = kw
+    # A tiny temperature puts all the probability on the first result instead of failing.
+    rows = _keyword_search(conn, "refund invoice payment", k=10, temperature=1e-9)
+    assert rows[0][2] == pytest.approx(1.0) and rows[-1][2] == pytest.approx(0.0)
+    for bad in ("'NaN'", "'Infinity'"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
+            conn.execute(f"SELECT * FROM pgrag.search_v2('kw', 'refund', temperature => {bad})")  # noqa: S608 - constant cases
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
+        conn.execute("SELECT * FROM pgrag.search_v2('kw', 'refund', keyword_weight => 'NaN')")
+    # More distinct words than the pruned path can track: still exact BM25 scores.
+    words = [f"w{i}x" for i in range(70)]
+    _add_document(conn, cid, "long.md", [" ".join(words), " ".join(words[:40])])
+    avgdl = _reference_avgdl(conn)
+    query = " ".join(words) + " refund invoice"
+    expected = _bm25(conn, cid, query, avgdl)
+    for chunk_id, score, _ in _keyword_search(conn, query, k=5, postings_per_term=1):
+        assert score == pytest.approx(expected[chunk_id], rel=1e-5)
+
+
+def test_maintenance_waits_for_open_writers_so_impacts_stay_consistent(kw: Any, dsn: str) -> None:
+    conn, cid = kw
+    _reference_avgdl(conn)
+    rng = random.Random(9)
+    _add_document(conn, cid, "long.md", [_text(rng, 400) for _ in range(30)])  # avg drifts
+    done = threading.Event()
+    with psycopg.connect(dsn) as writer:
+        _add_document(writer, cid, "open.md", ["refund refund invoice"])  # not committed yet
+
+        def maintain() -> None:
+            with psycopg.connect(dsn, autocommit=True) as c:
+                c.execute("SELECT * FROM pgrag.keyword_maintain_v1('kw')").fetchall()
+            done.set()
+
+        thread = threading.Thread(target=maintain)
+        thread.start()
+        assert not done.wait(1.0), "the refresh must wait for the open writer"
+        writer.commit()
+        thread.join(timeout=30)
+    assert done.is_set()
+    # Every posting's impact is at the one reference length, the open writer's included.
+    row = conn.execute(
+        "SELECT count(*) FROM pgrag.keyword_postings p"
+        " JOIN pgrag.keyword_settings s ON s.collection_id = p.collection_id"
+        " WHERE p.collection_id = %s AND abs(p.impact"
+        "   - p.tf / (p.tf + 1.5 * (0.25 + 0.75 * p.dl / s.impact_avgdl))) > 1e-5",
+        (cid,),
+    ).fetchone()
+    assert row == (0,)

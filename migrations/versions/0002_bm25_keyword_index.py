@@ -75,10 +75,11 @@ CREATE TRIGGER chunks_keyword_truncate AFTER TRUNCATE ON pgrag.chunks
     FOR EACH STATEMENT EXECUTE FUNCTION pgrag.keyword_truncate_v1();
 """
 
-# The chunks already stored: an UPDATE that touches nothing would not fire the sync (the
-# tsvector is unchanged), so the index is built with the trigger's own insert logic by
-# re-inserting nothing: the statement below feeds every chunk through it in one pass.
+# The chunks already stored, indexed in one pass with the trigger's own arithmetic.
 BACKFILL = """
+-- No chunk may be written between the backfill's snapshot and the triggers' creation.
+LOCK TABLE pgrag.chunks IN SHARE MODE;
+
 INSERT INTO pgrag.keyword_settings (collection_id, impact_avgdl)
 SELECT c.collection_id, greatest(avg(l.n), 1)
   FROM pgrag.chunks c,

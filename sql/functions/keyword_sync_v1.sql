@@ -23,8 +23,7 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    -- The chunks whose words leave the index and the chunks whose words enter it. An UPDATE
-    -- that leaves the tsvector alone (principals, metadata, page) touches nothing.
+    -- The chunks whose words leave the index and the chunks whose words enter it.
     v_gone_collections integer[];
     v_gone_ids         bigint[];
     v_gone_tsv         tsvector[];
@@ -32,6 +31,9 @@ DECLARE
     v_new_ids          bigint[];
     v_new_tsv          tsvector[];
 BEGIN
+    -- What leaves and what enters, as a set difference on (id, collection, words): it holds
+    -- for any UPDATE, including one that changes ids, and for INSERT ... ON CONFLICT, MERGE or
+    -- a row matched twice. An UPDATE that leaves all three alone touches nothing.
     IF TG_OP = 'DELETE' THEN
         SELECT array_agg(o.collection_id), array_agg(o.id), array_agg(o.tsv)
           INTO v_gone_collections, v_gone_ids, v_gone_tsv
@@ -41,12 +43,18 @@ BEGIN
           INTO v_new_collections, v_new_ids, v_new_tsv
           FROM new_rows n;
     ELSE
-        SELECT array_agg(o.collection_id), array_agg(o.id), array_agg(o.tsv),
-               array_agg(n.collection_id), array_agg(n.id), array_agg(n.tsv)
-          INTO v_gone_collections, v_gone_ids, v_gone_tsv,
-               v_new_collections, v_new_ids, v_new_tsv
-          FROM old_rows o JOIN new_rows n ON n.id = o.id
-         WHERE o.tsv IS DISTINCT FROM n.tsv OR o.collection_id <> n.collection_id;
+        SELECT array_agg(o.collection_id), array_agg(o.id), array_agg(o.tsv)
+          INTO v_gone_collections, v_gone_ids, v_gone_tsv
+          FROM old_rows o
+         WHERE NOT EXISTS (SELECT 1 FROM new_rows n
+                            WHERE n.id = o.id AND n.collection_id = o.collection_id
+                              AND n.tsv = o.tsv);
+        SELECT array_agg(n.collection_id), array_agg(n.id), array_agg(n.tsv)
+          INTO v_new_collections, v_new_ids, v_new_tsv
+          FROM new_rows n
+         WHERE NOT EXISTS (SELECT 1 FROM old_rows o
+                            WHERE o.id = n.id AND o.collection_id = n.collection_id
+                              AND o.tsv = n.tsv);
     END IF;
 
     IF v_gone_ids IS NOT NULL THEN
@@ -88,6 +96,10 @@ BEGIN
           FROM unnest(v_new_collections, v_new_tsv) AS n(collection_id, tsv)
          GROUP BY n.collection_id
         ON CONFLICT (collection_id) DO NOTHING;
+        -- Held to commit: keyword_maintain_v1 refreshes impacts under FOR UPDATE of this row,
+        -- so it waits for writers whose postings its refresh must see, and they for it.
+        PERFORM 1 FROM pgrag.keyword_settings s
+          WHERE s.collection_id = ANY (v_new_collections) FOR SHARE;
 
         WITH added AS MATERIALIZED (
                  SELECT n.collection_id, n.chunk_id, n.tsv,
@@ -131,8 +143,13 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
-    TRUNCATE pgrag.keyword_postings, pgrag.keyword_df, pgrag.keyword_totals,
-             pgrag.keyword_settings;
+    -- The postings (no foreign key, so no TRUNCATE ... CASCADE reaches them) are truncated;
+    -- the statistics are deleted, since a TRUNCATE of collections CASCADE may be truncating
+    -- them in this same statement.
+    TRUNCATE pgrag.keyword_postings;
+    DELETE FROM pgrag.keyword_df;
+    DELETE FROM pgrag.keyword_totals;
+    DELETE FROM pgrag.keyword_settings;
     RETURN NULL;
 END
 $fn$;

@@ -110,8 +110,13 @@ BEGIN
         RAISE EXCEPTION 'vector_weight and keyword_weight must be >= 0, got % and %',
             vector_weight, keyword_weight USING ERRCODE = '22023';
     END IF;
-    IF temperature IS NULL OR NOT temperature > 0 THEN
-        RAISE EXCEPTION 'temperature must be > 0, got %', temperature USING ERRCODE = '22023';
+    IF temperature IS NULL OR NOT temperature > 0 OR temperature IN ('NaN', 'Infinity') THEN
+        RAISE EXCEPTION 'temperature must be a finite number > 0, got %', temperature
+            USING ERRCODE = '22023';
+    END IF;
+    IF vector_weight IN ('NaN', 'Infinity') OR keyword_weight IN ('NaN', 'Infinity') THEN
+        RAISE EXCEPTION 'vector_weight and keyword_weight must be finite, got % and %',
+            vector_weight, keyword_weight USING ERRCODE = '22023';
     END IF;
     IF postings_per_term IS NOT NULL AND postings_per_term < 1 THEN
         RAISE EXCEPTION 'postings_per_term must be at least 1 (or NULL for exact), got %',
@@ -167,7 +172,9 @@ BEGIN
         SELECT array_agg(x.lexeme),
                array_agg(x.df),
                array_agg(ln(1 + (st.n - x.df + 0.5) / (x.df + 0.5))),
-               coalesce(NOT v_filtered AND sum(x.df) > postings_per_term, false)
+               -- (the pruned path tracks terms in a 62-bit mask: a longer query reads all)
+               coalesce(NOT v_filtered AND sum(x.df) > postings_per_term AND count(*) <= 62,
+                        false)
           INTO v_terms, v_dfs, v_idfs, v_pruned
           FROM (SELECT sum(t.chunks)::float8 AS n
                   FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id) st,
@@ -188,8 +195,7 @@ BEGIN
             -- are exact BM25; only a chunk that never became a candidate can be missed.
             WITH t AS (
                      SELECT b.lexeme, b.idf, b.df,
-                            -- a bit per term (beyond 62 terms: 0, always probed)
-                            CASE WHEN b.i <= 62 THEN 1::bigint << (b.i - 1)::int ELSE 0 END AS bit,
+                            (1::bigint << (b.i - 1)::int) AS bit,  -- at most 62 terms here
                             greatest(ceil(postings_per_term * b.idf / sum(b.idf) OVER ()),
                                      v_kdepth)::int AS budget
                        FROM unnest(v_terms, v_idfs, v_dfs) WITH ORDINALITY
@@ -295,7 +301,7 @@ BEGIN
                    JOIN pgrag.documents d ON d.id = c.document_id
                   ORDER BY r.kr
                   LIMIT k),
-             z AS (SELECT top.*, exp((top.fused - max(top.fused) OVER ()) / temperature) AS e
+             z AS (SELECT top.*, exp(greatest((top.fused - max(top.fused) OVER ()) / temperature, -700)) AS e
                      FROM top)
         SELECT (row_number() OVER (ORDER BY z.kr))::int, z.fused, z.id, z.doc, z.src, z.ttl,
                z.sect, z.content, NULL::integer, z.kr, NULL::float8, z.s, z.meta,
@@ -356,7 +362,7 @@ BEGIN
                    JOIN pgrag.documents d ON d.id = c.document_id
                   ORDER BY f.fused DESC, f.best, f.id
                   LIMIT k),
-         z AS (SELECT top.*, exp((top.fused - max(top.fused) OVER ()) / temperature) AS e
+         z AS (SELECT top.*, exp(greatest((top.fused - max(top.fused) OVER ()) / temperature, -700)) AS e
                  FROM top)
     SELECT (row_number() OVER (ORDER BY z.fused DESC, z.best, z.id))::int,
            z.fused, z.id, z.doc, z.src, z.ttl, z.sect, z.content, z.vr, z.kr, z.dist, z.s,
