@@ -44,14 +44,23 @@ import hashlib
 import json
 import os
 import re
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import psycopg
+from _bench import (
+    Phases,
+    Timings,
+    create_database,
+    database_exists,
+    drop_database,
+    latency,
+    log,
+    mb,
+)
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -74,27 +83,6 @@ TARGET_RECALL = 0.98
 SEARCH = "SELECT chunk_id FROM pgrag.search_v2(%(c)s, NULL, %(q)s::vector, k => %(k)s::int"
 DEFAULT = SEARCH + ")"
 WITH_DEPTH = SEARCH + ", vector_depth => %(d)s::int)"
-
-Timings = dict[str, float]
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-class Phases:
-    """Seconds per named phase, logged to stderr as each one ends."""
-
-    def __init__(self) -> None:
-        self.seconds: Timings = {}
-
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        result = fn()
-        self.seconds[name] = time.perf_counter() - t0
-        log(f"  {name:<34} {self.seconds[name]:9.2f} s")
-        return result
-
 
 # -- vectors -------------------------------------------------------------------------------
 
@@ -213,38 +201,6 @@ def corpus_settings(args: argparse.Namespace) -> dict[str, Any]:
         "clusters": args.clusters,
         "seed": args.seed,
     }
-
-
-def database_exists(admin: str, name: str) -> tuple[bool, str | None]:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %(n)s",
-            {"n": name},
-        ).fetchone()
-    return row is not None, None if row is None else row[0]
-
-
-def create_database(admin: str, name: str) -> None:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        conn.execute(
-            sql.SQL("COMMENT ON DATABASE {} IS {}").format(
-                sql.Identifier(name), sql.Literal(MARKER)
-            )
-        )
-
-
-def drop_database(admin: str, name: str) -> None:
-    exists, comment = database_exists(admin, name)
-    if not exists:
-        return
-    if comment != MARKER:
-        sys.exit(
-            f"database {name!r} was not created by this benchmark (no marker comment);"
-            " drop it yourself or pick another --database"
-        )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
 
 
 def register_vector(conn: psycopg.Connection[Any]) -> None:
@@ -425,16 +381,6 @@ def run_queries(
     return hits, ms
 
 
-def latency(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {
-        "p50_ms": float(np.percentile(a, 50)),
-        "p95_ms": float(np.percentile(a, 95)),
-        "mean_ms": float(a.mean()),
-        "max_ms": float(a.max()),
-    }
-
-
 def recall(hits: list[list[int]], index: np.ndarray, exact: np.ndarray) -> dict[str, float]:
     k = exact.shape[1]
     overlaps = np.array(
@@ -530,10 +476,6 @@ def iter_cases(k_values: tuple[int, ...]) -> Iterator[tuple[str, int, int | None
 
 
 # -- report --------------------------------------------------------------------------------
-
-
-def mb(n: int) -> str:
-    return f"{n / 2**20:,.1f} MB"
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -643,9 +585,9 @@ def main() -> None:
     load_seconds: Timings | None = None
     notices: list[str] = []
     if model is None:
-        drop_database(admin, args.database)
+        drop_database(admin, args.database, MARKER)
         log(f"creating database {args.database}")
-        create_database(admin, args.database)
+        create_database(admin, args.database, MARKER)
         phases.run("migrate to head", lambda: migrate.upgrade(dsn))
         model = load(dsn, args, stored, phases)
         notices = build_index(dsn, model, phases)
@@ -741,7 +683,7 @@ def main() -> None:
         print_table(result)
     if not args.keep:
         log(f"dropping database {args.database} (--no-keep)")
-        drop_database(admin, args.database)
+        drop_database(admin, args.database, MARKER)
 
 
 if __name__ == "__main__":

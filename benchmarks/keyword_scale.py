@@ -18,7 +18,7 @@ in docs/benchmarks.md.
 Load path: the bulk one, not pgrag ingest and not the keyword trigger. What is measured is query
 latency, and the loaded index is the same: documents and chunks are COPYed with the insert
 trigger disabled, then keyword_postings, keyword_df, keyword_totals and keyword_settings are
-built by the migration's own BACKFILL SQL (copied below, and checked against the migration file),
+built by the migration's own BACKFILL SQL (read from the migration file),
 with the postings' two indexes (and the chunks' GIN index) dropped first and rebuilt once
 afterwards. The result is what a trigger-maintained collection looks like after
 keyword_maintain_v1 has folded its deltas: one keyword_df row per lexeme, impacts at the
@@ -51,13 +51,22 @@ import hashlib
 import json
 import os
 import re
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import psycopg
+from _bench import (
+    Phases,
+    Timings,
+    create_database,
+    database_exists,
+    drop_database,
+    latency,
+    log,
+    mb,
+)
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -78,64 +87,12 @@ TARGET_CHUNKS, TARGET_P50_MS = 1_000_000, 10.0
 BULK_INDEXES = ("chunks_tsv_idx", "keyword_postings_impact_idx")
 BULK_CONSTRAINTS = (("keyword_postings", "keyword_postings_pkey"),)
 
-# Verbatim from migrations/versions/0002_bm25_keyword_index.py (checked at load time).
-BACKFILL = """
-INSERT INTO pgrag.keyword_settings (collection_id, impact_avgdl)
-SELECT c.collection_id, greatest(avg(l.n), 1)
-  FROM pgrag.chunks c,
-       LATERAL (SELECT sum(coalesce(array_length(u.positions, 1), 1)) AS n FROM unnest(c.tsv) u) l
- GROUP BY c.collection_id;
-
-WITH terms AS MATERIALIZED (
-         SELECT c.collection_id, c.id AS chunk_id, u.lexeme,
-                coalesce(array_length(u.positions, 1), 1) AS tf,
-                sum(coalesce(array_length(u.positions, 1), 1)) OVER (PARTITION BY c.id) AS dl
-           FROM pgrag.chunks c, unnest(c.tsv) u),
-     postings AS (
-         INSERT INTO pgrag.keyword_postings (collection_id, lexeme, chunk_id, tf, dl, impact)
-         SELECT t.collection_id, t.lexeme, t.chunk_id, t.tf, t.dl,
-                t.tf / (t.tf + 1.5 * (0.25 + 0.75 * t.dl / s.impact_avgdl))
-           FROM terms t JOIN pgrag.keyword_settings s ON s.collection_id = t.collection_id)
-INSERT INTO pgrag.keyword_df (collection_id, lexeme, df)
-SELECT t.collection_id, t.lexeme, count(*) FROM terms t GROUP BY t.collection_id, t.lexeme;
-
-INSERT INTO pgrag.keyword_totals (collection_id, chunks, length)
-SELECT c.collection_id, count(*), coalesce(sum(l.n), 0)
-  FROM pgrag.chunks c,
-       LATERAL (SELECT sum(coalesce(array_length(u.positions, 1), 1)) AS n FROM unnest(c.tsv) u) l
- GROUP BY c.collection_id;
-"""
 BACKFILL_PHASES = ("backfill keyword_settings", "backfill postings + df", "backfill totals")
 
 SEARCH = "SELECT chunk_id, keyword_score FROM pgrag.search_v2(%(c)s, %(q)s, NULL, k => %(k)s::int"
 PRUNED_DEFAULT = SEARCH + ")"
 PRUNED_EXPLICIT = SEARCH + ", postings_per_term => %(ppt)s::int)"
 EXACT = SEARCH + ", postings_per_term => NULL)"
-
-Timings = dict[str, float]
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-class Phases:
-    """Seconds per named phase, logged to stderr as each one ends."""
-
-    def __init__(self) -> None:
-        self.seconds: Timings = {}
-
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        result = fn()
-        self.add(name, time.perf_counter() - t0)
-        return result
-
-    def add(self, name: str, seconds: float, quiet: bool = False) -> None:
-        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
-        if not quiet:
-            log(f"  {name:<34} {seconds:9.2f} s")
-
 
 # -- corpus --------------------------------------------------------------------------------
 
@@ -219,38 +176,6 @@ def corpus_settings(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def database_exists(admin: str, name: str) -> tuple[bool, str | None]:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %(n)s",
-            {"n": name},
-        ).fetchone()
-    return row is not None, None if row is None else row[0]
-
-
-def create_database(admin: str, name: str) -> None:
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        conn.execute(
-            sql.SQL("COMMENT ON DATABASE {} IS {}").format(
-                sql.Identifier(name), sql.Literal(MARKER)
-            )
-        )
-
-
-def drop_database(admin: str, name: str) -> None:
-    exists, comment = database_exists(admin, name)
-    if not exists:
-        return
-    if comment != MARKER:
-        sys.exit(
-            f"database {name!r} was not created by this benchmark (no marker comment);"
-            " drop it yourself or pick another --database"
-        )
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
-
-
 def loaded_collection(conn: psycopg.Connection[Any], settings: dict[str, Any]) -> int | None:
     """The collection's id when it holds exactly the corpus asked for."""
     row = conn.execute(
@@ -295,11 +220,23 @@ def drop_bulk_indexes(conn: psycopg.Connection[Any]) -> list[tuple[str, sql.Comp
     return rebuild
 
 
+def migration_backfill() -> list[str]:
+    """The INSERT statements of migration 0002's BACKFILL: the keyword index is built exactly
+    as an upgrade builds it for the chunks already stored (the LOCK is left out: the load holds
+    the database to itself)."""
+    import importlib.util
+
+    path = next(migrations_dir().glob("versions/0002_*.py"))
+    spec = importlib.util.spec_from_file_location("pgrag_migration_0002", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    statements = [s.strip() for s in module.BACKFILL.split(";\n\n")]
+    return [s for s in statements if "INSERT INTO" in s]
+
+
 def load(dsn: str, args: argparse.Namespace, vocabulary: list[str], phases: Phases) -> int:
-    backfill = [s.strip() for s in BACKFILL.split(";\n\n")]
-    migration = next(migrations_dir().glob("versions/0002_*.py")).read_text(encoding="utf-8")
-    if BACKFILL not in migration:
-        log("warning: BACKFILL differs from migration 0002's; the loaded index may not match it")
+    backfill = migration_backfill()
     documents = -(-args.chunks // CHUNKS_PER_DOCUMENT)
     with psycopg.connect(dsn) as conn:
         conn.execute("SET maintenance_work_mem = '1GB'")
@@ -471,16 +408,6 @@ def measure(
     return latencies, hits
 
 
-def latency(ms: list[float]) -> dict[str, float]:
-    a = np.asarray(ms)
-    return {
-        "p50_ms": float(np.percentile(a, 50)),
-        "p95_ms": float(np.percentile(a, 95)),
-        "mean_ms": float(a.mean()),
-        "max_ms": float(a.max()),
-    }
-
-
 def report_set(
     queries: list[str],
     lat: list[list[float]],
@@ -567,10 +494,6 @@ def server_info(conn: psycopg.Connection[Any]) -> dict[str, str]:
         "SELECT n, current_setting(n) FROM unnest(%(n)s::text[]) n", {"n": names}
     ).fetchall()
     return {**dict(rows), "cpus": str(os.cpu_count())}
-
-
-def mb(n: int) -> str:
-    return f"{n / 2**20:,.1f} MB"
 
 
 def print_table(result: dict[str, Any]) -> None:
@@ -694,9 +617,9 @@ def main() -> None:
         if cid is None:
             log(f"{args.database} does not hold this corpus ({settings}); reloading")
     if cid is None:
-        drop_database(admin, args.database)
+        drop_database(admin, args.database, MARKER)
         log(f"creating database {args.database}")
-        create_database(admin, args.database)
+        create_database(admin, args.database, MARKER)
         phases.run("migrate to head", lambda: migrate.upgrade(dsn))
 
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -776,7 +699,7 @@ def main() -> None:
         print_table(result)
     if not args.keep:
         log(f"dropping database {args.database} (--no-keep)")
-        drop_database(admin, args.database)
+        drop_database(admin, args.database, MARKER)
 
 
 if __name__ == "__main__":
