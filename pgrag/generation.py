@@ -13,18 +13,15 @@ import json
 import math
 import os
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from pgrag.errors import ConfigError, GenerationError
+from pgrag.http_post import OPENER as _OPENER  # noqa: F401 - tests reach it through here
+from pgrag.http_post import Endpoint, Transient, describe, error_excerpt, one_line
 
 _OPENAI_NETLOCS = ("api.openai.com", "api.openai.com:443")
-_BACKOFF_FIRST, _BACKOFF_CAP, _RETRY_AFTER_CAP = 0.5, 8.0, 10.0
-_REFUSED_RETRIES = 1  # nobody listening on the port rarely fixes itself within seconds
 _OFFLINE_HINT = "Set PGRAG_LLM_BASE_URL or unset it to use the offline extractive reader"
 _KEY_HINT = "check PGRAG_LLM_API_KEY"
 _HTTP_HINTS = {401: _KEY_HINT, 403: _KEY_HINT, 404: "check PGRAG_LLM_BASE_URL and PGRAG_LLM_MODEL"}
@@ -121,58 +118,6 @@ class LLMConfig:
         return cls(base_url=base_url, model=model, api_key=api_key, timeout=timeout)
 
 
-class _Transient(Exception):
-    """A failure worth retrying; the final message is ``problem; hint``."""
-
-    def __init__(
-        self, problem: str, hint: str, retry_after: float | None = None, *, refused: bool = False
-    ) -> None:
-        super().__init__(problem)
-        self.problem, self.hint, self.retry_after = problem, hint, retry_after
-        self.refused = refused
-
-
-def _one_line(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def _describe(reason: object) -> str:
-    text = reason.strerror if isinstance(reason, OSError) and reason.strerror else str(reason)
-    return _one_line(text or type(reason).__name__)
-
-
-def _error_excerpt(raw: bytes) -> str:
-    """The ``error.message`` of a JSON error body when there is one, else the body itself."""
-    text = raw.decode("utf-8", errors="replace")
-    try:
-        error = json.loads(text).get("error")
-    except (ValueError, AttributeError):
-        error = None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return _one_line(error["message"])
-    return _one_line(error if isinstance(error, str) else text)
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        seconds = float(value or "")
-    except ValueError:
-        return None
-    return min(seconds, _RETRY_AFTER_CAP) if seconds >= 0 else None
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """urllib would follow a redirected POST as a GET carrying the Authorization header to
-    whatever host the redirect names; a redirect is reported instead."""
-
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects())
-
-
 class ChatClient:
     """Sends chat requests to ``config.chat_url``; see :meth:`complete`."""
 
@@ -180,6 +125,19 @@ class ChatClient:
         self.config = config
         self.url = config.chat_url
         self._sleep = sleep
+        self.endpoint = Endpoint(
+            url=self.url,
+            label="LLM endpoint",
+            error=GenerationError,
+            timeout=config.timeout,
+            retries=config.max_retries,
+            setting="PGRAG_LLM_BASE_URL to the final address",
+            unreachable_hint=f"is the server running? {_OFFLINE_HINT}",
+            timeout_hint="raise PGRAG_LLM_TIMEOUT or check that the server is not overloaded",
+            logs_hint="check the LLM server's logs",
+            hints=_HTTP_HINTS,
+            default_hint="check PGRAG_LLM_MODEL and the server's logs",
+        )
 
     def complete(
         self, messages: list[dict[str, str]], *, on_token: Callable[[str], None] | None = None
@@ -193,54 +151,16 @@ class ChatClient:
         if cfg.api_key:
             headers["Authorization"] = f"Bearer {cfg.api_key}"
         data = json.dumps(body).encode("utf-8")
-        refusals = 0
-        for attempt in range(cfg.max_retries + 1):
-            try:
-                return self._attempt(data, headers, on_token)
-            except _Transient as exc:
-                refusals += exc.refused
-                if attempt == cfg.max_retries or refusals > _REFUSED_RETRIES:
-                    tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
-                    raise GenerationError(f"{exc.problem}{tries}; {exc.hint}") from exc.__cause__
-                backoff = min(_BACKOFF_FIRST * 2**attempt, _BACKOFF_CAP)
-                self._sleep(backoff if exc.retry_after is None else exc.retry_after)
-        raise AssertionError("unreachable")  # pragma: no cover
 
-    def _attempt(
-        self, data: bytes, headers: dict[str, str], on_token: Callable[[str], None] | None
-    ) -> str:
-        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-        try:
-            response = _OPENER.open(request, timeout=self.config.timeout)
-        except urllib.error.HTTPError as exc:
-            try:
-                raise self._http_error(exc) from exc
-            finally:
-                exc.close()
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise self._timeout() from exc
-            raise self._unreachable(exc.reason) from exc
-        except TimeoutError as exc:
-            raise self._timeout() from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise self._unreachable(exc) from exc
-        with response:
+        def read(response: http.client.HTTPResponse) -> str:
             if on_token is not None and "event-stream" in response.headers.get("Content-Type", ""):
                 return self._read_stream(response, on_token)
-            raw = self._read(response.read)
-        text = self._parse(raw, "message")
-        if on_token is not None and text:  # the server ignored "stream": true
-            on_token(text)
-        return text
+            text = self._parse(self.endpoint.read(response.read), "message")
+            if on_token is not None and text:  # the server ignored "stream": true
+                on_token(text)
+            return text
 
-    def _read(self, read: Callable[[], bytes]) -> bytes:
-        try:
-            return read()
-        except TimeoutError as exc:
-            raise self._timeout() from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise self._unreachable(exc) from exc
+        return self.endpoint.post(data, headers, read, sleep=self._sleep)
 
     def _read_stream(
         self, response: http.client.HTTPResponse, on_token: Callable[[str], None]
@@ -250,13 +170,13 @@ class ChatClient:
         buffer = b""
         while True:
             try:  # read1(), not readline(): only read1() reports a cut-off chunked stream
-                data = self._read(lambda: response.read1(65536))
-            except _Transient as exc:
+                data = self.endpoint.read(lambda: response.read1(65536))
+            except Transient as exc:
                 if not pieces:
                     raise  # nothing emitted yet, so a retry is invisible to the caller
                 raise GenerationError(
                     f"the LLM endpoint {self.url} dropped the connection mid-answer "
-                    f"({_describe(exc.__cause__)}); try again"
+                    f"({describe(exc.__cause__)}); try again"
                 ) from exc.__cause__
             lines = (buffer + data).split(b"\n")
             buffer = lines.pop() if data else b""
@@ -284,7 +204,7 @@ class ChatClient:
             raise self._malformed("not JSON", raw) from None
         if isinstance(payload, dict) and "error" in payload:
             raise GenerationError(
-                f"LLM endpoint {self.url} answered an error: {_error_excerpt(raw)}; "
+                f"LLM endpoint {self.url} answered an error: {error_excerpt(raw)}; "
                 "check PGRAG_LLM_MODEL and the server's logs"
             )
         choices = payload.get("choices") if isinstance(payload, dict) else None
@@ -297,43 +217,8 @@ class ChatClient:
             return ""
         raise self._malformed(f"no choices[0].{field}.content", raw)
 
-    def _http_error(self, exc: urllib.error.HTTPError) -> Exception:
-        try:
-            excerpt = _error_excerpt(exc.read(4096))
-        except (OSError, http.client.HTTPException):
-            excerpt = ""
-        problem = f"LLM endpoint {self.url} answered HTTP {exc.code}"
-        if 300 <= exc.code < 400:
-            target = exc.headers.get("Location", "elsewhere")
-            return GenerationError(
-                f"{problem}, a redirect to {_one_line(target, 120)}; pgrag does not follow"
-                " redirects (they would carry the API key along): set PGRAG_LLM_BASE_URL to"
-                " the final address"
-            )
-        problem += f": {excerpt}" if excerpt else ""
-        if exc.code == 429:
-            hint = "the server is rate-limiting; wait a moment and try again"
-            return _Transient(problem, hint, _retry_after(exc.headers.get("Retry-After")))
-        if exc.code >= 500:
-            return _Transient(problem, "check the LLM server's logs")
-        hint = _HTTP_HINTS.get(exc.code, "check PGRAG_LLM_MODEL and the server's logs")
-        return GenerationError(f"{problem}; {hint}")
-
-    def _unreachable(self, reason: object) -> _Transient:
-        return _Transient(
-            f"cannot reach the LLM endpoint {self.url} ({_describe(reason)})",
-            f"is the server running? {_OFFLINE_HINT}",
-            refused=isinstance(reason, ConnectionRefusedError),
-        )
-
-    def _timeout(self) -> GenerationError:
-        return GenerationError(
-            f"the LLM endpoint {self.url} did not answer within {self.config.timeout:g}s; "
-            "raise PGRAG_LLM_TIMEOUT or check that the server is not overloaded"
-        )
-
     def _malformed(self, what: str, raw: bytes) -> GenerationError:
-        excerpt = _one_line(raw.decode("utf-8", errors="replace"), 120)
+        excerpt = one_line(raw.decode("utf-8", errors="replace"), 120)
         return GenerationError(
             f"LLM endpoint {self.url} answered something that is not a chat completion "
             f"({what}: {excerpt!r}); check that PGRAG_LLM_BASE_URL points at an OpenAI API"

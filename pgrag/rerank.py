@@ -15,21 +15,18 @@ ones already picked. torch, sentence-transformers and numpy are imported only wh
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
 from .errors import ConfigError, InputError, RerankError
-from .generation import _describe, _error_excerpt, _NoRedirects, _one_line, _retry_after
+from .http_post import Endpoint, error_excerpt, one_line
 
 if TYPE_CHECKING:
     import numpy.typing as npt
@@ -43,8 +40,6 @@ __all__ = [
     "reranker_from_config",
 ]
 
-_BACKOFF_FIRST, _BACKOFF_CAP = 0.5, 8.0
-_REFUSED_RETRIES = 1  # nobody listening on the port rarely fixes itself within seconds
 _DOCS = "see docs/reranking.md"
 
 
@@ -132,7 +127,7 @@ class CrossEncoderReranker:
                 except (OSError, ValueError, KeyError) as exc:
                     raise ConfigError(
                         f"cannot load a cross-encoder from {str(self.path)!r}"
-                        f" ({_one_line(str(exc), 160)}); {_DOCS}"
+                        f" ({one_line(str(exc), 160)}); {_DOCS}"
                     ) from exc
                 if model.num_labels not in (1, 2):
                     raise ConfigError(
@@ -183,17 +178,6 @@ def _shown(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc="***@" + parts.netloc.split("@")[-1]))
 
 
-class _Transient(Exception):
-    """A failure worth retrying; the final message is ``problem; hint``."""
-
-    def __init__(
-        self, problem: str, hint: str, retry_after: float | None = None, *, refused: bool = False
-    ) -> None:
-        super().__init__(problem)
-        self.problem, self.hint, self.retry_after = problem, hint, retry_after
-        self.refused = refused
-
-
 class HTTPReranker:
     """Scores passages with a rerank endpoint; see docs/reranking.md.
 
@@ -233,7 +217,27 @@ class HTTPReranker:
         self.name = self.model or _shown(self.url)
         self.timeout, self.retries, self.batch_size = timeout, retries, batch_size
         self._sleep = sleep
-        self._opener = urllib.request.build_opener(_NoRedirects())
+        self.endpoint = Endpoint(
+            url=self.url,
+            label="reranker",
+            error=RerankError,
+            timeout=timeout,
+            retries=retries,
+            setting="PGRAG_RERANKER to the final URL",
+            unreachable_hint="is the server running? Fix PGRAG_RERANKER or unset it to search"
+            " without reranking",
+            timeout_hint="check that the server is not overloaded, or rerank fewer passages",
+            logs_hint="check the rerank server's logs",
+            hints={
+                401: "check PGRAG_RERANKER_API_KEY",
+                403: "check PGRAG_RERANKER_API_KEY",
+                404: "check the URL: TEI serves POST /rerank, Cohere and Jina POST /v1/rerank",
+                413: "the request is too large for the server; lower the batch size",
+            },
+            default_hint="check PGRAG_RERANKER_MODEL: set it for Cohere, Jina or vLLM, leave it"
+            " unset for Text Embeddings Inference",
+            shown=_shown(self.url),
+        )
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         scores: list[float] = []
@@ -256,87 +260,13 @@ class HTTPReranker:
         }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        raw = self._post(json.dumps(body).encode("utf-8"), headers)
+        raw = self.endpoint.post(
+            json.dumps(body).encode("utf-8"),
+            headers,
+            lambda response: self.endpoint.read(response.read),
+            sleep=self._sleep,
+        )
         return self._parse(raw, len(passages))
-
-    def _post(self, data: bytes, headers: dict[str, str]) -> bytes:
-        refusals = 0
-        for attempt in range(self.retries + 1):
-            try:
-                return self._attempt(data, headers)
-            except _Transient as exc:
-                refusals += exc.refused
-                if attempt == self.retries or refusals > _REFUSED_RETRIES:
-                    tries = f" (gave up after {attempt + 1} attempts)" if attempt else ""
-                    raise RerankError(f"{exc.problem}{tries}; {exc.hint}") from exc.__cause__
-                backoff = min(_BACKOFF_FIRST * 2**attempt, _BACKOFF_CAP)
-                self._sleep(backoff if exc.retry_after is None else exc.retry_after)
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _attempt(self, data: bytes, headers: dict[str, str]) -> bytes:
-        request = urllib.request.Request(self.url, data=data, headers=headers, method="POST")
-        try:
-            with self._opener.open(request, timeout=self.timeout) as response:
-                raw: bytes = response.read()
-                return raw
-        except urllib.error.HTTPError as exc:
-            try:
-                raise self._http_error(exc) from exc
-            finally:
-                exc.close()
-        except urllib.error.URLError as exc:
-            if isinstance(exc.reason, TimeoutError):
-                raise self._timeout() from exc
-            raise self._unreachable(exc.reason) from exc
-        except TimeoutError as exc:
-            raise self._timeout() from exc
-        except (OSError, http.client.HTTPException) as exc:
-            raise self._unreachable(exc) from exc
-
-    def _http_error(self, exc: urllib.error.HTTPError) -> Exception:
-        problem = f"reranker {_shown(self.url)} answered HTTP {exc.code}"
-        if 300 <= exc.code < 400:
-            target = exc.headers.get("Location", "elsewhere")
-            return RerankError(
-                f"{problem}, a redirect to {_one_line(target, 120)}; pgrag does not follow"
-                " redirects (they would carry the API key along): set PGRAG_RERANKER to the"
-                " final URL"
-            )
-        try:
-            excerpt = _error_excerpt(exc.read(4096))
-        except (OSError, http.client.HTTPException):
-            excerpt = ""
-        problem += f": {excerpt}" if excerpt else ""
-        if exc.code == 429:
-            hint = "the server is rate-limiting; wait a moment and try again"
-            return _Transient(problem, hint, _retry_after(exc.headers.get("Retry-After")))
-        if exc.code >= 500:
-            return _Transient(problem, "check the rerank server's logs")
-        if exc.code in (401, 403):
-            hint = "check PGRAG_RERANKER_API_KEY"
-        elif exc.code == 404:
-            hint = "check the URL: TEI serves POST /rerank, Cohere and Jina POST /v1/rerank"
-        elif exc.code == 413:
-            hint = "the request is too large for the server; lower the batch size"
-        else:
-            hint = (
-                "check PGRAG_RERANKER_MODEL: set it for Cohere, Jina or vLLM, leave it unset"
-                " for Text Embeddings Inference"
-            )
-        return RerankError(f"{problem}; {hint}")
-
-    def _unreachable(self, reason: object) -> _Transient:
-        return _Transient(
-            f"cannot reach the reranker {_shown(self.url)} ({_describe(reason)})",
-            "is the server running? Fix PGRAG_RERANKER or unset it to search without reranking",
-            refused=isinstance(reason, ConnectionRefusedError),
-        )
-
-    def _timeout(self) -> RerankError:
-        return RerankError(
-            f"the reranker {_shown(self.url)} did not answer within {self.timeout:g}s;"
-            " check that the server is not overloaded, or rerank fewer passages"
-        )
 
     def _parse(self, raw: bytes, count: int) -> list[float]:
         """Scores in passage order from either response shape; every index exactly once."""
@@ -350,7 +280,7 @@ class HTTPReranker:
             items, key = payload, "score"
         elif isinstance(payload, dict) and ("error" in payload or "message" in payload):
             raise RerankError(
-                f"reranker {_shown(self.url)} answered an error: {_error_excerpt(raw)};"
+                f"reranker {_shown(self.url)} answered an error: {error_excerpt(raw)};"
                 " check the server's logs"
             )
         else:
@@ -374,7 +304,7 @@ class HTTPReranker:
         return found
 
     def _malformed(self, what: str, raw: bytes) -> RerankError:
-        excerpt = _one_line(raw.decode("utf-8", errors="replace"), 120)
+        excerpt = one_line(raw.decode("utf-8", errors="replace"), 120)
         return RerankError(
             f"reranker {_shown(self.url)} answered something that is not a rerank response"
             f" ({what}: {excerpt!r}); check that PGRAG_RERANKER points at a /rerank endpoint"
