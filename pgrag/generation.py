@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pgrag.errors import ConfigError, GenerationError
-from pgrag.http_post import OPENER as _OPENER  # noqa: F401 - tests reach it through here
 from pgrag.http_post import Endpoint, Transient, describe, error_excerpt, one_line
 
 _OPENAI_NETLOCS = ("api.openai.com", "api.openai.com:443")

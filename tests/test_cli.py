@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from pgrag import generation
+from pgrag import http_post
 from pgrag.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]
@@ -366,7 +366,7 @@ def test_ask_llm_plain_mode_streams(loaded: str, llm: FakeLLM) -> None:
 
 
 def test_ask_llm_unreachable(loaded: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(generation, "_BACKOFF_FIRST", 0.0)  # retries, without the waiting
+    monkeypatch.setattr(http_post, "BACKOFF_FIRST", 0.0)  # retries, without the waiting
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from pgrag import generation
+from pgrag import http_post
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.generation import ChatClient, LLMConfig, normalize_base_url
 
@@ -455,7 +455,7 @@ def test_refusals_are_counted_apart_from_other_failures(
     llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 503, then the server goes away: the 503 does not use up the refusal's one retry.
-    real_open = generation._OPENER.open
+    real_open = http_post.OPENER.open
     calls: list[int] = []
 
     def urlopen(request: urllib.request.Request, timeout: float) -> Any:
@@ -464,7 +464,7 @@ def test_refusals_are_counted_apart_from_other_failures(
             return real_open(request, timeout=timeout)
         raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
 
-    monkeypatch.setattr(generation._OPENER, "open", urlopen)
+    monkeypatch.setattr(http_post.OPENER, "open", urlopen)
     llm.script = [Reply(status=503)]
     client, sleeps = client_for(llm, max_retries=5)
     with pytest.raises(GenerationError, match=r"Connection refused\) \(gave up after 3 attempts"):
