@@ -9,6 +9,9 @@
     answer = pgrag.ask(db, "How long is the refund window?", collection="handbook")
     print(answer.answer, [c.source for c in answer.citations])
 
+    pgrag.ingest(db, ["billing/"], collection="handbook", allow=["group:billing"])
+    alice = pgrag.connect(principals=["alice", "group:billing"])  # the database enforces it
+
 Heavy dependencies (torch, sentence-transformers, psycopg) load on first use, so ``import pgrag``
 and ``pgrag --help`` stay fast.
 """
@@ -41,7 +44,9 @@ __all__ = [
     "ServerError",
     "ask",
     "connect",
+    "access",
     "ingest",
+    "ingest_documents",
     "search",
 ]
 
@@ -50,5 +55,6 @@ __all__ = [
 # these modules import nothing heavy at import time.
 from .ask import Answer, ask  # noqa: E402
 from .db import Database, connect  # noqa: E402
-from .ingest import ingest  # noqa: E402
+from . import access  # noqa: E402
+from .ingest import ingest, ingest_documents  # noqa: E402
 from .search import SearchResult, SearchSettings, search  # noqa: E402

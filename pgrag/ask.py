@@ -9,7 +9,7 @@ abstention with a reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,8 +67,12 @@ def ask(
     on_token: Callable[[str], None] | None = None,
     log: bool = True,
     reranker: Reranker | None = None,
+    principals: Sequence[str] | None = None,
 ) -> Answer:
-    """Answer ``question`` from ``collection`` with numbered citations, or abstain."""
+    """Answer ``question`` from ``collection`` with numbered citations, or abstain.
+
+    ``principals`` overrides the connection's for this question (see :func:`pgrag.search`):
+    the answer is built only from passages they (or public) may read."""
     from .generation import ChatClient, LLMConfig
 
     if not question or not question.strip():
@@ -81,7 +85,17 @@ def ask(
     assert config is None or isinstance(config, LLMConfig)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
-    results = search(db, question, collection=collection, k=k, reranker=reranker, timings=timings)
+    if principals is None:
+        principals = db.principals
+    results = search(
+        db,
+        question,
+        collection=collection,
+        k=k,
+        reranker=reranker,
+        timings=timings,
+        principals=principals,
+    )
     kept = fit_budget(results, budget_tokens, db.embedder.tokens.count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
@@ -129,11 +143,17 @@ def ask(
         raw_answer=raw,
     )
     if log:
-        answer.query_id = _log(db, collection, answer, results)
+        answer.query_id = _log(db, collection, answer, results, principals)
     return answer
 
 
-def _log(db: Database, collection: str, answer: Answer, results: list[Any]) -> int:
+def _log(
+    db: Database,
+    collection: str,
+    answer: Answer,
+    results: list[Any],
+    principals: Sequence[str] | None,
+) -> int:
     from psycopg.types.json import Jsonb
 
     from .db import transaction
@@ -150,14 +170,16 @@ def _log(db: Database, collection: str, answer: Answer, results: list[Any]) -> i
     ]
     with transaction(db) as conn:
         row = conn.execute(
-            "INSERT INTO pgrag.queries (collection_id, model_id, question, retrieved, prompt,"
-            " generator, answer, citations, abstained, abstain_reason, timings)"
-            " SELECT c.id, c.model_id, %(q)s, %(retrieved)s, %(prompt)s, %(generator)s,"
-            " %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s"
+            "INSERT INTO pgrag.queries (collection_id, model_id, question, principals,"
+            " retrieved, prompt, generator, answer, citations, abstained, abstain_reason,"
+            " timings)"
+            " SELECT c.id, c.model_id, %(q)s, %(principals)s, %(retrieved)s, %(prompt)s,"
+            " %(generator)s, %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s"
             " FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id",
             {
                 "collection": collection,
                 "q": answer.question,
+                "principals": None if principals is None else list(principals),
                 "retrieved": Jsonb(retrieved),
                 "prompt": answer.prompt,
                 "generator": answer.generator,

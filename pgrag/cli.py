@@ -122,6 +122,17 @@ def reranker_option(f: F) -> F:
     )(f)
 
 
+def principal_option(f: F) -> F:
+    return click.option(
+        "--principal",
+        "principals",
+        multiple=True,
+        metavar="PRINCIPAL",
+        help="Read as this principal (repeatable; public is always included), e.g. --principal"
+        " alice --principal group:billing. The database enforces it (row-level security).",
+    )(f)
+
+
 def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(f)
 
@@ -286,13 +297,23 @@ def db_check(ctx: click.Context) -> None:
 # does not stop the other paths.
 @click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=str))
 @collection_option
+@click.option(
+    "--allow",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="Who may read these documents (repeatable), e.g. --allow alice --allow group:billing;"
+    " public is everyone. Default: public for new documents, unchanged for stored ones.",
+)
 @json_option
 @click.pass_context
-def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json: bool) -> None:
+def ingest(
+    ctx: click.Context, paths: tuple[str, ...], collection: str, allow: tuple[str, ...], as_json: bool
+) -> None:
     """Chunk, embed and index .md/.txt files and directories.
 
-    Unchanged files are skipped. A file that cannot be read is reported on one line and the
-    others are still ingested; the exit status is then 1.
+    Unchanged files are skipped (with --allow, their access is updated without re-embedding).
+    A file that cannot be read is reported on one line and the others are still ingested; the
+    exit status is then 1.
     """
     import signal
 
@@ -325,6 +346,7 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json:
             on_error=on_error,
             on_plan=on_plan,
             progress=progress,
+            allow=list(allow) if allow else None,
         )
     finally:
         if bar is not None:
@@ -350,9 +372,11 @@ def ingest(ctx: click.Context, paths: tuple[str, ...], collection: str, as_json:
 @click.option(
     "--filter",
     "filter_json",
-    help="Only documents whose metadata contains this JSON object,"
-    ' e.g. \'{"format": "markdown"}\'.',
+    help="Only documents whose metadata matches this JSON filter, e.g."
+    ' \'{"team": "billing"}\', \'{"tags": {"$in": ["eu", "us"]}}\','
+    ' \'{"date": {"$gte": "2024-01-01"}}\' (docs/search.md#filters).',
 )
+@principal_option
 @click.option(
     "--sql",
     "show_sql",
@@ -375,10 +399,11 @@ def search(
     show_sql: bool,
     reranker_spec: str | None,
     mmr: float | None,
+    principals: tuple[str, ...],
     as_json: bool,
     **tuning: Any,
 ) -> None:
-    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v2)."""
+    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v3)."""
     from .rerank import reranker_from_config
     from .search import search as run_search
     from .search import search_sql
@@ -401,6 +426,7 @@ def search(
         settings=settings,
         reranker=reranker_from_config(reranker_spec),
         mmr=mmr,
+        principals=list(principals) if principals else None,
     )
     if as_json:
         _emit_json([r.to_dict() for r in results])
@@ -454,6 +480,7 @@ def _parse_filter(raw: str | None) -> dict[str, Any] | None:
 )
 @click.option("--show-prompt", is_flag=True, help="Print the prompt given to the generator.")
 @click.option("--no-log", is_flag=True, help="Do not record this question in pgrag.queries.")
+@principal_option
 @json_option
 @reranker_option
 @click.pass_context
@@ -465,6 +492,7 @@ def ask(
     budget: int,
     show_prompt: bool,
     no_log: bool,
+    principals: tuple[str, ...],
     reranker_spec: str | None,
     as_json: bool,
 ) -> None:
@@ -493,6 +521,7 @@ def ask(
         reranker=reranker_from_config(reranker_spec),
         on_token=None if as_json else on_token,
         log=not no_log,
+        principals=list(principals) if principals else None,
     )
     if as_json:
         out = answer.to_dict()
@@ -518,6 +547,128 @@ def ask(
         click.echo("\nSources:")
         for c in answer.citations:
             click.echo(f"  [{c.n}] {_place(c.title, c.section)} — {c.source}")
+
+
+@cli.group()
+def acl() -> None:
+    """Who may read which documents: grant, revoke, show (nothing is re-embedded)."""
+
+
+def _acl_selection(f: F) -> F:
+    for option in reversed(
+        [
+            collection_option,
+            click.option(
+                "--source", "sources", multiple=True, help="A document's source (repeatable)."
+            ),
+            click.option("--prefix", help="Every document whose source starts with this."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+def _print_access(rows: list[Any], as_json: bool) -> None:
+    if as_json:
+        _emit_json([r.to_dict() for r in rows])
+        return
+    for r in rows:
+        click.echo(f"{r.source}\t{','.join(r.principals) or '(nobody but admins)'}")
+
+
+@acl.command("grant")
+@click.argument("principals", nargs=-1, required=True)
+@_acl_selection
+@click.option("--all", "all_documents", is_flag=True, help="Every document in the collection.")
+@json_option
+@click.pass_context
+def acl_grant(
+    ctx: click.Context,
+    principals: tuple[str, ...],
+    collection: str,
+    sources: tuple[str, ...],
+    prefix: str | None,
+    all_documents: bool,
+    as_json: bool,
+) -> None:
+    """Let PRINCIPALS read the chosen documents, e.g. `pgrag acl grant group:billing --prefix
+    billing/`."""
+    from .access import change
+
+    rows = change(
+        _db(ctx),
+        grant=principals,
+        collection=collection,
+        sources=sources or None,
+        prefix=prefix,
+        all_documents=all_documents,
+    )
+    _print_access(rows, as_json)
+    click.echo(f"{_plural(len(rows), 'document')} changed", err=True)
+
+
+@acl.command("revoke")
+@click.argument("principals", nargs=-1, required=True)
+@_acl_selection
+@click.option("--all", "all_documents", is_flag=True, help="Every document in the collection.")
+@json_option
+@click.pass_context
+def acl_revoke(
+    ctx: click.Context,
+    principals: tuple[str, ...],
+    collection: str,
+    sources: tuple[str, ...],
+    prefix: str | None,
+    all_documents: bool,
+    as_json: bool,
+) -> None:
+    """Stop PRINCIPALS reading the chosen documents (a document left with no principals is
+    readable only by administrators)."""
+    from .access import change
+
+    rows = change(
+        _db(ctx),
+        revoke=principals,
+        collection=collection,
+        sources=sources or None,
+        prefix=prefix,
+        all_documents=all_documents,
+    )
+    _print_access(rows, as_json)
+    click.echo(f"{_plural(len(rows), 'document')} changed", err=True)
+
+
+@acl.command("show")
+@_acl_selection
+@json_option
+@click.pass_context
+def acl_show(
+    ctx: click.Context,
+    collection: str,
+    sources: tuple[str, ...],
+    prefix: str | None,
+    as_json: bool,
+) -> None:
+    """Who may read each document (all of the collection's, or those chosen)."""
+    from .access import show
+
+    _print_access(
+        show(_db(ctx), collection=collection, sources=sources or None, prefix=prefix), as_json
+    )
+
+
+@acl.command("map-role")
+@click.argument("role")
+@click.argument("principals", nargs=-1, required=True)
+@click.option("--remove", is_flag=True, help="Remove these mappings instead.")
+@click.pass_context
+def acl_map_role(ctx: click.Context, role: str, principals: tuple[str, ...], remove: bool) -> None:
+    """Map database ROLE (and its members) to PRINCIPALS, for apps whose users connect as their
+    own roles: `pgrag acl map-role billing_team group:billing`."""
+    from .access import map_role
+
+    map_role(_db(ctx), role, principals, remove=remove)
+    click.echo(f"role {role}: {'removed' if remove else 'reads as'} {', '.join(principals)}", err=True)
 
 
 @cli.command()

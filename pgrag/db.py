@@ -8,7 +8,7 @@ place that knows; migrations and SQLAlchemy take the DSN resolved here.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -88,6 +88,9 @@ class Database:
     conn: psycopg.Connection[Any]
     dsn: str
     _embedder: Embedder | None = field(default=None, repr=False)
+    # Who searches and asks read as (plus public); None: whatever the session's role may see.
+    principals: list[str] | None = None
+    _bypasses_rls: bool | None = field(default=None, repr=False)
 
     @property
     def embedder(self) -> Embedder:
@@ -145,14 +148,25 @@ def _register_vector(conn: psycopg.Connection[Any]) -> None:
     register_vector_info(conn, TypeInfo.fetch(conn, row[0]))
 
 
-def connect(dsn: str | None = None, *, embedder: Embedder | None = None) -> Database:
+def connect(
+    dsn: str | None = None,
+    *,
+    embedder: Embedder | None = None,
+    principals: Sequence[str] | None = None,
+) -> Database:
     """Open pgrag's database (see the module docstring for where it is found).
+
+    ``principals`` (such as ``["alice", "group:billing"]``) makes every search and answer on
+    this connection read only what they (and public) may read, enforced by row-level security
+    in the database; each call may override it. None reads as the connecting role.
 
     Raises :class:`pgrag.SchemaError` when the schema is missing or out of date: schema changes
     happen only through ``pgrag db upgrade``, never as a side effect of connecting.
     """
+    from .access import check_principals
     from .migrate import require_current
 
+    names = None if principals is None else check_principals(principals)
     resolved = resolve_dsn(dsn)
     conn = open_connection(resolved)
     try:
@@ -162,4 +176,4 @@ def connect(dsn: str | None = None, *, embedder: Embedder | None = None) -> Data
     except BaseException:
         conn.close()
         raise
-    return Database(conn=conn, dsn=resolved, _embedder=embedder)
+    return Database(conn=conn, dsn=resolved, _embedder=embedder, principals=names)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .access import check_principals
 from .chunking import chunk_text
 from .db import transaction
 from .errors import InputError, PgragError
@@ -53,7 +54,7 @@ class Collection:
 @dataclass
 class FileResult:
     path: str
-    status: str  # added | updated | unchanged | failed
+    status: str  # added | updated | unchanged | access (only who may read it changed) | failed
     chunks: int = 0
     reason: str | None = None
 
@@ -78,6 +79,8 @@ class IngestReport:
             f"{self.count('updated')} updated",
             f"{self.count('unchanged')} unchanged",
         ]
+        if self.count("access"):
+            parts.append(f"{self.count('access')} with new access only")
         if self.failed:
             parts.append(f"{len(self.failed)} failed")
         return (
@@ -91,6 +94,7 @@ class IngestReport:
             "added": self.count("added"),
             "updated": self.count("updated"),
             "unchanged": self.count("unchanged"),
+            "access_changed": self.count("access"),
             "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "chunks_written": self.chunks_written,
             "chunks_embedded": self.chunks_embedded,
@@ -194,8 +198,14 @@ def ingest(
     on_plan: Callable[[int], None] | None = None,
     batch_chunks: int = 64,
     bulk_threshold: int = 1000,
+    allow: Sequence[str] | None = None,
 ) -> IngestReport:
     """Ingest files and directories (recursively) into ``collection``.
+
+    ``allow`` lists the principals who may read the documents (such as ``["alice",
+    "group:billing"]``; ``["public"]`` is everyone). None gives new documents ``public`` and
+    leaves the access of documents already stored as it is. Given, it is set on every document
+    ingested, unchanged ones included (without re-embedding them).
 
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
     continue. ``on_plan(total)`` receives the number of chunks to write, then
@@ -211,6 +221,7 @@ def ingest(
         on_plan=on_plan,
         batch_chunks=batch_chunks,
         bulk_threshold=bulk_threshold,
+        allow=allow,
     )
 
 
@@ -224,10 +235,11 @@ def ingest_documents(
     on_plan: Callable[[int], None] | None = None,
     batch_chunks: int = 64,
     bulk_threshold: int = 1000,
+    allow: Sequence[str] | None = None,
 ) -> IngestReport:
     """Ingest documents given as text (build them with :func:`pgrag.loaders.from_text`),
     with the same guarantees as :func:`ingest`: unchanged ones are skipped, changed ones
-    replaced whole, in transactions of whole documents."""
+    replaced whole, in transactions of whole documents; ``allow`` as for :func:`ingest`."""
     return _ingest(
         db,
         ((d.label, d) for d in documents),
@@ -237,6 +249,7 @@ def ingest_documents(
         on_plan=on_plan,
         batch_chunks=batch_chunks,
         bulk_threshold=bulk_threshold,
+        allow=allow,
     )
 
 
@@ -250,8 +263,10 @@ def _ingest(
     on_plan: Callable[[int], None] | None,
     batch_chunks: int,
     bulk_threshold: int,
+    allow: Sequence[str] | None,
 ) -> IngestReport:
     _check_name(collection)
+    principals = None if allow is None else check_principals(allow, "--allow principal")
     embedder = db.embedder
     coll = get_collection(db, collection)
     if coll is not None:
@@ -259,7 +274,7 @@ def _ingest(
         # A bulk load killed between dropping and rebuilding the index left it missing.
         _build_model_index(db, coll.model_id)
     report = IngestReport(collection=collection)
-    docs = _plan(db, coll, embedder, items, report, on_error)
+    docs = _plan(db, coll, embedder, items, report, on_error, principals)
     total = sum(len(d.chunks) for d in docs)
     if on_plan:
         on_plan(total)
@@ -269,7 +284,12 @@ def _ingest(
     if coll is None:
         coll = ensure_collection(db, collection, embedder)
 
-    bulk = total >= bulk_threshold and total > _vector_count(db, coll.model_id, total)
+    # (Dropping and rebuilding the index takes the table's owner; other writers insert into it.)
+    bulk = (
+        total >= bulk_threshold
+        and total > _vector_count(db, coll.model_id, total)
+        and _owns_vectors(db)
+    )
     dropped = False
     try:
         for batch in _batches(docs, batch_chunks):
@@ -279,7 +299,7 @@ def _ingest(
                 # while the first batch is being embedded.
                 _drop_model_index(db, coll.model_id)
                 dropped = True
-            _write(db, coll, batch, vectors)
+            _write(db, coll, batch, vectors, principals)
             for doc in batch:
                 report.files.append(doc.result)
                 report.chunks_written += len(doc.chunks)
@@ -298,9 +318,9 @@ def _ingest(
 
 def _maintain_keyword_index(db: Database, collection: str, analyze: bool) -> None:
     """Fold the keyword statistics the batches appended (one row per term again) and refresh
-    BM25 impacts if the collection's average chunk length moved (keyword_maintain_v1)."""
+    BM25 impacts if the collection's average chunk length moved (keyword_maintain_v2)."""
     with transaction(db) as conn:
-        conn.execute("SELECT * FROM pgrag.keyword_maintain_v1(%(c)s)", {"c": collection})
+        conn.execute("SELECT * FROM pgrag.keyword_maintain_v2(%(c)s)", {"c": collection})
         if analyze:
             conn.execute("ANALYZE pgrag.keyword_postings")
             conn.execute("ANALYZE pgrag.keyword_df")
@@ -324,6 +344,7 @@ def _plan(
     items: Iterable[tuple[str, LoadedFile | InputError]],
     report: IngestReport,
     on_error: Callable[[str, str], None] | None,
+    principals: list[str] | None = None,
 ) -> list[_PreparedDoc]:
     docs: list[_PreparedDoc] = []
     seen: set[str] = set()
@@ -343,12 +364,16 @@ def _plan(
             if coll is not None:
                 with transaction(db) as conn:
                     row = conn.execute(
-                        "SELECT id, content_hash FROM pgrag.documents"
+                        "SELECT id, content_hash, principals FROM pgrag.documents"
                         " WHERE collection_id = %(c)s AND source = %(s)s",
                         {"c": coll.id, "s": file.source},
                     ).fetchone()
             if row is not None and row[1] == file.content_hash:
-                report.files.append(FileResult(label, "unchanged"))
+                if principals is not None and set(principals) != set(row[2]):
+                    _set_access(db, row[0], principals)
+                    report.files.append(FileResult(label, "access"))
+                else:
+                    report.files.append(FileResult(label, "unchanged"))
                 continue
             chunks = _prepare_chunks(file, embedder, limit, overlap)
             if not chunks:
@@ -450,8 +475,22 @@ def _embed(batch: list[_PreparedDoc], embedder: Embedder, report: IngestReport) 
     ]
 
 
+def _set_access(db: Database, document_id: int, principals: list[str]) -> None:
+    """New principals for a stored document; its chunks, vectors and postings follow (trigger),
+    nothing is re-embedded."""
+    with transaction(db) as conn:
+        conn.execute(
+            "UPDATE pgrag.documents SET principals = %(p)s, updated_at = now() WHERE id = %(d)s",
+            {"p": principals, "d": document_id},
+        )
+
+
 def _write(
-    db: Database, coll: Collection, batch: list[_PreparedDoc], vectors: list[list[Any]]
+    db: Database,
+    coll: Collection,
+    batch: list[_PreparedDoc],
+    vectors: list[list[Any]],
+    principals: list[str] | None = None,
 ) -> None:
     n = sum(len(d.chunks) for d in batch)
     with transaction(db) as conn:
@@ -469,13 +508,17 @@ def _write(
         for doc, doc_vectors in zip(batch, vectors, strict=True):
             f = doc.file
             row = conn.execute(
-                "INSERT INTO pgrag.documents (collection_id, source, title, metadata, content_hash)"
-                " VALUES (%(c)s, %(source)s, %(title)s, %(meta)s, %(hash)s)"
+                "INSERT INTO pgrag.documents"
+                " (collection_id, source, title, metadata, content_hash, principals)"
+                " VALUES (%(c)s, %(source)s, %(title)s, %(meta)s, %(hash)s,"
+                " coalesce(%(allow)s::text[], '{public}'))"
                 " ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,"
                 " metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,"
+                " principals = coalesce(%(allow)s::text[], pgrag.documents.principals),"
                 " updated_at = now()"
                 " RETURNING id, principals",
                 {
+                    "allow": principals,
                     "c": coll.id,
                     "source": f.source,
                     "title": f.title,
@@ -503,10 +546,15 @@ def _write(
                     )
                 )
                 vector_rows.append((coll.model_id, chunk_id, vector))
+        # Binary COPY into session-private staging tables, then one INSERT ... SELECT each:
+        # PostgreSQL refuses COPY FROM into a table under row-level security (the chunk tables'
+        # policies apply to every role but superusers), and the INSERT goes through them.
+        _staging_tables(conn)
         with conn.cursor() as cur:
             with cur.copy(
-                "COPY pgrag.chunks (id, document_id, collection_id, ordinal, content, section,"
-                " token_count, content_hash, principals, text_config) FROM STDIN (FORMAT BINARY)"
+                "COPY pgrag_staging_chunks (id, document_id, collection_id, ordinal, content,"
+                " section, token_count, content_hash, principals, text_config)"
+                " FROM STDIN (FORMAT BINARY)"
             ) as copy:
                 copy.set_types(
                     [
@@ -525,12 +573,35 @@ def _write(
                 for r in chunk_rows:
                     copy.write_row(r)
             with cur.copy(
-                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+                "COPY pgrag_staging_vectors (model_id, chunk_id, embedding)"
                 " FROM STDIN (FORMAT BINARY)"
             ) as copy:
                 copy.set_types(["int4", "int8", "vector"])
                 for r in vector_rows:
                     copy.write_row(r)
+        conn.execute(
+            "INSERT INTO pgrag.chunks (id, document_id, collection_id, ordinal, content, section,"
+            " token_count, content_hash, principals, text_config)"
+            " SELECT id, document_id, collection_id, ordinal, content, section, token_count,"
+            " content_hash, principals, text_config FROM pgrag_staging_chunks"
+        )
+        conn.execute(
+            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+            " SELECT model_id, chunk_id, embedding FROM pgrag_staging_vectors"
+        )
+
+
+def _staging_tables(conn: Any) -> None:
+    """Temporary tables shaped like the chunk columns ingest writes, emptied at each commit."""
+    conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS pgrag_staging_chunks ON COMMIT DELETE ROWS AS"
+        " SELECT id, document_id, collection_id, ordinal, content, section, token_count,"
+        " content_hash, principals, text_config FROM pgrag.chunks WITH NO DATA"
+    )
+    conn.execute(
+        "CREATE TEMP TABLE IF NOT EXISTS pgrag_staging_vectors ON COMMIT DELETE ROWS AS"
+        " SELECT model_id, chunk_id, embedding FROM pgrag.chunk_embeddings WITH NO DATA"
+    )
 
 
 def _jsonb(value: dict[str, Any]) -> Any:
@@ -549,6 +620,15 @@ def _vector_count(db: Database, model_id: int, enough: int) -> int:
             {"m": model_id, "n": enough + 1},
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def _owns_vectors(db: Database) -> bool:
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class"
+            " WHERE oid = 'pgrag.chunk_embeddings'::regclass"
+        ).fetchone()
+    return bool(row and row[0])
 
 
 def _drop_model_index(db: Database, model_id: int) -> None:

@@ -1,4 +1,4 @@
-"""Hybrid search from Python: embed the question, call ``pgrag.search_v2`` in the database.
+"""Hybrid search from Python: embed the question, call ``pgrag.search_v3`` in the database.
 
 All ranking happens in SQL (one function call: vector arm, BM25 keyword arm, Reciprocal Rank
 Fusion), so Python, psql and any other client get the same results under the same permissions.
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError, PgragError
@@ -26,8 +27,8 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """Tuning knobs of ``pgrag.search_v2``; None leaves the function's default (see
-    sql/functions/search_v2.sql and docs/search.md for what each does and how the defaults were
+    """Tuning knobs of ``pgrag.search_v3``; None leaves the function's default (see
+    sql/functions/search_v3.sql and docs/search.md for what each does and how the defaults were
     chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25 reads every posting)."""
 
     rrf_k: int | None = None
@@ -49,7 +50,7 @@ class SearchSettings:
 
 
 def call_sql(settings: SearchSettings | None = None, *, columns: str = COLUMNS) -> str:
-    """``SELECT columns FROM pgrag.search_v2(...)`` with psycopg named placeholders:
+    """``SELECT columns FROM pgrag.search_v3(...)`` with psycopg named placeholders:
     %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, and one per setting given."""
     named = "".join(
         f", {name} => %({name})s" for name in (settings or SearchSettings()).arguments()
@@ -57,7 +58,7 @@ def call_sql(settings: SearchSettings | None = None, *, columns: str = COLUMNS) 
     # Only fixed names are spliced in (the columns are pgrag's, the argument names are
     # SearchSettings' fields); every value travels as a parameter.
     return (
-        f"SELECT {columns} FROM pgrag.search_v2(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
+        f"SELECT {columns} FROM pgrag.search_v3(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
         f" k => %(k)s, filter => %(filter)s{named})"
     )
 
@@ -77,7 +78,7 @@ class SearchResult:
     vector_distance: float | None
     keyword_score: float | None
     metadata: dict[str, Any]
-    probability: float | None = None  # p(z|x) over the returned results (softmax, search_v2)
+    probability: float | None = None  # p(z|x) over the returned results (softmax, search_v3)
     rerank_score: float | None = None  # the reranker's score, when one reordered the results
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,7 +106,7 @@ def search_sql(
         for name, value in (settings or SearchSettings()).arguments().items()
     ]
     statement = sql.SQL(
-        "SELECT " + COLUMNS + " FROM pgrag.search_v2({collection}, {query}, {embedding},"  # noqa: S608
+        "SELECT " + COLUMNS + " FROM pgrag.search_v3({collection}, {query}, {embedding},"  # noqa: S608
         " k => {k}, filter => {filter}::jsonb{named})"
     ).format(
         collection=sql.Literal(collection),
@@ -148,6 +149,7 @@ def search(
     reranker: Reranker | None = None,
     mmr: float | None = None,
     timings: dict[str, float] | None = None,
+    principals: Sequence[str] | None = None,
 ) -> list[SearchResult]:
     """Ranked chunks for ``query``; ``mode`` is hybrid, keyword or vector.
 
@@ -156,6 +158,10 @@ def search(
     reranker's scores (logits). With ``mmr`` (a lambda in [0, 1]) the final ``k`` are picked by
     Maximal Marginal Relevance over the chunks' stored embeddings, so near-duplicates give way
     to other passages; ``probability`` is renormalised over the picks.
+
+    ``principals`` overrides the connection's (:func:`pgrag.connect`) for this call: only
+    chunks they or public may read are searched, counted in BM25 statistics, or returned.
+    ``filter`` is a metadata filter (docs/search.md#filters), applied inside the search.
     """
     if mode not in MODES:
         raise InputError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
@@ -169,6 +175,7 @@ def search(
         raise InputError(f"mmr must be between 0 and 1 (1 = relevance only), got {mmr}")
     from psycopg.types.json import Jsonb
 
+    from . import access
     from .db import transaction
 
     t0 = time.perf_counter()
@@ -185,6 +192,7 @@ def search(
     t1 = time.perf_counter()
     fetch = candidates(k) if (reranker is not None or mmr is not None) else k
     with transaction(db) as conn:
+        access.apply(conn, db, db.principals if principals is None else principals)
         rows = conn.execute(
             call_sql(settings),
             {

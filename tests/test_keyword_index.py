@@ -159,7 +159,7 @@ def _keyword_search(
 
 def _reference_avgdl(conn: psycopg.Connection[Any]) -> float:
     row = conn.execute(
-        "SELECT impact_avg_length FROM pgrag.keyword_maintain_v1('kw', max_drift => 0)"
+        "SELECT impact_avg_length FROM pgrag.keyword_maintain_v2('kw', max_drift => 0)"
     ).fetchone()
     assert row is not None
     return float(row[0])
@@ -230,7 +230,7 @@ def test_statistics_follow_inserts_updates_deletes_and_truncate(kw: Any) -> None
     # Folding the deltas changes nothing a search can see (impacts are left as they are here).
     before = _keyword_search(conn, "refund license vpn", k=20)
     folded = conn.execute(
-        "SELECT * FROM pgrag.keyword_maintain_v1('kw', max_drift => 1000)"
+        "SELECT * FROM pgrag.keyword_maintain_v2('kw', max_drift => 1000)"
     ).fetchone()
     assert folded is not None and folded[3] > 0  # df rows folded
     _assert_in_step(conn, cid)
@@ -264,7 +264,7 @@ def test_impacts_are_refreshed_when_the_average_length_drifts(kw: Any) -> None:
     rng = random.Random(3)
     # Much longer chunks move the average far past 10%.
     _add_document(conn, cid, "long.md", [_text(rng, 400) for _ in range(40)])
-    row = conn.execute("SELECT * FROM pgrag.keyword_maintain_v1('kw')").fetchone()
+    row = conn.execute("SELECT * FROM pgrag.keyword_maintain_v2('kw')").fetchone()
     assert row is not None
     chunks, live, refreshed_to, _, refreshed = row
     assert refreshed is True and refreshed_to == pytest.approx(live) and live > 1.5 * reference
@@ -273,7 +273,7 @@ def test_impacts_are_refreshed_when_the_average_length_drifts(kw: Any) -> None:
     for chunk_id, score, _ in got:
         assert score == pytest.approx(expected[chunk_id], rel=1e-5)
     # Within the drift allowed, nothing is rewritten.
-    again = conn.execute("SELECT impacts_refreshed FROM pgrag.keyword_maintain_v1('kw')")
+    again = conn.execute("SELECT impacts_refreshed FROM pgrag.keyword_maintain_v2('kw')")
     assert again.fetchone() == (False,)
 
 
@@ -391,7 +391,7 @@ def test_concurrent_ingest_and_maintenance_keep_statistics_exact(kw: Any, dsn: s
         try:
             with psycopg.connect(dsn, autocommit=True) as c:
                 for _ in range(10):
-                    c.execute("SELECT * FROM pgrag.keyword_maintain_v1('kw')").fetchall()
+                    c.execute("SELECT * FROM pgrag.keyword_maintain_v2('kw')").fetchall()
         except BaseException as err:  # pragma: no cover - reported below
             errors.append(err)
 
@@ -541,7 +541,7 @@ def test_maintenance_waits_for_open_writers_so_impacts_stay_consistent(kw: Any, 
 
         def maintain() -> None:
             with psycopg.connect(dsn, autocommit=True) as c:
-                c.execute("SELECT * FROM pgrag.keyword_maintain_v1('kw')").fetchall()
+                c.execute("SELECT * FROM pgrag.keyword_maintain_v2('kw')").fetchall()
             done.set()
 
         thread = threading.Thread(target=maintain)

@@ -39,6 +39,8 @@ TABLES = (
     "keyword_df",
     "keyword_totals",
     "keyword_settings",
+    "acls",
+    "role_principals",
 )
 FUNCTIONS = (
     "search_v1",
@@ -46,9 +48,16 @@ FUNCTIONS = (
     "register_model_v1",
     "ensure_model_index_v1",
     "ensure_model_index_v2",
-    "keyword_sync_v1",
     "keyword_truncate_v1",
-    "keyword_maintain_v1",
+    "keyword_maintain_v2",
+    "keyword_sync_v2",
+    "search_v3",
+    "principals_v1",
+    "visible_acls_v1",
+    "acl_id_v1",
+    "grant_roles_v1",
+    "filter_check_v1",
+    "filter_match_v1",
 )
 
 
@@ -142,6 +151,10 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     assert "up to date" in check.stdout
 
     # A relative revision is an argument, not an unknown option.
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0003 -> 0002" in down.stdout
+    assert run("db", "current").stdout.strip() == "0002"
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
     assert "downgraded pgrag's schema: 0002 -> 0001" in down.stdout
@@ -315,7 +328,7 @@ def test_manifest_check_catches_edits_and_unlisted_files(tmp_path: Path) -> None
 
     with (root / "sql/functions/search_v1.sql").open("a") as fh:
         fh.write("-- a tweak\n")
-    (root / "sql/functions/search_v3.sql").write_text("-- next\n")
+    (root / "sql/functions/search_v4.sql").write_text("-- next\n")
     (root / "migrations/versions/0003_next.py").write_text("# next\n")
 
     problems = "\n".join(_manifest_problems(root))
@@ -323,7 +336,7 @@ def test_manifest_check_catches_edits_and_unlisted_files(tmp_path: Path) -> None
         "released file sql/functions/search_v1.sql was edited; add a new migration / a new _vN"
         " function instead" in problems
     )
-    assert "sql/functions/search_v3.sql is not in sql/RELEASED.sha256" in problems
+    assert "sql/functions/search_v4.sql is not in sql/RELEASED.sha256" in problems
     assert "migrations/versions/0003_next.py is not in" in problems
     assert "add it to sql/RELEASED.sha256 when it ships" in problems
 

@@ -130,6 +130,8 @@ SEARCH_FUNCTIONS = {
     "double precision",
     "search_v2": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
     "double precision,double precision,integer",
+    "search_v3": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
+    "double precision,double precision,integer",
 }
 each_function = pytest.mark.parametrize("fn", sorted(SEARCH_FUNCTIONS))
 
@@ -172,7 +174,11 @@ def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
 
 @pytest.mark.parametrize(
     ("fn", "keyword_index"),
-    [("search_v1", "chunks_tsv_idx"), ("search_v2", "keyword_postings_impact_idx")],
+    [
+        ("search_v1", "chunks_tsv_idx"),
+        ("search_v2", "keyword_postings_impact_idx"),
+        ("search_v3", "keyword_postings_impact_idx"),
+    ],
 )
 def test_plans_use_the_vector_and_keyword_indexes(
     loaded: Database, fn: str, keyword_index: str
@@ -344,7 +350,7 @@ def test_search_sql_is_the_statement_search_runs(loaded: Database) -> None:
     )
     assert result.exit_code == 0, result.stderr
     statement = result.stdout.strip().rstrip(";")
-    assert "pgrag.search_v2('docs', 'refund o''clock', $1::vector, k => 4" in statement
+    assert "pgrag.search_v3('docs', 'refund o''clock', $1::vector, k => 4" in statement
     vector = loaded.embedder.embed([query])[0]
     with psycopg.connect(loaded.dsn) as conn:
         register_vector(conn)

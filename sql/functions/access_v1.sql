@@ -1,0 +1,249 @@
+-- pgrag access control: principals, access lists (acls) and who the session is.
+--
+-- Released SQL objects are frozen (see sql/RELEASED.sha256); a change is a new _vN beside this.
+--
+-- A principal is a name such as alice, group:billing or alice@example.com (letters, digits and
+-- _ . : @ + -, at most 128 characters, compared bytewise); "public" means everyone. A document
+-- carries the principals that may read it (documents.principals); each distinct set of them is
+-- one row of pgrag.acls, and every row that holds content, vectors or keyword statistics
+-- carries its document's acl_id, so row-level security is one integer test per row.
+--
+-- Who the session is, pgrag.principals_v1():
+--   * Unrestricted sessions (superusers, BYPASSRLS roles, the owner of schema pgrag and members
+--     of pgrag_writer) see everything, unless they set pgrag.principals, which narrows them to
+--     those principals (plus public), e.g. to see what alice sees.
+--   * Members of pgrag_app (an application that authenticates its own users) assert the user's
+--     principals per transaction: SELECT set_config('pgrag.principals', 'alice,group:billing',
+--     true). Without it they see public documents only (and any principals their own role is
+--     mapped to in pgrag.role_principals).
+--   * Every other role (pgrag_reader, an end user's own database role) sees public documents
+--     and the principals pgrag.role_principals maps its roles to. Setting pgrag.principals can
+--     only narrow that, never widen it.
+
+CREATE FUNCTION pgrag.principals_valid_v1(principals text[]) RETURNS boolean
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT principals IS NOT NULL
+       AND coalesce(array_ndims(principals), 1) = 1
+       AND NOT EXISTS (SELECT 1 FROM unnest(principals) p
+                        WHERE p IS NULL OR p !~ '^[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}$')
+$fn$;
+
+-- Sorted (bytewise) and without duplicates: one spelling per set, so one acl row per set.
+CREATE FUNCTION pgrag.principals_canonical_v1(principals text[]) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(array_agg(DISTINCT p COLLATE "C" ORDER BY p COLLATE "C"), '{}')
+      FROM unnest(principals) p
+$fn$;
+
+-- The acl row for a set of principals, created on first use. Invalid principals are rejected
+-- here, with the offending list in the message.
+CREATE FUNCTION pgrag.acl_id_v1(principals text[]) RETURNS integer
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_set text[];
+    v_id  integer;
+BEGIN
+    IF NOT pgrag.principals_valid_v1(principals) THEN
+        RAISE EXCEPTION 'invalid principals %: each must be 1-128 letters, digits or _ . : @ + - (such as alice or group:billing)',
+            coalesce(principals::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    v_set := pgrag.principals_canonical_v1(principals);
+    SELECT a.id INTO v_id FROM pgrag.acls a WHERE a.principals = v_set;
+    IF v_id IS NULL THEN
+        INSERT INTO pgrag.acls (principals) VALUES (v_set)
+        ON CONFLICT ON CONSTRAINT acls_principals_key DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NULL THEN  -- a concurrent transaction created it first
+            SELECT a.id INTO v_id FROM pgrag.acls a WHERE a.principals = v_set;
+        END IF;
+    END IF;
+    RETURN v_id;
+END
+$fn$;
+
+-- The session's principals; NULL for an unrestricted session (see the top of this file).
+CREATE FUNCTION pgrag.principals_v1() RETURNS text[]
+LANGUAGE plpgsql STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_raw          text := current_setting('pgrag.principals', true);
+    v_asserted     text[];
+    v_mapped       text[];
+    v_unrestricted boolean;
+    v_app          boolean;
+BEGIN
+    IF v_raw IS NOT NULL AND btrim(v_raw) <> '' THEN
+        v_asserted := ARRAY(SELECT DISTINCT btrim(p) FROM unnest(string_to_array(v_raw, ',')) p
+                             WHERE btrim(p) <> '');
+        IF NOT pgrag.principals_valid_v1(v_asserted) THEN
+            RAISE EXCEPTION 'pgrag.principals is not a list of principals: %', quote_literal(v_raw)
+                USING ERRCODE = '22023',
+                      HINT = 'Use comma-separated names of letters, digits and _ . : @ + -, such as alice,group:billing.';
+        END IF;
+    END IF;
+
+    SELECT r.rolsuper OR r.rolbypassrls
+           OR pg_has_role(current_user, n.nspowner, 'MEMBER')
+           OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
+                         AND pg_has_role(current_user, w.oid, 'MEMBER')),
+           EXISTS (SELECT 1 FROM pg_roles a WHERE a.rolname = 'pgrag_app'
+                      AND pg_has_role(current_user, a.oid, 'MEMBER'))
+      INTO v_unrestricted, v_app
+      FROM pg_roles r, pg_namespace n
+     WHERE r.rolname = current_user AND n.nspname = 'pgrag';
+
+    IF v_asserted IS NULL AND v_unrestricted THEN
+        RETURN NULL;
+    END IF;
+    IF v_asserted IS NOT NULL AND (v_unrestricted OR v_app) THEN
+        RETURN pgrag.principals_canonical_v1(v_asserted || '{public}'::text[]);
+    END IF;
+
+    SELECT coalesce(array_agg(m.principal), '{}') INTO v_mapped
+      FROM pgrag.role_principals m
+      JOIN pg_roles r ON r.rolname = m.role_name
+     WHERE pg_has_role(current_user, r.oid, 'MEMBER');
+    IF v_asserted IS NOT NULL THEN  -- narrowing only
+        v_mapped := ARRAY(SELECT unnest(v_mapped) INTERSECT SELECT unnest(v_asserted));
+    END IF;
+    RETURN pgrag.principals_canonical_v1(v_mapped || '{public}'::text[]);
+END
+$fn$;
+
+-- The acls the session may read, sorted; NULL for an unrestricted session. Row-level security
+-- policies call it once per statement (as an InitPlan), not once per row.
+CREATE FUNCTION pgrag.visible_acls_v1() RETURNS integer[]
+LANGUAGE sql STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT CASE WHEN s.p IS NULL THEN NULL
+                ELSE ARRAY(SELECT a.id FROM pgrag.acls a WHERE a.principals && s.p ORDER BY a.id)
+           END
+      FROM (SELECT pgrag.principals_v1() AS p) s
+$fn$;
+
+-- Documents: principals made canonical, and their acl found (or created).
+CREATE FUNCTION pgrag.documents_acl_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    NEW.principals := pgrag.principals_canonical_v1(NEW.principals);
+    NEW.acl_id := pgrag.acl_id_v1(NEW.principals);
+    RETURN NEW;
+END
+$fn$;
+
+-- After a document's access changed: its chunks and their vectors follow (and, through the
+-- keyword trigger, its postings and statistics). Nothing is re-embedded.
+CREATE FUNCTION pgrag.documents_acl_changed_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    UPDATE pgrag.chunks c SET principals = NEW.principals, acl_id = NEW.acl_id
+     WHERE c.document_id = NEW.id;
+    UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
+      FROM pgrag.chunks c
+     WHERE c.document_id = NEW.id AND e.chunk_id = c.id AND e.acl_id <> NEW.acl_id;
+    RETURN NULL;
+END
+$fn$;
+
+-- A chunk's access is its document's, whatever the writer supplied.
+CREATE FUNCTION pgrag.chunks_acl_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    SELECT d.principals, d.acl_id INTO NEW.principals, NEW.acl_id
+      FROM pgrag.documents d WHERE d.id = NEW.document_id;
+    RETURN NEW;
+END
+$fn$;
+
+-- A vector's access is its chunk's.
+CREATE FUNCTION pgrag.chunk_embeddings_acl_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    SELECT c.acl_id INTO NEW.acl_id FROM pgrag.chunks c WHERE c.id = NEW.chunk_id;
+    RETURN NEW;
+END
+$fn$;
+
+-- Grants pgrag's roles what they need, for whichever of them exist. pgrag db upgrade runs it;
+-- an administrator who creates the roles later runs it again (as the owner of schema pgrag):
+--   SELECT pgrag.grant_roles_v1();
+CREATE FUNCTION pgrag.grant_roles_v1() RETURNS text[]
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_done   text[] := '{}';
+    v_schema text;
+    v_table  text;
+    v_role   text;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_reader') THEN
+        GRANT USAGE ON SCHEMA pgrag TO pgrag_reader;
+        GRANT SELECT ON pgrag.collections, pgrag.embedding_models, pgrag.documents,
+                        pgrag.chunks, pgrag.chunk_embeddings, pgrag.keyword_postings,
+                        pgrag.keyword_df, pgrag.keyword_totals, pgrag.keyword_settings,
+                        pgrag.acls, pgrag.role_principals
+            TO pgrag_reader;
+        GRANT SELECT, INSERT ON pgrag.queries TO pgrag_reader;
+        v_done := v_done || 'pgrag_reader'::text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_writer') THEN
+        GRANT USAGE ON SCHEMA pgrag TO pgrag_writer;
+        GRANT SELECT, INSERT, UPDATE, DELETE
+            ON pgrag.collections, pgrag.embedding_models, pgrag.documents, pgrag.chunks,
+               pgrag.chunk_embeddings, pgrag.keyword_postings, pgrag.keyword_df,
+               pgrag.keyword_totals, pgrag.keyword_settings, pgrag.acls, pgrag.queries
+            TO pgrag_writer;
+        GRANT SELECT ON pgrag.role_principals TO pgrag_writer;
+        GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA pgrag TO pgrag_writer;
+        v_done := v_done || 'pgrag_writer'::text;
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_app') THEN
+        GRANT USAGE ON SCHEMA pgrag TO pgrag_app;
+        GRANT SELECT ON pgrag.collections, pgrag.embedding_models, pgrag.documents,
+                        pgrag.chunks, pgrag.chunk_embeddings, pgrag.keyword_postings,
+                        pgrag.keyword_df, pgrag.keyword_totals, pgrag.keyword_settings,
+                        pgrag.acls, pgrag.role_principals
+            TO pgrag_app;
+        GRANT SELECT, INSERT ON pgrag.queries TO pgrag_app;
+        v_done := v_done || 'pgrag_app'::text;
+    END IF;
+    -- pgrag.connect() checks the schema revision, kept in pgrag's version table wherever the
+    -- first upgrade put it (see pgrag.migrate): every role may read it.
+    FOR v_schema, v_table IN
+        SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+         WHERE c.relname = 'alembic_version_pgrag' AND c.relkind = 'r'
+           AND pg_has_role(current_user, c.relowner, 'USAGE')
+    LOOP
+        FOR v_role IN SELECT unnest(v_done) LOOP
+            EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', v_schema, v_role);
+            EXECUTE format('GRANT SELECT ON %I.%I TO %I', v_schema, v_table, v_role);
+        END LOOP;
+    END LOOP;
+    RETURN v_done;
+END
+$fn$;
