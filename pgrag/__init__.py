@@ -53,8 +53,8 @@ __all__ = [
 # The functions share their names with their modules (pgrag.search is the function; the module
 # is pgrag.search's home). Importing them here, eagerly, binds the names to the functions;
 # these modules import nothing heavy at import time.
+from . import access  # noqa: E402
 from .ask import Answer, ask  # noqa: E402
 from .db import Database, connect  # noqa: E402
-from . import access  # noqa: E402
 from .ingest import ingest, ingest_documents  # noqa: E402
 from .search import SearchResult, SearchSettings, search  # noqa: E402

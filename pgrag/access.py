@@ -110,9 +110,12 @@ def _selection(
 
 
 def _require_collection(conn: Any, collection: str) -> None:
-    if conn.execute(
-        "SELECT 1 FROM pgrag.collections WHERE name = %(c)s", {"c": collection}
-    ).fetchone() is None:
+    if (
+        conn.execute(
+            "SELECT 1 FROM pgrag.collections WHERE name = %(c)s", {"c": collection}
+        ).fetchone()
+        is None
+    ):
         raise InputError(
             f"collection {collection!r} does not exist (`pgrag collections` lists them)"
         )
@@ -201,7 +204,10 @@ def map_role(db: Database, role: str, principals: Sequence[str], *, remove: bool
                 {"r": role, "p": names},
             )
             return
-        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %(r)s", {"r": role}).fetchone() is None:
+        if (
+            conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %(r)s", {"r": role}).fetchone()
+            is None
+        ):
             raise InputError(f"database role {role!r} does not exist; create it first")
         conn.execute(
             "INSERT INTO pgrag.role_principals (role_name, principal)"

@@ -307,7 +307,11 @@ def db_check(ctx: click.Context) -> None:
 @json_option
 @click.pass_context
 def ingest(
-    ctx: click.Context, paths: tuple[str, ...], collection: str, allow: tuple[str, ...], as_json: bool
+    ctx: click.Context,
+    paths: tuple[str, ...],
+    collection: str,
+    allow: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Chunk, embed and index .md/.txt files and directories.
 
@@ -668,7 +672,9 @@ def acl_map_role(ctx: click.Context, role: str, principals: tuple[str, ...], rem
     from .access import map_role
 
     map_role(_db(ctx), role, principals, remove=remove)
-    click.echo(f"role {role}: {'removed' if remove else 'reads as'} {', '.join(principals)}", err=True)
+    click.echo(
+        f"role {role}: {'removed' if remove else 'reads as'} {', '.join(principals)}", err=True
+    )
 
 
 @cli.command()

@@ -7,8 +7,8 @@ Fusion), so Python, psql and any other client get the same results under the sam
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, fields, replace
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import InputError, PgragError

@@ -15,6 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from conftest import TEMPLATE, _create_database, _drop_database
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
@@ -23,8 +24,6 @@ import pgrag
 from pgrag.access import PRINCIPAL, check_principals
 from pgrag.cli import cli
 from pgrag.loaders import from_text
-
-from conftest import TEMPLATE, _create_database, _drop_database
 
 TEAMS = ("billing", "sales", "support")
 # (source, principals, metadata, text): three tenants, some individual grants, some public.
@@ -120,8 +119,12 @@ def test_a_reader_sees_only_its_rows_in_every_table(tenants: Tenants) -> None:
         chunk_docs = {r[0] for r in conn.execute("SELECT document_id FROM pgrag.chunks")}
         assert chunk_docs == doc_ids
         chunk_ids = {r[0] for r in conn.execute("SELECT id FROM pgrag.chunks")}
-        assert {r[0] for r in conn.execute("SELECT chunk_id FROM pgrag.chunk_embeddings")} == chunk_ids
-        assert {r[0] for r in conn.execute("SELECT chunk_id FROM pgrag.keyword_postings")} == chunk_ids
+        assert {
+            r[0] for r in conn.execute("SELECT chunk_id FROM pgrag.chunk_embeddings")
+        } == chunk_ids
+        assert {
+            r[0] for r in conn.execute("SELECT chunk_id FROM pgrag.keyword_postings")
+        } == chunk_ids
         # Statistics: the chunk count the reader can add up is its own visible count.
         (n,) = conn.execute("SELECT sum(chunks) FROM pgrag.keyword_totals").fetchone()
         assert n == len(chunk_ids)
@@ -268,8 +271,22 @@ def test_python_principals_on_a_superuser_connection(tenants: Tenants, embedder:
 
 
 def test_principal_pattern_agrees_with_the_database(tenants: Tenants) -> None:
-    cases = ["alice", "group:billing", "a@b.c", "x+y-z_1", "", " a", "a,b", "a b", "é", "a" * 128,
-             "a" * 129, ":x", "_x", "x'"]
+    cases = [
+        "alice",
+        "group:billing",
+        "a@b.c",
+        "x+y-z_1",
+        "",
+        " a",
+        "a,b",
+        "a b",
+        "é",
+        "a" * 128,
+        "a" * 129,
+        ":x",
+        "_x",
+        "x'",
+    ]
     with psycopg.connect(tenants.dsn) as conn:
         for case in cases:
             (ok,) = conn.execute("SELECT pgrag.principals_valid_v1(ARRAY[%s])", (case,)).fetchone()
@@ -295,7 +312,9 @@ def test_acl_grant_and_revoke_from_the_cli(tenants: Tenants) -> None:
     assert granted.exit_code == 0, granted.output
     assert "tenant:acme" in granted.stdout and "tenant:globex" in granted.stdout
     with psycopg.connect(tenants.reader_dsn) as conn:
-        assert source in _sources(conn, "SELECT source FROM pgrag.search_v3('t', 'refund', k => 100)")
+        assert source in _sources(
+            conn, "SELECT source FROM pgrag.search_v3('t', 'refund', k => 100)"
+        )
     shown = runner.invoke(cli, [*base, "show", "-c", "t", "--prefix", "globex/note-01"])
     assert shown.exit_code == 0 and "tenant:acme" in shown.stdout
 
@@ -410,7 +429,10 @@ def test_filters_return_exactly_the_matching_visible_documents(
     ],
 )
 def test_bad_filters_are_one_line_errors(tenants: Tenants, f: Any, message: str) -> None:
-    with psycopg.connect(tenants.reader_dsn) as conn, pytest.raises(psycopg.errors.InvalidParameterValue, match=message.replace("$", r"\$")):
+    with (
+        psycopg.connect(tenants.reader_dsn) as conn,
+        pytest.raises(psycopg.errors.InvalidParameterValue, match=message.replace("$", r"\$")),
+    ):
         conn.execute("SELECT * FROM pgrag.search_v3('t', 'refund', filter => %s)", (Jsonb(f),))
 
 
@@ -434,6 +456,11 @@ def test_filter_injection_is_data(tenants: Tenants) -> None:
                 "SELECT * FROM pgrag.search_v3('t', 'refund', filter => %s)",
                 (Jsonb({"date": {"$gte": "2024-01-01'; DELETE FROM pgrag.documents; --"}}),),
             )
+        conn.rollback()
+        for collection in ("t'; DROP TABLE pgrag.chunks; --", "t' OR '1'='1"):
+            with pytest.raises(psycopg.errors.UndefinedObject, match="does not exist"):
+                conn.execute("SELECT * FROM pgrag.search_v3(%s, 'refund')", (collection,))
+            conn.rollback()
     with psycopg.connect(tenants.dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pgrag.documents").fetchone()[0] >= len(DOCS)
         assert conn.execute("SELECT to_regclass('pgrag.chunks') IS NOT NULL").fetchone()[0]
@@ -443,15 +470,26 @@ def test_cli_search_filter_and_principal(tenants: Tenants) -> None:
     result = CliRunner().invoke(
         cli,
         [
-            "--dsn", tenants.dsn, "search", "refund", "-c", "t", "--mode", "keyword", "--k", "100",
-            "--filter", '{"team": {"$in": ["billing"]}}', "--principal", "tenant:initech", "--json",
+            "--dsn",
+            tenants.dsn,
+            "search",
+            "refund",
+            "-c",
+            "t",
+            "--mode",
+            "keyword",
+            "--k",
+            "100",
+            "--filter",
+            '{"team": {"$in": ["billing"]}}',
+            "--principal",
+            "tenant:initech",
+            "--json",
         ],
     )
     assert result.exit_code == 0, result.output
     import json
 
     got = {r["source"] for r in json.loads(result.stdout)}
-    want = {
-        s for s, p, m, _ in DOCS if m["team"] == "billing" and visible(p, {"tenant:initech"})
-    }
+    want = {s for s, p, m, _ in DOCS if m["team"] == "billing" and visible(p, {"tenant:initech"})}
     assert got == want

@@ -110,9 +110,9 @@ UPDATE pgrag.chunks c SET principals = d.principals
  WHERE d.id = c.document_id AND (c.principals <> d.principals OR c.acl_id <> d.acl_id);
 """
 
+# Two InitPlans, each run at most once per statement; the second only when the first is false.
 VISIBLE = (
-    "(SELECT pgrag.visible_acls_v1()) IS NULL"
-    " OR acl_id = ANY ((SELECT pgrag.visible_acls_v1())::integer[])"
+    "(SELECT pgrag.unrestricted_v1()) OR acl_id = ANY ((SELECT pgrag.visible_acls_v1())::integer[])"
 )
 PROTECTED = (
     "documents",
@@ -123,22 +123,23 @@ PROTECTED = (
     "keyword_totals",
 )
 
-POLICIES = (
-    "".join(
-        f"""
+# Only this file's own table names are spliced in.
+POLICIES = "".join(
+    f"""
 ALTER TABLE pgrag.{t} ENABLE ROW LEVEL SECURITY;
 ALTER TABLE pgrag.{t} FORCE ROW LEVEL SECURITY;
 CREATE POLICY visible ON pgrag.{t} USING ({VISIBLE}) WITH CHECK ({VISIBLE});
-"""
-        for t in PROTECTED
-    )
-    + """
+"""  # noqa: S608
+    for t in PROTECTED
+)
+
+OTHER_POLICIES = """
 -- The query log: a restricted role sees its own entries; unrestricted sessions see all.
 ALTER TABLE pgrag.queries ENABLE ROW LEVEL SECURITY;
 ALTER TABLE pgrag.queries FORCE ROW LEVEL SECURITY;
 CREATE POLICY own ON pgrag.queries
-    USING ((SELECT pgrag.principals_v1()) IS NULL OR db_user = current_user)
-    WITH CHECK ((SELECT pgrag.principals_v1()) IS NULL OR db_user = current_user);
+    USING ((SELECT pgrag.unrestricted_v1()) OR db_user = current_user)
+    WITH CHECK ((SELECT pgrag.unrestricted_v1()) OR db_user = current_user);
 -- A role sees the mappings that apply to it (the owner, who manages them, sees all: not forced,
 -- since pgrag.principals_v1 itself reads this table).
 ALTER TABLE pgrag.role_principals ENABLE ROW LEVEL SECURITY;
@@ -147,7 +148,6 @@ CREATE POLICY own ON pgrag.role_principals
                     WHERE r.rolname = role_name
                       AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')));
 """
-)
 
 # Cluster-wide roles, created when the migrating role may (a superuser, or CREATEROLE as on
 # RDS, Cloud SQL and Supabase); otherwise an administrator creates them and runs
@@ -207,6 +207,7 @@ def upgrade() -> None:
     _sql(TRIGGERS)
     _sql(BACKFILL)
     _sql(POLICIES)
+    _sql(OTHER_POLICIES)
     _sql(sql_file("functions/search_v3.sql"))
     _sql(CREATE_ROLES)
 
@@ -219,7 +220,7 @@ def downgrade() -> None:
             REVOKE ALL ON ALL TABLES IN SCHEMA pgrag FROM {r};
             REVOKE ALL ON ALL SEQUENCES IN SCHEMA pgrag FROM {r};
             REVOKE ALL ON SCHEMA pgrag FROM {r};
-        END IF;"""
+        END IF;"""  # noqa: S608 - the role names are this file's constants
         for r in ROLES
     )
     _sql(f"DO $do$ BEGIN {revoke} END $do$;")
@@ -290,6 +291,7 @@ def downgrade() -> None:
         DROP FUNCTION pgrag.documents_acl_changed_v1();
         DROP FUNCTION pgrag.documents_acl_v1();
         DROP FUNCTION pgrag.visible_acls_v1();
+        DROP FUNCTION pgrag.unrestricted_v1();
         DROP FUNCTION pgrag.principals_v1();
         DROP FUNCTION pgrag.acl_id_v1(text[]);
         DROP FUNCTION pgrag.principals_canonical_v1(text[]);

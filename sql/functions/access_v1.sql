@@ -120,16 +120,38 @@ END
 $fn$;
 
 -- The acls the session may read, sorted; NULL for an unrestricted session. Row-level security
--- policies call it once per statement (as an InitPlan), not once per row.
+-- policies call it once per statement (as an InitPlan), not once per row, and only when
+-- unrestricted_v1 is false.
 CREATE FUNCTION pgrag.visible_acls_v1() RETURNS integer[]
+LANGUAGE plpgsql STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_principals text[] := pgrag.principals_v1();
+BEGIN
+    IF v_principals IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT a.id FROM pgrag.acls a WHERE a.principals && v_principals ORDER BY a.id);
+END
+$fn$;
+
+-- Whether the session sees everything: an unrestricted role that named no principals. Cheap
+-- (no acl lookup): the policies test it first, so such sessions never compute visible_acls_v1.
+CREATE FUNCTION pgrag.unrestricted_v1() RETURNS boolean
 LANGUAGE sql STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT CASE WHEN s.p IS NULL THEN NULL
-                ELSE ARRAY(SELECT a.id FROM pgrag.acls a WHERE a.principals && s.p ORDER BY a.id)
-           END
-      FROM (SELECT pgrag.principals_v1() AS p) s
+    SELECT coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
+       AND EXISTS (
+           SELECT 1 FROM pg_roles r, pg_namespace n
+            WHERE r.rolname = current_user AND n.nspname = 'pgrag'
+              AND (r.rolsuper OR r.rolbypassrls
+                   OR pg_has_role(current_user, n.nspowner, 'MEMBER')
+                   OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
+                                 AND pg_has_role(current_user, w.oid, 'MEMBER'))))
 $fn$;
 
 -- Documents: principals made canonical, and their acl found (or created).

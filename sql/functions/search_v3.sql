@@ -83,6 +83,7 @@ DECLARE
     v_limit         integer;
     v_small         boolean := false;
     v_cand          bigint[];
+    v_probe         boolean := false;
     v_use_vector    boolean;
     v_use_keyword   boolean;
     v_vdepth        integer;
@@ -137,7 +138,7 @@ BEGIN
     v_text_config := v_config_name::regconfig;
     v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
     v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match_v1
-    v_restricted := pgrag.principals_v1() IS NOT NULL;
+    v_restricted := NOT pgrag.unrestricted_v1();
 
     IF query_embedding IS NOT NULL THEN
         IF v_model_id IS NULL THEN
@@ -230,6 +231,12 @@ BEGIN
          WHERE x.df > 0;
         IF v_terms IS NULL THEN
             v_use_keyword := false;  -- only stop words, or no chunk has any of the words
+        ELSIF v_small THEN
+            -- Probes cost one index descent per (term, candidate); reading a term's list costs
+            -- its length, which for a restricted caller includes postings it cannot see (so
+            -- its own df undercounts): probe unless that is clearly the larger read.
+            v_probe := cardinality(v_cand) * cardinality(v_terms)
+                       <= greatest(50000, (SELECT sum(x) FROM unnest(v_dfs) x));
         ELSIF v_pruned THEN
             -- Impact-ordered reading with a budget: each term reads its best postings (highest
             -- impact first) up to a share of postings_per_term proportional to its idf, so a
@@ -387,17 +394,28 @@ BEGIN
               GROUP BY p.chunk_id
               ORDER BY s DESC, p.chunk_id
               LIMIT v_kdepth),
-         -- the postings of few candidates, probed term by term,
+         -- the postings of few candidates: each (term, candidate) probed in the primary key
+         -- when that is the smaller read, else each term's list read whole and matched
+         -- against the candidates by hash,
          kw_small AS (
-             SELECT p.chunk_id AS id, sum(t.idf * p.impact) AS s
-               FROM terms t
-              CROSS JOIN LATERAL (
-                  SELECT q.chunk_id, q.impact FROM pgrag.keyword_postings q
-                   WHERE q.collection_id = v_collection_id AND q.lexeme = t.lexeme
-                     AND q.chunk_id = ANY (v_cand)) p
-              WHERE v_use_keyword AND v_small
-              GROUP BY p.chunk_id
-              ORDER BY s DESC, p.chunk_id
+             SELECT x.id, sum(x.s) AS s
+               FROM (SELECT c.id, t.idf * q.impact AS s
+                       FROM unnest(v_cand) AS c(id)
+                      CROSS JOIN terms t
+                      CROSS JOIN LATERAL (
+                          SELECT q.impact FROM pgrag.keyword_postings q
+                           WHERE q.collection_id = v_collection_id AND q.lexeme = t.lexeme
+                             AND q.chunk_id = c.id) q
+                      WHERE v_use_keyword AND v_small AND v_probe
+                     UNION ALL
+                     SELECT p.chunk_id, t.idf * p.impact
+                       FROM terms t
+                       JOIN pgrag.keyword_postings p
+                         ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
+                      WHERE v_use_keyword AND v_small AND NOT v_probe
+                        AND p.chunk_id IN (SELECT unnest(v_cand))) x
+              GROUP BY x.id
+              ORDER BY s DESC, x.id
               LIMIT v_kdepth),
          -- every posting of the chunks the filter admits (when they are many),
          kw_filtered AS (
