@@ -84,6 +84,7 @@ DECLARE
     v_small         boolean := false;
     v_cand          bigint[];
     v_probe         boolean := false;
+    v_acls          integer[];
     v_use_vector    boolean;
     v_use_keyword   boolean;
     v_vdepth        integer;
@@ -125,7 +126,8 @@ BEGIN
     END IF;
     -- Checked before anything is read: an unknown operator or a malformed date is an error
     -- naming the entry, never a silent "no results".
-    v_contain := pgrag.filter_check_v1(filter);
+    v_contain := CASE WHEN filter IS NULL OR filter = '{}'::jsonb THEN '{}'::jsonb
+                      ELSE pgrag.filter_check_v1(filter) END;
 
     SELECT c.id, c.text_config, c.model_id
       INTO v_collection_id, v_config_name, v_model_id
@@ -178,13 +180,18 @@ BEGIN
             -- Exact for the caller: the statistics rows it may see (row-level security).
             SELECT coalesce(sum(t.chunks), 0) INTO v_visible
               FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id;
+            -- The same access lists again, spelled out, so the index on (collection, acl)
+            -- finds the caller's chunks: the policies' own test is not an index condition.
+            v_acls := pgrag.visible_acls_v1();
         END IF;
         -- Planned per call (EXECUTE), with the filter's values known, so the planner can pick
         -- the GIN index on documents.metadata; the statement text is fixed.
         IF NOT v_filtered AND v_visible <= v_limit THEN
             EXECUTE 'SELECT array_agg(x.id ORDER BY x.id) FROM (
-                         SELECT c.id FROM pgrag.chunks c WHERE c.collection_id = $1 LIMIT $2) x'
-              INTO v_cand USING v_collection_id, v_limit + 1;
+                         SELECT c.id FROM pgrag.chunks c
+                          WHERE c.collection_id = $1 AND ($3 IS NULL OR c.acl_id = ANY ($3))
+                          LIMIT $2) x'
+              INTO v_cand USING v_collection_id, v_limit + 1, v_acls;
         ELSIF v_filtered AND v_contain <> '{}'::jsonb THEN
             EXECUTE 'SELECT array_agg(x.id ORDER BY x.id) FROM (
                          SELECT c.id FROM pgrag.documents d
@@ -405,7 +412,8 @@ BEGIN
                       CROSS JOIN LATERAL (
                           SELECT q.impact FROM pgrag.keyword_postings q
                            WHERE q.collection_id = v_collection_id AND q.lexeme = t.lexeme
-                             AND q.chunk_id = c.id) q
+                             AND q.chunk_id = c.id
+                          OFFSET 0) q  -- a probe per pair: not to be planned as a join
                       WHERE v_use_keyword AND v_small AND v_probe
                      UNION ALL
                      SELECT p.chunk_id, t.idf * p.impact
