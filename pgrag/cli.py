@@ -63,14 +63,18 @@ def collection_option(f: F) -> F:
 
 
 def tuning_options(f: F) -> F:
-    """search_v2's knobs; each left unset keeps the function's measured default."""
+    """search_v3's knobs; each left unset keeps the function's measured default."""
     options = [
-        click.option("--rrf-k", type=click.IntRange(min=1), help="RRF constant (default 60)."),
+        click.option("--rrf-k", type=click.IntRange(min=1), help="RRF constant (default 5)."),
         click.option(
-            "--vector-weight", type=click.FloatRange(min=0), help="Vector arm's RRF weight."
+            "--vector-weight",
+            type=click.FloatRange(min=0),
+            help="Vector arm's RRF weight (default 0.5).",
         ),
         click.option(
-            "--keyword-weight", type=click.FloatRange(min=0), help="Keyword arm's RRF weight."
+            "--keyword-weight",
+            type=click.FloatRange(min=0),
+            help="Keyword arm's RRF weight (default 1.0).",
         ),
         click.option(
             "--depth",
@@ -81,7 +85,7 @@ def tuning_options(f: F) -> F:
             "--postings-per-term",
             type=click.IntRange(min=0),
             help="Keyword arm: above this many postings per query, read a budget of this"
-            " many, best first (0 = read everything).",
+            " many, best first (default 50,000; 0 = read everything).",
         ),
     ]
     for option in reversed(options):
@@ -415,10 +419,24 @@ def search(
     filt = _parse_filter(filter_json)
     settings = _settings(tuning)
     if show_sql:
+        if principals:
+            from psycopg import sql
+
+            from .access import check_principals
+
+            names = ",".join(check_principals(principals))
+            click.echo("BEGIN;")
+            click.echo(
+                sql.SQL("SELECT set_config('pgrag.principals', {}, true);")
+                .format(sql.Literal(names))
+                .as_string(None)
+            )
         click.echo(
             search_sql(query, collection=collection, k=k, mode=mode, filter=filt, settings=settings)
             + ";"
         )
+        if principals:
+            click.echo("COMMIT;")
         return
     results = run_search(
         _db(ctx),
@@ -580,66 +598,49 @@ def _print_access(rows: list[Any], as_json: bool) -> None:
         click.echo(f"{r.source}\t{','.join(r.principals) or '(nobody but admins)'}")
 
 
-@acl.command("grant")
-@click.argument("principals", nargs=-1, required=True)
-@_acl_selection
-@click.option("--all", "all_documents", is_flag=True, help="Every document in the collection.")
-@json_option
-@click.pass_context
-def acl_grant(
-    ctx: click.Context,
-    principals: tuple[str, ...],
-    collection: str,
-    sources: tuple[str, ...],
-    prefix: str | None,
-    all_documents: bool,
-    as_json: bool,
-) -> None:
-    """Let PRINCIPALS read the chosen documents, e.g. `pgrag acl grant group:billing --prefix
-    billing/`."""
-    from .access import change
+def _acl_change_command(name: str, doc: str) -> None:
+    """`pgrag acl grant` and `pgrag acl revoke`: the same selection, one direction each."""
 
-    rows = change(
-        _db(ctx),
-        grant=principals,
-        collection=collection,
-        sources=sources or None,
-        prefix=prefix,
-        all_documents=all_documents,
-    )
-    _print_access(rows, as_json)
-    click.echo(f"{_plural(len(rows), 'document')} changed", err=True)
+    @acl.command(name, help=doc)
+    @click.argument("principals", nargs=-1, required=True)
+    @_acl_selection
+    @click.option("--all", "all_documents", is_flag=True, help="Every document in the collection.")
+    @json_option
+    @click.pass_context
+    def command(
+        ctx: click.Context,
+        principals: tuple[str, ...],
+        collection: str,
+        sources: tuple[str, ...],
+        prefix: str | None,
+        all_documents: bool,
+        as_json: bool,
+    ) -> None:
+        from .access import change
+
+        rows = change(
+            _db(ctx),
+            grant=principals if name == "grant" else (),
+            revoke=principals if name == "revoke" else (),
+            collection=collection,
+            sources=sources or None,
+            prefix=prefix,
+            all_documents=all_documents,
+        )
+        _print_access(rows, as_json)
+        click.echo(f"{_plural(len(rows), 'document')} changed", err=True)
 
 
-@acl.command("revoke")
-@click.argument("principals", nargs=-1, required=True)
-@_acl_selection
-@click.option("--all", "all_documents", is_flag=True, help="Every document in the collection.")
-@json_option
-@click.pass_context
-def acl_revoke(
-    ctx: click.Context,
-    principals: tuple[str, ...],
-    collection: str,
-    sources: tuple[str, ...],
-    prefix: str | None,
-    all_documents: bool,
-    as_json: bool,
-) -> None:
-    """Stop PRINCIPALS reading the chosen documents (a document left with no principals is
-    readable only by administrators)."""
-    from .access import change
-
-    rows = change(
-        _db(ctx),
-        revoke=principals,
-        collection=collection,
-        sources=sources or None,
-        prefix=prefix,
-        all_documents=all_documents,
-    )
-    _print_access(rows, as_json)
-    click.echo(f"{_plural(len(rows), 'document')} changed", err=True)
+_acl_change_command(
+    "grant",
+    "Let PRINCIPALS read the chosen documents; nothing is re-embedded. Example: pgrag acl"
+    " grant group:billing --prefix billing/",
+)
+_acl_change_command(
+    "revoke",
+    "Stop PRINCIPALS reading the chosen documents; nothing is re-embedded. A document left"
+    " with no principals is readable only by administrators.",
+)
 
 
 @acl.command("show")

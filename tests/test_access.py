@@ -23,6 +23,7 @@ from psycopg.types.json import Jsonb
 import pgrag
 from pgrag.access import PRINCIPAL, check_principals
 from pgrag.cli import cli
+from pgrag.ingest import list_collections
 from pgrag.loaders import from_text
 
 TEAMS = ("billing", "sales", "support")
@@ -133,11 +134,35 @@ def test_a_reader_sees_only_its_rows_in_every_table(tenants: Tenants) -> None:
             "SELECT sum(df) FROM pgrag.keyword_df WHERE lexeme = 'invoic'"
         ).fetchone()
         assert df == len(chunk_ids)
+        # The access lists it may see are its own; other tenants' names stay hidden.
+        acls = [r[0] for r in conn.execute("SELECT principals FROM pgrag.acls")]
+        assert acls and all({"public", "tenant:acme"} & set(a) for a in acls)
+        # Planner statistics (most common values) of row-level-secured tables are withheld.
+        (stats,) = conn.execute(
+            "SELECT count(*) FROM pg_stats WHERE schemaname = 'pgrag'"
+            " AND tablename IN ('chunks', 'documents', 'keyword_postings', 'keyword_df')"
+        ).fetchone()
+        assert stats == 0
+        with psycopg.connect(tenants.dsn) as owner:  # ... which exist: the owner sees them
+            (owner_stats,) = owner.execute(
+                "SELECT count(*) FROM pg_stats WHERE schemaname = 'pgrag'"
+                " AND tablename IN ('chunks', 'documents', 'keyword_postings', 'keyword_df')"
+            ).fetchone()
+            assert owner_stats > 0
         # Asking for another tenant's principals narrows, never widens.
         conn.execute("SET pgrag.principals = 'tenant:globex'")
         assert set(_sources(conn, "SELECT source FROM pgrag.documents")) == expected_sources(set())
         conn.execute("SET pgrag.principals = 'tenant:acme'")
         assert set(_sources(conn, "SELECT source FROM pgrag.documents")) == want
+    # The Python API as the same role: connecting checks the schema revision (a grant of its
+    # own), and search sees what the role sees.
+    db = pgrag.connect(tenants.reader_dsn)
+    try:
+        hits = pgrag.search(db, "refund invoices", collection="t", k=100, mode="keyword")
+        assert {h.source for h in hits} == want
+        assert {c["name"]: c["documents"] for c in list_collections(db)} == {"t": len(want)}
+    finally:
+        db.close()
 
 
 def test_a_reader_cannot_write_unprotect_or_change_role(tenants: Tenants) -> None:
@@ -493,3 +518,15 @@ def test_cli_search_filter_and_principal(tenants: Tenants) -> None:
     got = {r["source"] for r in json.loads(result.stdout)}
     want = {s for s, p, m, _ in DOCS if m["team"] == "billing" and visible(p, {"tenant:initech"})}
     assert got == want
+
+
+def test_cli_search_sql_names_the_principals(tenants: Tenants) -> None:
+    result = CliRunner().invoke(
+        cli,
+        ["--dsn", tenants.dsn, "search", "refund", "-c", "t", "--principal", "alice", "--sql"],
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "BEGIN;" and lines[-1] == "COMMIT;"
+    assert lines[1] == "SELECT set_config('pgrag.principals', 'alice', true);"
+    assert "pgrag.search_v3('t', 'refund'" in lines[2]

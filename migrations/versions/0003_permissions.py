@@ -134,6 +134,13 @@ CREATE POLICY visible ON pgrag.{t} USING ({VISIBLE}) WITH CHECK ({VISIBLE});
 )
 
 OTHER_POLICIES = """
+-- The access lists themselves: a restricted session sees the ones it is in, so it does not
+-- learn other tenants' principal names either.
+ALTER TABLE pgrag.acls ENABLE ROW LEVEL SECURITY;
+ALTER TABLE pgrag.acls FORCE ROW LEVEL SECURITY;
+CREATE POLICY visible ON pgrag.acls
+    USING ((SELECT pgrag.unrestricted_v1()) OR principals && (SELECT pgrag.principals_v1()))
+    WITH CHECK ((SELECT pgrag.unrestricted_v1()) OR principals && (SELECT pgrag.principals_v1()));
 -- The query log: a restricted role sees its own entries; unrestricted sessions see all.
 ALTER TABLE pgrag.queries ENABLE ROW LEVEL SECURITY;
 ALTER TABLE pgrag.queries FORCE ROW LEVEL SECURITY;
@@ -233,6 +240,7 @@ def downgrade() -> None:
             for t in PROTECTED
         )
         + """
+        DROP POLICY visible ON pgrag.acls;
         DROP POLICY own ON pgrag.queries;
         ALTER TABLE pgrag.queries NO FORCE ROW LEVEL SECURITY;
         ALTER TABLE pgrag.queries DISABLE ROW LEVEL SECURITY;
