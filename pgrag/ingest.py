@@ -309,7 +309,7 @@ def _ingest(
         if dropped:
             _build_model_index(db, coll.model_id, analyze=True)
     # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
-    # round: search_v2 plans once per session, and a plan made without them can scan whole
+    # round: search_v3 plans once per session, and a plan made without them can scan whole
     # postings lists where it should probe one posting.
     _maintain_keyword_index(db, collection, analyze=bulk or new_collection)
     report.files.sort(key=lambda f: f.path)
