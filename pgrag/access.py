@@ -13,14 +13,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError, PgragError
+from .errors import InputError
 
 if TYPE_CHECKING:
     from .db import Database
 
 # Must agree with pgrag.principals_valid_v1 (tests/test_access.py checks both ways).
 PRINCIPAL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}")
-APP_ROLE = "pgrag_app"
 
 
 def check_principals(principals: Iterable[str], what: str = "principal") -> list[str]:
@@ -40,41 +39,14 @@ def check_principals(principals: Iterable[str], what: str = "principal") -> list
     return out
 
 
-def apply(conn: Any, db: Database, principals: Sequence[str] | None) -> None:
+def apply(conn: Any, principals: Sequence[str] | None) -> None:
     """Make this transaction read as ``principals`` (plus public); None leaves the session as
     it is. Call inside a transaction: the setting ends with it, so a pooled connection never
-    carries one request's principals into the next."""
+    carries one request's principals into the next. An empty list reads as public only."""
     if principals is None:
         return
-    names = check_principals(principals)
+    names = check_principals(principals) or ["public"]
     conn.execute("SELECT set_config('pgrag.principals', %(p)s, true)", {"p": ",".join(names)})
-    if _bypasses_rls(conn, db):
-        # Superusers (and BYPASSRLS roles) are never subject to row-level security, so read as
-        # pgrag_app, the role that asserts principals, for the rest of the transaction.
-        try:
-            conn.execute(f"SET LOCAL ROLE {APP_ROLE}")
-        except Exception as err:  # noqa: BLE001 - re-raised as one line below
-            from .db import describe_error
-
-            raise PgragError(
-                f"cannot read as principals {names}: this session bypasses row-level security"
-                f" and cannot SET ROLE {APP_ROLE} ({describe_error(err)}); connect as a role"
-                f" that does not bypass it, or `GRANT {APP_ROLE} TO {_current_user(conn)}`"
-            ) from err
-
-
-def _bypasses_rls(conn: Any, db: Database) -> bool:
-    if db._bypasses_rls is None:
-        row = conn.execute(
-            "SELECT rolsuper OR rolbypassrls FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()
-        db._bypasses_rls = bool(row and row[0])
-    return db._bypasses_rls
-
-
-def _current_user(conn: Any) -> str:
-    row = conn.execute("SELECT current_user").fetchone()
-    return str(row[0]) if row else "your role"
 
 
 @dataclass(frozen=True)

@@ -168,18 +168,23 @@ def _log(
         }
         for r in results
     ]
+    from . import access
+
     with transaction(db) as conn:
+        # Under the same principals as the search, and recording the ones in effect (None for
+        # an unrestricted session): the log holds retrieved text, and is shown only to
+        # sessions that may read all of what an entry was asked with.
+        access.apply(conn, principals)
         row = conn.execute(
             "INSERT INTO pgrag.queries (collection_id, model_id, question, principals,"
             " retrieved, prompt, generator, answer, citations, abstained, abstain_reason,"
             " timings)"
-            " SELECT c.id, c.model_id, %(q)s, %(principals)s, %(retrieved)s, %(prompt)s,"
+            " SELECT c.id, c.model_id, %(q)s, pgrag.principals_v1(), %(retrieved)s, %(prompt)s,"
             " %(generator)s, %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s"
             " FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id",
             {
                 "collection": collection,
                 "q": answer.question,
-                "principals": None if principals is None else list(principals),
                 "retrieved": Jsonb(retrieved),
                 "prompt": answer.prompt,
                 "generator": answer.generator,

@@ -90,7 +90,6 @@ class Database:
     _embedder: Embedder | None = field(default=None, repr=False)
     # Who searches and asks read as (plus public); None: whatever the session's role may see.
     principals: list[str] | None = None
-    _bypasses_rls: bool | None = field(default=None, repr=False)
 
     @property
     def embedder(self) -> Embedder:

@@ -175,14 +175,11 @@ def get_collection(db: Database, name: str) -> Collection | None:
 
 
 def list_collections(db: Database) -> list[dict[str, Any]]:
-    """Every collection with its model and its number of documents and chunks."""
+    """Every collection with its model and the number of documents and chunks the session may
+    read (``pgrag.collections_v1``, which restricted roles may call)."""
     with transaction(db) as conn:
         rows = conn.execute(
-            "SELECT c.name, m.name, m.dimension,"
-            " (SELECT count(*) FROM pgrag.documents d WHERE d.collection_id = c.id),"
-            " (SELECT count(*) FROM pgrag.chunks k WHERE k.collection_id = c.id)"
-            " FROM pgrag.collections c LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id"
-            " ORDER BY c.name"
+            "SELECT name, model, dimension, documents, chunks FROM pgrag.collections_v1()"
         ).fetchall()
     keys = ("name", "model", "dimension", "documents", "chunks")
     return [dict(zip(keys, r, strict=True)) for r in rows]

@@ -192,7 +192,7 @@ def search(
     t1 = time.perf_counter()
     fetch = candidates(k) if (reranker is not None or mmr is not None) else k
     with transaction(db) as conn:
-        access.apply(conn, db, db.principals if principals is None else principals)
+        access.apply(conn, db.principals if principals is None else principals)
         rows = conn.execute(
             call_sql(settings),
             {

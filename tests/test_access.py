@@ -111,49 +111,53 @@ def expected_sources(session: set[str]) -> set[str]:
 # -- the restricted role, by every SQL it can run -----------------------------------------------
 
 
-def test_a_reader_sees_only_its_rows_in_every_table(tenants: Tenants) -> None:
+PROTECTED = (
+    "documents",
+    "chunks",
+    "chunk_embeddings",
+    "keyword_postings",
+    "keyword_df",
+    "keyword_totals",
+    "keyword_settings",
+    "acls",
+    "role_principals",
+)
+
+
+def test_a_reader_reads_no_table_and_lists_only_its_documents(tenants: Tenants) -> None:
+    """Readers search and list through functions only: direct SQL on a table under row-level
+    security leaks through side channels (EXPLAIN ANALYZE counts), so they get none."""
     want = expected_sources({"tenant:acme"})
     assert 0 < len(want) < len(DOCS)
-    with psycopg.connect(tenants.reader_dsn) as conn:
-        assert set(_sources(conn, "SELECT source FROM pgrag.documents")) == want
-        doc_ids = {r[0] for r in conn.execute("SELECT id FROM pgrag.documents").fetchall()}
-        chunk_docs = {r[0] for r in conn.execute("SELECT document_id FROM pgrag.chunks")}
-        assert chunk_docs == doc_ids
-        chunk_ids = {r[0] for r in conn.execute("SELECT id FROM pgrag.chunks")}
-        assert {
-            r[0] for r in conn.execute("SELECT chunk_id FROM pgrag.chunk_embeddings")
-        } == chunk_ids
-        assert {
-            r[0] for r in conn.execute("SELECT chunk_id FROM pgrag.keyword_postings")
-        } == chunk_ids
-        # Statistics: the chunk count the reader can add up is its own visible count.
-        (n,) = conn.execute("SELECT sum(chunks) FROM pgrag.keyword_totals").fetchone()
-        assert n == len(chunk_ids)
-        # A term in every document: the reader's document frequency counts visible chunks only.
-        (df,) = conn.execute(
-            "SELECT sum(df) FROM pgrag.keyword_df WHERE lexeme = 'invoic'"
-        ).fetchone()
-        assert df == len(chunk_ids)
-        # The access lists it may see are its own; other tenants' names stay hidden.
-        acls = [r[0] for r in conn.execute("SELECT principals FROM pgrag.acls")]
-        assert acls and all({"public", "tenant:acme"} & set(a) for a in acls)
-        # Planner statistics (most common values) of row-level-secured tables are withheld.
+    with psycopg.connect(tenants.reader_dsn, autocommit=True) as conn:
+        for table in PROTECTED:
+            for statement in ("SELECT count(*) FROM pgrag.{}", "EXPLAIN SELECT * FROM pgrag.{}"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement.format(table))
+        assert set(_sources(conn, "SELECT source FROM pgrag.documents_v1('t')")) == want
+        (row,) = conn.execute(
+            "SELECT documents, chunks FROM pgrag.collections_v1() WHERE name = 't'"
+        ).fetchall()
+        assert row == (len(want), len(want))  # one chunk per document here
+        # Planner statistics (most common values) of the tables are withheld as well.
         (stats,) = conn.execute(
             "SELECT count(*) FROM pg_stats WHERE schemaname = 'pgrag'"
             " AND tablename IN ('chunks', 'documents', 'keyword_postings', 'keyword_df')"
         ).fetchone()
         assert stats == 0
-        with psycopg.connect(tenants.dsn) as owner:  # ... which exist: the owner sees them
-            (owner_stats,) = owner.execute(
-                "SELECT count(*) FROM pg_stats WHERE schemaname = 'pgrag'"
-                " AND tablename IN ('chunks', 'documents', 'keyword_postings', 'keyword_df')"
-            ).fetchone()
-            assert owner_stats > 0
         # Asking for another tenant's principals narrows, never widens.
         conn.execute("SET pgrag.principals = 'tenant:globex'")
-        assert set(_sources(conn, "SELECT source FROM pgrag.documents")) == expected_sources(set())
+        assert set(_sources(conn, "SELECT source FROM pgrag.documents_v1('t')")) == (
+            expected_sources(set())
+        )
         conn.execute("SET pgrag.principals = 'tenant:acme'")
-        assert set(_sources(conn, "SELECT source FROM pgrag.documents")) == want
+        assert set(_sources(conn, "SELECT source FROM pgrag.documents_v1('t')")) == want
+    with psycopg.connect(tenants.dsn) as owner:  # the statistics exist: the owner sees them
+        (owner_stats,) = owner.execute(
+            "SELECT count(*) FROM pg_stats WHERE schemaname = 'pgrag'"
+            " AND tablename IN ('chunks', 'documents', 'keyword_postings', 'keyword_df')"
+        ).fetchone()
+        assert owner_stats > 0
     # The Python API as the same role: connecting checks the schema revision (a grant of its
     # own), and search sees what the role sees.
     db = pgrag.connect(tenants.reader_dsn)
@@ -163,6 +167,34 @@ def test_a_reader_sees_only_its_rows_in_every_table(tenants: Tenants) -> None:
         assert {c["name"]: c["documents"] for c in list_collections(db)} == {"t": len(want)}
     finally:
         db.close()
+
+
+def test_row_level_security_filters_every_table_for_a_writer_naming_principals(
+    tenants: Tenants,
+) -> None:
+    """Roles that are granted the tables (pgrag_writer here) are filtered by row-level
+    security as soon as they name principals: every table, the statistics, the access lists."""
+    want = expected_sources({"tenant:acme"})
+    with psycopg.connect(tenants.writer_dsn) as conn:
+        (n_all,) = conn.execute("SELECT count(*) FROM pgrag.documents").fetchone()
+        assert n_all >= len(DOCS)  # unrestricted until it names principals
+        conn.execute("SET pgrag.principals = 'tenant:acme'")
+        assert set(_sources(conn, "SELECT source FROM pgrag.documents")) == want
+        doc_ids = {r[0] for r in conn.execute("SELECT id FROM pgrag.documents")}
+        assert {r[0] for r in conn.execute("SELECT document_id FROM pgrag.chunks")} == doc_ids
+        chunk_ids = {r[0] for r in conn.execute("SELECT id FROM pgrag.chunks")}
+        for table in ("chunk_embeddings", "keyword_postings"):
+            got = {r[0] for r in conn.execute(f"SELECT chunk_id FROM pgrag.{table}")}  # noqa: S608
+            assert got == chunk_ids, table
+        (n,) = conn.execute("SELECT sum(chunks) FROM pgrag.keyword_totals").fetchone()
+        assert n == len(chunk_ids)
+        (df,) = conn.execute(
+            "SELECT sum(df) FROM pgrag.keyword_df WHERE lexeme = 'invoic'"
+        ).fetchone()
+        assert df == len(chunk_ids)  # a word of every document: visible chunks only
+        acls = [r[0] for r in conn.execute("SELECT principals FROM pgrag.acls")]
+        assert acls and all({"public", "tenant:acme"} & set(a) for a in acls)
+        conn.rollback()
 
 
 def test_a_reader_cannot_write_unprotect_or_change_role(tenants: Tenants) -> None:
@@ -175,13 +207,13 @@ def test_a_reader_cannot_write_unprotect_or_change_role(tenants: Tenants) -> Non
         "SET ROLE pgrag_writer",
         "SET ROLE pgrag_app",
         "TRUNCATE pgrag.keyword_postings",
+        "SELECT * FROM pgrag.search_v2('t', 'refund')",  # invoker functions read the tables
+        "SELECT pgrag.grant_roles_v1()",
     ]
     with psycopg.connect(tenants.reader_dsn, autocommit=True) as conn:
         for statement in attempts:
             with pytest.raises(psycopg.Error):
                 conn.execute(statement)
-        # The mapping table shows the reader its own mappings only.
-        assert _sources(conn, "SELECT principal FROM pgrag.role_principals") == ["tenant:acme"]
     with psycopg.connect(tenants.dsn) as conn:
         (n,) = conn.execute("SELECT count(*) FROM pgrag.documents").fetchone()
         assert n == len(DOCS)
@@ -199,14 +231,19 @@ def test_search_v3_as_a_reader_returns_min_k_visible(tenants: Tenants) -> None:
         # Hybrid, with a stored vector as the query: still only visible chunks, still k.
         hybrid = _sources(
             conn,
-            "SELECT source FROM pgrag.search_v3('t', 'refund',"
-            " (SELECT embedding FROM pgrag.chunk_embeddings LIMIT 1), k => 7)",
+            "SELECT source FROM pgrag.search_v3('t', 'refund', %s::vector, k => 7)",
+            (_a_vector(tenants),),
         )
         assert len(hybrid) == 7 and set(hybrid) <= want
-        # The older functions are filtered by row-level security too.
-        for fn in ("search_v1", "search_v2"):
-            older = _sources(conn, f"SELECT source FROM pgrag.{fn}('t', 'refund', k => 100)")  # noqa: S608
-            assert older and set(older) <= want
+
+
+def _a_vector(tenants: Tenants) -> str:
+    """A stored vector (read as the owner), to search with."""
+    with psycopg.connect(tenants.dsn) as conn:
+        (vector,) = conn.execute(
+            "SELECT embedding::text FROM pgrag.chunk_embeddings LIMIT 1"
+        ).fetchone()
+    return str(vector)
 
 
 def test_keyword_statistics_do_not_reveal_hidden_documents(tenants: Tenants, embedder: Any) -> None:
@@ -238,7 +275,9 @@ def test_keyword_statistics_do_not_reveal_hidden_documents(tenants: Tenants, emb
 def test_an_app_asserts_principals_per_transaction(tenants: Tenants) -> None:
     with psycopg.connect(tenants.app_dsn) as conn:
         # Nothing asserted: public only (fail closed).
-        assert set(_sources(conn, "SELECT source FROM pgrag.documents")) == expected_sources(set())
+        assert set(_sources(conn, "SELECT source FROM pgrag.documents_v1('t')")) == (
+            expected_sources(set())
+        )
         conn.commit()
         with conn.transaction():
             conn.execute("SELECT set_config('pgrag.principals', 'alice, tenant:initech', true)")
@@ -263,7 +302,7 @@ def test_malformed_principals_in_the_session_are_an_error(tenants: Tenants, raw:
     with psycopg.connect(tenants.app_dsn) as conn:
         conn.execute("SELECT set_config('pgrag.principals', %s, true)", (raw,))
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="pgrag.principals"):
-            conn.execute("SELECT count(*) FROM pgrag.documents").fetchone()
+            conn.execute("SELECT count(*) FROM pgrag.search_v3('t', 'refund')").fetchone()
     with psycopg.connect(tenants.dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pgrag.chunks").fetchone()[0] > 0
 
@@ -287,7 +326,7 @@ def test_python_principals_on_a_superuser_connection(tenants: Tenants, embedder:
         logged = db.conn.execute(
             "SELECT principals FROM pgrag.queries WHERE id = %s", (answer.query_id,)
         ).fetchone()
-        assert logged == (["alice"],)
+        assert logged == (["alice", "public"],)
         db.conn.commit()
     finally:
         db.close()
@@ -346,7 +385,7 @@ def test_acl_grant_and_revoke_from_the_cli(tenants: Tenants) -> None:
     revoked = runner.invoke(cli, [*base, "revoke", "tenant:acme", "-c", "t", "--source", source])
     assert revoked.exit_code == 0, revoked.output
     with psycopg.connect(tenants.reader_dsn) as conn:
-        assert source not in _sources(conn, "SELECT source FROM pgrag.documents")
+        assert source not in _sources(conn, "SELECT source FROM pgrag.documents_v1('t')")
         assert source not in _sources(
             conn, "SELECT source FROM pgrag.search_v3('t', 'refund', k => 100)"
         )
@@ -424,20 +463,20 @@ def test_filters_return_exactly_the_matching_visible_documents(
     want = {s for s, p, m, _ in DOCS if _match(m, f) and visible(p, {"tenant:acme"})}
     assert want, f
     with psycopg.connect(tenants.reader_dsn) as conn:
-        for embedding in ("NULL", "(SELECT embedding FROM pgrag.chunk_embeddings LIMIT 1)"):
+        for embedding in (None, _a_vector(tenants)):
             got = _sources(
                 conn,
-                f"SELECT source FROM pgrag.search_v3('t', 'refund', {embedding},"  # noqa: S608
+                "SELECT source FROM pgrag.search_v3('t', 'refund', %s::vector,"
                 " k => 100, filter => %s)",
-                (Jsonb(f),),
+                (embedding, Jsonb(f)),
             )
             assert set(got) == want and len(got) == len(want), (f, embedding)
             k = min(3, len(want))
             top = _sources(
                 conn,
-                f"SELECT source FROM pgrag.search_v3('t', 'refund', {embedding},"  # noqa: S608
+                "SELECT source FROM pgrag.search_v3('t', 'refund', %s::vector,"
                 " k => %s, filter => %s)",
-                (k, Jsonb(f)),
+                (embedding, k, Jsonb(f)),
             )
             assert len(top) == k and set(top) <= want
 
@@ -530,3 +569,48 @@ def test_cli_search_sql_names_the_principals(tenants: Tenants) -> None:
     assert lines[0] == "BEGIN;" and lines[-1] == "COMMIT;"
     assert lines[1] == "SELECT set_config('pgrag.principals', 'alice', true);"
     assert "pgrag.search_v3('t', 'refund'" in lines[2]
+
+
+def test_an_empty_principal_list_reads_public_only(tenants: Tenants) -> None:
+    # On a writer's (unrestricted) connection, [] must not mean "not set": public only.
+    db = pgrag.connect(tenants.writer_dsn, principals=[])
+    try:
+        hits = pgrag.search(db, "refund invoices", collection="t", k=100, mode="keyword")
+        assert {h.source for h in hits} == expected_sources(set())
+    finally:
+        db.close()
+
+
+def test_the_query_log_shows_an_app_user_only_their_own_questions(tenants: Tenants) -> None:
+    with psycopg.connect(tenants.app_dsn) as conn:
+        with conn.transaction():
+            conn.execute("SELECT set_config('pgrag.principals', 'tenant:acme', true)")
+            conn.execute(
+                "INSERT INTO pgrag.queries (question, principals, prompt)"
+                " VALUES ('acme question', pgrag.principals_v1(), 'acme passages')"
+            )
+        with conn.transaction():
+            conn.execute("SELECT set_config('pgrag.principals', 'tenant:globex', true)")
+            seen = _sources(conn, "SELECT question FROM pgrag.queries")
+            assert "acme question" not in seen
+            # ... and cannot file one under principals it does not hold.
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(
+                    "INSERT INTO pgrag.queries (question, principals)"
+                    " VALUES ('forged', '{tenant:acme,public}')"
+                )
+        with conn.transaction():
+            conn.execute("SELECT set_config('pgrag.principals', 'tenant:acme', true)")
+            assert "acme question" in _sources(conn, "SELECT question FROM pgrag.queries")
+
+
+def test_odd_values_in_metadata_and_arguments_are_handled(tenants: Tenants) -> None:
+    with psycopg.connect(tenants.dsn) as conn:
+        # An offset PostgreSQL cannot represent is "not a date", never an error.
+        for value in ("2024-01-01T00:00+16:00", "2024-01-01T00:00+99", "2024-02-30"):
+            assert conn.execute("SELECT pgrag.metadata_time_v1(%s)", (value,)).fetchone() == (None,)
+        assert conn.execute(
+            "SELECT pgrag.metadata_time_v1('2024-01-01T00:00+15:30') IS NOT NULL"
+        ).fetchone() == (True,)
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="between 1 and 10000"):
+            conn.execute("SELECT * FROM pgrag.search_v3('t', 'refund', vector_depth => 2000000000)")

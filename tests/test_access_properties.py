@@ -193,6 +193,7 @@ def prop_db(admin_dsn: str, template_dsn: str) -> Iterator[dict[str, str]]:
         conn.execute("INSERT INTO pgrag.collections (name) VALUES ('p')")
     app = _login_role(admin_dsn, "pgrag_app")
     reader = _login_role(admin_dsn, "pgrag_reader")
+    writer = _login_role(admin_dsn, "pgrag_writer")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO pgrag.role_principals VALUES (%s, 'group:a'), (%s, 'bob')",
@@ -202,10 +203,11 @@ def prop_db(admin_dsn: str, template_dsn: str) -> Iterator[dict[str, str]]:
         "dsn": dsn,
         "app": make_conninfo(dsn, user=app),
         "reader": make_conninfo(dsn, user=reader),
+        "writer": make_conninfo(dsn, user=writer),
     }
     _drop_database(admin_dsn, name)
-    _drop_role(admin_dsn, app)
-    _drop_role(admin_dsn, reader)
+    for role in (app, reader, writer):
+        _drop_role(admin_dsn, role)
 
 
 def _in_step_per_acl(conn: psycopg.Connection[Any]) -> None:
@@ -300,13 +302,25 @@ def test_no_result_is_ever_outside_the_callers_visibility(
                     "SELECT DISTINCT source FROM pgrag.search_v3('p', 'quarterly report', k => 100)"
                 ).fetchall()
                 assert {r[0] for r in rows} == want
-                assert {r[0] for r in app.execute("SELECT source FROM pgrag.documents")} == want
-                n_chunks = app.execute("SELECT count(*) FROM pgrag.chunks").fetchone()[0]
+                listed = app.execute("SELECT source FROM pgrag.documents_v1('p')").fetchall()
+                assert {r[0] for r in listed} == want
+                (n_chunks,) = app.execute(
+                    "SELECT chunks FROM pgrag.collections_v1() WHERE name = 'p'"
+                ).fetchone()
                 assert n_chunks == 2 * len(want)
-                (n_stat,) = app.execute(
+            # Row-level security on the tables, for a role granted them that names principals.
+            with psycopg.connect(prop_db["writer"]) as writer:
+                writer.execute(
+                    "SELECT set_config('pgrag.principals', %s, true)",
+                    (",".join(session) or "public",),
+                )
+                seen = {r[0] for r in writer.execute("SELECT source FROM pgrag.documents")}
+                assert seen == want
+                (n_chunks,) = writer.execute("SELECT count(*) FROM pgrag.chunks").fetchone()
+                (n_stat,) = writer.execute(
                     "SELECT coalesce(sum(chunks), 0) FROM pgrag.keyword_totals"
                 ).fetchone()
-                assert n_stat == n_chunks
+                assert n_chunks == n_stat == 2 * len(want)
             # The Python API on the owner's (superuser) connection, reading as the session.
             db = pgrag.connect(prop_db["dsn"], principals=session)
             try:
@@ -360,7 +374,7 @@ def test_upgrade_from_0002_moves_stored_access_lists(empty_dsn: str) -> None:
         ).fetchone()
         assert principals == ["alice", "bob"]
         with conn.transaction():
-            conn.execute("SET LOCAL ROLE pgrag_app")
+            conn.execute("SELECT set_config('pgrag.principals', 'public', true)")
             assert conn.execute(
                 "SELECT source FROM pgrag.search_v3('u', 'budgets')"
             ).fetchall() == [("open.md",)]

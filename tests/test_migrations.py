@@ -58,7 +58,11 @@ FUNCTIONS = (
     "grant_roles_v1",
     "filter_check_v1",
     "filter_match_v1",
+    "documents_v1",
+    "collections_v1",
+    "unrestricted_v1",
 )
+DEFINERS = {"search_v3", "principals_v1", "visible_acls_v1", "documents_v1", "collections_v1"}
 
 
 def _one(dsn: str, query: str) -> object:
@@ -275,8 +279,22 @@ def test_functions_are_security_invoker_with_a_fixed_search_path(dsn: str) -> No
     found = {name: (secdef, config) for name, secdef, config in rows}
     assert set(found) == set(FUNCTIONS)
     for name, (secdef, config) in found.items():
-        assert secdef is False, f"pgrag.{name} must not be SECURITY DEFINER"
+        # The deliberate exceptions apply the session's own access (docs/application.md).
+        assert secdef is (name in DEFINERS), f"pgrag.{name}: SECURITY DEFINER is {secdef}"
         assert "search_path=pg_catalog, pg_temp" in (config or []), (name, config)
+
+
+def test_definer_entry_points_are_not_granted_to_public(dsn: str) -> None:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE'),"
+            " has_function_privilege('pgrag_reader', p.oid, 'EXECUTE')"
+            " FROM pg_proc p WHERE p.pronamespace = 'pgrag'::regnamespace"
+            " AND p.proname IN ('search_v3', 'documents_v1', 'collections_v1')"
+        ).fetchall()
+    assert len(rows) == 3
+    for name, public, reader in rows:
+        assert (public, reader) == (False, True), name
 
 
 # -- frozen SQL ----------------------------------------------------------------------------------

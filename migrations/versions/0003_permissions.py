@@ -90,9 +90,9 @@ CREATE TRIGGER chunks_keyword_delete AFTER DELETE ON pgrag.chunks
     REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION pgrag.keyword_sync_v2();
 
-CREATE TRIGGER documents_acl BEFORE INSERT OR UPDATE OF principals ON pgrag.documents
+CREATE TRIGGER documents_acl BEFORE INSERT OR UPDATE OF principals, acl_id ON pgrag.documents
     FOR EACH ROW EXECUTE FUNCTION pgrag.documents_acl_v1();
-CREATE TRIGGER documents_acl_changed AFTER UPDATE OF principals ON pgrag.documents
+CREATE TRIGGER documents_acl_changed AFTER UPDATE OF principals, acl_id ON pgrag.documents
     FOR EACH ROW WHEN (OLD.acl_id IS DISTINCT FROM NEW.acl_id)
     EXECUTE FUNCTION pgrag.documents_acl_changed_v1();
 CREATE TRIGGER chunks_acl BEFORE INSERT OR UPDATE OF document_id, principals, acl_id
@@ -127,7 +127,6 @@ PROTECTED = (
 POLICIES = "".join(
     f"""
 ALTER TABLE pgrag.{t} ENABLE ROW LEVEL SECURITY;
-ALTER TABLE pgrag.{t} FORCE ROW LEVEL SECURITY;
 CREATE POLICY visible ON pgrag.{t} USING ({VISIBLE}) WITH CHECK ({VISIBLE});
 """  # noqa: S608
     for t in PROTECTED
@@ -137,16 +136,18 @@ OTHER_POLICIES = """
 -- The access lists themselves: a restricted session sees the ones it is in, so it does not
 -- learn other tenants' principal names either.
 ALTER TABLE pgrag.acls ENABLE ROW LEVEL SECURITY;
-ALTER TABLE pgrag.acls FORCE ROW LEVEL SECURITY;
 CREATE POLICY visible ON pgrag.acls
     USING ((SELECT pgrag.unrestricted_v1()) OR principals && (SELECT pgrag.principals_v1()))
     WITH CHECK ((SELECT pgrag.unrestricted_v1()) OR principals && (SELECT pgrag.principals_v1()));
--- The query log: a restricted role sees its own entries; unrestricted sessions see all.
+-- The query log holds retrieved text. A restricted session sees its own role's entries that
+-- were asked with principals it holds now (so one user of a pgrag_app does not read another's);
+-- unrestricted sessions see all.
 ALTER TABLE pgrag.queries ENABLE ROW LEVEL SECURITY;
-ALTER TABLE pgrag.queries FORCE ROW LEVEL SECURITY;
 CREATE POLICY own ON pgrag.queries
-    USING ((SELECT pgrag.unrestricted_v1()) OR db_user = current_user)
-    WITH CHECK ((SELECT pgrag.unrestricted_v1()) OR db_user = current_user);
+    USING ((SELECT pgrag.unrestricted_v1())
+           OR (db_user = current_user AND principals <@ (SELECT pgrag.principals_v1())))
+    WITH CHECK ((SELECT pgrag.unrestricted_v1())
+                OR (db_user = current_user AND principals <@ (SELECT pgrag.principals_v1())));
 -- A role sees the mappings that apply to it (the owner, who manages them, sees all: not forced,
 -- since pgrag.principals_v1 itself reads this table).
 ALTER TABLE pgrag.role_principals ENABLE ROW LEVEL SECURITY;
@@ -216,6 +217,14 @@ def upgrade() -> None:
     _sql(POLICIES)
     _sql(OTHER_POLICIES)
     _sql(sql_file("functions/search_v3.sql"))
+    # The SECURITY DEFINER entry points are granted to pgrag's roles, not to PUBLIC.
+    _sql(
+        "REVOKE EXECUTE ON FUNCTION pgrag.documents_v1(text), pgrag.collections_v1() FROM PUBLIC;"
+        " DO $do$ BEGIN EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC',"
+        " (SELECT p.oid::regprocedure FROM pg_proc p"
+        "   WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname = 'search_v3'));"
+        " END $do$;"
+    )
     _sql(CREATE_ROLES)
 
 
@@ -235,14 +244,15 @@ def downgrade() -> None:
         "".join(
             f"""
         DROP POLICY visible ON pgrag.{t};
-        ALTER TABLE pgrag.{t} NO FORCE ROW LEVEL SECURITY;
         ALTER TABLE pgrag.{t} DISABLE ROW LEVEL SECURITY;"""
             for t in PROTECTED
         )
         + """
         DROP POLICY visible ON pgrag.acls;
+        ALTER TABLE pgrag.acls DISABLE ROW LEVEL SECURITY;
+        DROP FUNCTION pgrag.documents_v1(text);
+        DROP FUNCTION pgrag.collections_v1();
         DROP POLICY own ON pgrag.queries;
-        ALTER TABLE pgrag.queries NO FORCE ROW LEVEL SECURITY;
         ALTER TABLE pgrag.queries DISABLE ROW LEVEL SECURITY;
         DROP FUNCTION pgrag.search_v3(text, text, vector, integer, jsonb, integer, integer,
                                       integer, double precision, double precision,

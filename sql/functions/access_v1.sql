@@ -8,7 +8,9 @@
 -- one row of pgrag.acls, and every row that holds content, vectors or keyword statistics
 -- carries its document's acl_id, so row-level security is one integer test per row.
 --
--- Who the session is, pgrag.principals_v1():
+-- Who the session is, pgrag.principals_v1(), decided by the login role (session_user), so that
+-- SECURITY DEFINER functions (search_v3) see the same answer as the caller, and SET ROLE can
+-- neither widen nor narrow it (a login can always RESET ROLE):
 --   * Unrestricted sessions (superusers, BYPASSRLS roles, the owner of schema pgrag and members
 --     of pgrag_writer) see everything, unless they set pgrag.principals, which narrows them to
 --     those principals (plus public), e.g. to see what alice sees.
@@ -19,6 +21,13 @@
 --   * Every other role (pgrag_reader, an end user's own database role) sees public documents
 --     and the principals pgrag.role_principals maps its roles to. Setting pgrag.principals can
 --     only narrow that, never widen it.
+-- Readers and apps are given no SELECT on the tables that hold content, vectors or keyword
+-- statistics: they search through pgrag.search_v3 (SECURITY DEFINER, which applies these
+-- principals to every row it reads) and list through pgrag.documents_v1. Direct SQL on a table
+-- under row-level security leaks through side channels (EXPLAIN ANALYZE row counts when a
+-- leakproof comparison runs before the policy), so untrusted roles never get it. Row-level
+-- security still filters every other role that is granted SELECT (pgrag_writer naming
+-- principals, and any role an administrator grants).
 
 CREATE FUNCTION pgrag.principals_valid_v1(principals text[]) RETURNS boolean
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -69,9 +78,11 @@ END
 $fn$;
 
 -- The session's principals; NULL for an unrestricted session (see the top of this file).
+-- SECURITY DEFINER: it reads pgrag.role_principals, which restricted roles may not; it depends
+-- only on the session (session_user and pgrag.principals), never on its arguments.
 CREATE FUNCTION pgrag.principals_v1() RETURNS text[]
 LANGUAGE plpgsql STABLE
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -92,14 +103,14 @@ BEGIN
     END IF;
 
     SELECT r.rolsuper OR r.rolbypassrls
-           OR pg_has_role(current_user, n.nspowner, 'MEMBER')
+           OR pg_has_role(session_user, n.nspowner, 'MEMBER')
            OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
-                         AND pg_has_role(current_user, w.oid, 'MEMBER')),
+                         AND pg_has_role(session_user, w.oid, 'MEMBER')),
            EXISTS (SELECT 1 FROM pg_roles a WHERE a.rolname = 'pgrag_app'
-                      AND pg_has_role(current_user, a.oid, 'MEMBER'))
+                      AND pg_has_role(session_user, a.oid, 'MEMBER'))
       INTO v_unrestricted, v_app
       FROM pg_roles r, pg_namespace n
-     WHERE r.rolname = current_user AND n.nspname = 'pgrag';
+     WHERE r.rolname = session_user AND n.nspname = 'pgrag';
 
     IF v_asserted IS NULL AND v_unrestricted THEN
         RETURN NULL;
@@ -111,7 +122,7 @@ BEGIN
     SELECT coalesce(array_agg(m.principal), '{}') INTO v_mapped
       FROM pgrag.role_principals m
       JOIN pg_roles r ON r.rolname = m.role_name
-     WHERE pg_has_role(current_user, r.oid, 'MEMBER');
+     WHERE pg_has_role(session_user, r.oid, 'MEMBER');
     IF v_asserted IS NOT NULL THEN  -- narrowing only
         v_mapped := ARRAY(SELECT unnest(v_mapped) INTERSECT SELECT unnest(v_asserted));
     END IF;
@@ -121,10 +132,11 @@ $fn$;
 
 -- The acls the session may read, sorted; NULL for an unrestricted session. Row-level security
 -- policies call it once per statement (as an InitPlan), not once per row, and only when
--- unrestricted_v1 is false.
+-- unrestricted_v1 is false; search_v3 calls it once per search. SECURITY DEFINER: restricted
+-- roles may not read pgrag.acls (it names other tenants' principals).
 CREATE FUNCTION pgrag.visible_acls_v1() RETURNS integer[]
 LANGUAGE plpgsql STABLE
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
@@ -147,11 +159,11 @@ AS $fn$
     SELECT coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
        AND EXISTS (
            SELECT 1 FROM pg_roles r, pg_namespace n
-            WHERE r.rolname = current_user AND n.nspname = 'pgrag'
+            WHERE r.rolname = session_user AND n.nspname = 'pgrag'
               AND (r.rolsuper OR r.rolbypassrls
-                   OR pg_has_role(current_user, n.nspowner, 'MEMBER')
+                   OR pg_has_role(session_user, n.nspowner, 'MEMBER')
                    OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
-                                 AND pg_has_role(current_user, w.oid, 'MEMBER'))))
+                                 AND pg_has_role(session_user, w.oid, 'MEMBER'))))
 $fn$;
 
 -- Documents: principals made canonical, and their acl found (or created).
@@ -209,9 +221,44 @@ BEGIN
 END
 $fn$;
 
+-- What restricted roles may list: the documents of a collection they may read, and the
+-- collections with their visible sizes. SECURITY DEFINER, filtered by visible_acls_v1.
+CREATE FUNCTION pgrag.documents_v1(collection text)
+RETURNS TABLE (document_id bigint, source text, title text, metadata jsonb, updated_at timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT d.id, d.source, d.title, d.metadata, d.updated_at
+      FROM pgrag.documents d
+      JOIN pgrag.collections c ON c.id = d.collection_id
+      CROSS JOIN (SELECT pgrag.visible_acls_v1() AS acls) v
+     WHERE c.name = collection AND (v.acls IS NULL OR d.acl_id = ANY (v.acls))
+     ORDER BY d.source
+$fn$;
+
+CREATE FUNCTION pgrag.collections_v1()
+RETURNS TABLE (name text, model text, dimension integer, documents bigint, chunks bigint)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT c.name, m.name, m.dimension,
+           (SELECT count(*) FROM pgrag.documents d
+             WHERE d.collection_id = c.id AND (v.acls IS NULL OR d.acl_id = ANY (v.acls))),
+           (SELECT coalesce(sum(t.chunks), 0)::bigint FROM pgrag.keyword_totals t
+             WHERE t.collection_id = c.id AND (v.acls IS NULL OR t.acl_id = ANY (v.acls)))
+      FROM pgrag.collections c
+      LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id
+     CROSS JOIN (SELECT pgrag.visible_acls_v1() AS acls) v
+     ORDER BY c.name
+$fn$;
+
 -- Grants pgrag's roles what they need, for whichever of them exist. pgrag db upgrade runs it;
 -- an administrator who creates the roles later runs it again (as the owner of schema pgrag):
 --   SELECT pgrag.grant_roles_v1();
+-- pgrag_reader and pgrag_app search and list through functions only; pgrag_writer writes the
+-- tables (under row-level security when it names principals).
 CREATE FUNCTION pgrag.grant_roles_v1() RETURNS text[]
 LANGUAGE plpgsql
 SECURITY INVOKER
@@ -222,17 +269,15 @@ DECLARE
     v_schema text;
     v_table  text;
     v_role   text;
+    v_fn     regprocedure;
 BEGIN
-    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_reader') THEN
-        GRANT USAGE ON SCHEMA pgrag TO pgrag_reader;
-        GRANT SELECT ON pgrag.collections, pgrag.embedding_models, pgrag.documents,
-                        pgrag.chunks, pgrag.chunk_embeddings, pgrag.keyword_postings,
-                        pgrag.keyword_df, pgrag.keyword_totals, pgrag.keyword_settings,
-                        pgrag.acls, pgrag.role_principals
-            TO pgrag_reader;
-        GRANT SELECT, INSERT ON pgrag.queries TO pgrag_reader;
-        v_done := v_done || 'pgrag_reader'::text;
-    END IF;
+    FOREACH v_role IN ARRAY ARRAY['pgrag_reader', 'pgrag_app'] LOOP
+        CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = v_role);
+        EXECUTE format('GRANT USAGE ON SCHEMA pgrag TO %I', v_role);
+        EXECUTE format('GRANT SELECT ON pgrag.collections, pgrag.embedding_models TO %I', v_role);
+        EXECUTE format('GRANT SELECT, INSERT ON pgrag.queries TO %I', v_role);
+        v_done := v_done || v_role;
+    END LOOP;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_writer') THEN
         GRANT USAGE ON SCHEMA pgrag TO pgrag_writer;
         GRANT SELECT, INSERT, UPDATE, DELETE
@@ -244,16 +289,16 @@ BEGIN
         GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA pgrag TO pgrag_writer;
         v_done := v_done || 'pgrag_writer'::text;
     END IF;
-    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_app') THEN
-        GRANT USAGE ON SCHEMA pgrag TO pgrag_app;
-        GRANT SELECT ON pgrag.collections, pgrag.embedding_models, pgrag.documents,
-                        pgrag.chunks, pgrag.chunk_embeddings, pgrag.keyword_postings,
-                        pgrag.keyword_df, pgrag.keyword_totals, pgrag.keyword_settings,
-                        pgrag.acls, pgrag.role_principals
-            TO pgrag_app;
-        GRANT SELECT, INSERT ON pgrag.queries TO pgrag_app;
-        v_done := v_done || 'pgrag_app'::text;
-    END IF;
+    -- The SECURITY DEFINER entry points (not executable by PUBLIC), by signature.
+    FOR v_fn IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+         WHERE p.pronamespace = 'pgrag'::regnamespace
+           AND p.proname IN ('search_v3', 'documents_v1', 'collections_v1')
+    LOOP
+        FOR v_role IN SELECT unnest(v_done) LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
+        END LOOP;
+    END LOOP;
     -- pgrag.connect() checks the schema revision, kept in pgrag's version table wherever the
     -- first upgrade put it (see pgrag.migrate): every role may read it.
     FOR v_schema, v_table IN

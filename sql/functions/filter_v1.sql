@@ -17,7 +17,8 @@
 -- A value that is missing or of another type never satisfies a comparison. Keys and values are
 -- only ever compared as data: no SQL (and no jsonpath) is built from them.
 
--- An ISO-8601 date or timestamp as timestamptz; NULL when the text is not one (never an error,
+-- An ISO-8601 date or timestamp as timestamptz (zone offsets up to +-15:59, PostgreSQL's range);
+-- NULL when the text is not one (never an error,
 -- so one malformed value in a document's metadata cannot break every search that filters).
 CREATE FUNCTION pgrag.metadata_time_v1(value text) RETURNS timestamptz
 LANGUAGE plpgsql STABLE PARALLEL SAFE
@@ -27,7 +28,7 @@ DECLARE
     m text[];
 BEGIN
     m := regexp_match(value,
-        '^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?)?(?:Z|[+-]\d{2}(?::?\d{2})?)?$');
+        '^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?)?(?:Z|[+-](?:0\d|1[0-5])(?::?[0-5]\d)?)?$');
     IF m IS NULL OR m[1]::int < 1 OR m[2]::int NOT BETWEEN 1 AND 12 OR m[3]::int < 1
        OR m[3]::int > extract(day FROM make_date(m[1]::int, m[2]::int, 1)
                                        + interval '1 month - 1 day')

@@ -13,10 +13,13 @@
 --
 -- Ranking is search_v2's (BM25 keyword arm, HNSW vector arm, weighted Reciprocal Rank Fusion,
 -- p(z|x)); see sql/functions/search_v2.sql and docs/search.md. What is new:
--- Visibility: the function is SECURITY INVOKER, so every table it reads is filtered by
--- row-level security for the caller (pgrag.principals_v1, sql/functions/access_v1.sql). BM25's
--- chunk count and document frequencies come from the statistics rows the caller can see, so
--- scores describe the visible corpus and reveal nothing about hidden chunks.
+-- Visibility: the function is SECURITY DEFINER, so restricted roles (pgrag_reader, pgrag_app)
+-- can search without any SELECT on the tables, whose direct use would leak through side
+-- channels. It asks pgrag.visible_acls_v1 (sql/functions/access_v1.sql) once which access
+-- lists the session may read (from the login role and pgrag.principals; NULL: everything) and
+-- tests every protected row it reads against them: postings, statistics, vectors, chunks. BM25's
+-- chunk count and document frequencies come from the statistics rows of visible access lists,
+-- so scores describe the visible corpus and reveal nothing about hidden chunks.
 -- Filters: a metadata filter in pgrag's JSON language (sql/functions/filter_v1.sql), applied
 -- inside both arms, never built into SQL text.
 -- k results: when the caller is restricted or filters, the chunks it may match are counted
@@ -56,7 +59,7 @@ CREATE FUNCTION pgrag.search_v3(
     probability     double precision
 )
 LANGUAGE plpgsql
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET hnsw.iterative_scan = relaxed_order
 SET hnsw.ef_search = 40
@@ -117,6 +120,11 @@ BEGIN
         RAISE EXCEPTION 'vector_weight and keyword_weight must be finite, got % and %',
             vector_weight, keyword_weight USING ERRCODE = '22023';
     END IF;
+    IF vector_depth IS NOT NULL AND vector_depth NOT BETWEEN 1 AND 10000
+       OR keyword_depth IS NOT NULL AND keyword_depth NOT BETWEEN 1 AND 10000 THEN
+        RAISE EXCEPTION 'vector_depth and keyword_depth must be between 1 and 10000, got % and %',
+            vector_depth, keyword_depth USING ERRCODE = '22023';
+    END IF;
     IF postings_per_term IS NOT NULL AND postings_per_term < 1 THEN
         RAISE EXCEPTION 'postings_per_term must be at least 1 (or NULL for exact), got %',
             postings_per_term USING ERRCODE = '22023';
@@ -140,7 +148,10 @@ BEGIN
     v_text_config := v_config_name::regconfig;
     v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
     v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match_v1
-    v_restricted := NOT pgrag.unrestricted_v1();
+    -- Who is asking (the login role and pgrag.principals: sql/functions/access_v1.sql); NULL
+    -- is unrestricted. Every protected row this function reads is tested against it.
+    v_acls := pgrag.visible_acls_v1();
+    v_restricted := v_acls IS NOT NULL;
 
     IF query_embedding IS NOT NULL THEN
         IF v_model_id IS NULL THEN
@@ -177,12 +188,10 @@ BEGIN
           INTO v_limit
           FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
         IF NOT v_filtered THEN
-            -- Exact for the caller: the statistics rows it may see (row-level security).
+            -- Exact for the caller: the statistics rows of what it may see.
             SELECT coalesce(sum(t.chunks), 0) INTO v_visible
-              FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id;
-            -- The same access lists again, spelled out, so the index on (collection, acl)
-            -- finds the caller's chunks: the policies' own test is not an index condition.
-            v_acls := pgrag.visible_acls_v1();
+              FROM pgrag.keyword_totals t
+             WHERE t.collection_id = v_collection_id AND t.acl_id = ANY (v_acls);
         END IF;
         -- Planned per call (EXECUTE), with the filter's values known, so the planner can pick
         -- the GIN index on documents.metadata; the statement text is fixed.
@@ -198,16 +207,18 @@ BEGIN
                            JOIN pgrag.chunks c ON c.document_id = d.id
                           WHERE d.collection_id = $1 AND d.metadata @> $3
                             AND ($4 IS NULL OR pgrag.filter_match_v1(d.metadata, $4))
+                            AND ($5 IS NULL OR d.acl_id = ANY ($5))
                           LIMIT $2) x'
               INTO v_cand USING v_collection_id, v_limit + 1, v_contain,
-                                CASE WHEN v_ops THEN filter END;
+                                CASE WHEN v_ops THEN filter END, v_acls;
         ELSIF v_filtered THEN
             EXECUTE 'SELECT array_agg(x.id ORDER BY x.id) FROM (
                          SELECT c.id FROM pgrag.documents d
                            JOIN pgrag.chunks c ON c.document_id = d.id
                           WHERE d.collection_id = $1 AND pgrag.filter_match_v1(d.metadata, $3)
+                            AND ($4 IS NULL OR d.acl_id = ANY ($4))
                           LIMIT $2) x'
-              INTO v_cand USING v_collection_id, v_limit + 1, filter;
+              INTO v_cand USING v_collection_id, v_limit + 1, filter, v_acls;
         END IF;
         v_small := (NOT v_filtered AND v_visible <= v_limit OR v_filtered)
                    AND coalesce(cardinality(v_cand), 0) <= v_limit;
@@ -229,12 +240,15 @@ BEGIN
                         false)
           INTO v_terms, v_dfs, v_idfs, v_pruned
           FROM (SELECT sum(t.chunks)::float8 AS n
-                  FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id) st,
+                  FROM pgrag.keyword_totals t
+                 WHERE t.collection_id = v_collection_id
+                   AND (v_acls IS NULL OR t.acl_id = ANY (v_acls))) st,
                unnest(to_tsvector(v_text_config, query_text)) u,
                LATERAL (SELECT u.lexeme COLLATE "C" AS lexeme, sum(d.df)::float8 AS df
                           FROM pgrag.keyword_df d
                          WHERE d.collection_id = v_collection_id
-                           AND d.lexeme = u.lexeme COLLATE "C") x
+                           AND d.lexeme = u.lexeme COLLATE "C"
+                           AND (v_acls IS NULL OR d.acl_id = ANY (v_acls))) x
          WHERE x.df > 0;
         IF v_terms IS NULL THEN
             v_use_keyword := false;  -- only stop words, or no chunk has any of the words
@@ -266,6 +280,7 @@ BEGIN
                           SELECT q.chunk_id, q.impact
                             FROM pgrag.keyword_postings q
                            WHERE q.collection_id = v_collection_id AND q.lexeme = t.lexeme
+                             AND (v_acls IS NULL OR q.acl_id = ANY (v_acls))
                            ORDER BY q.impact DESC
                            LIMIT t.budget) p
                       GROUP BY p.chunk_id
@@ -347,10 +362,11 @@ BEGIN
                 CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
                 v_model_id,
                 CASE WHEN v_filtered THEN ' AND d.metadata @> $2' ELSE '' END
-                || CASE WHEN v_ops THEN ' AND pgrag.filter_match_v1(d.metadata, $5)' ELSE '' END,
+                || CASE WHEN v_ops THEN ' AND pgrag.filter_match_v1(d.metadata, $5)' ELSE '' END
+                || CASE WHEN v_restricted THEN ' AND ce.acl_id = ANY ($6)' ELSE '' END,
                 CASE WHEN v_filtered THEN ' JOIN pgrag.documents d ON d.id = c.document_id' ELSE '' END);
             EXECUTE v_vector_sql INTO v_vec_ids, v_vec_dists
-              USING v_collection_id, v_contain, query_embedding, v_vdepth, filter;
+              USING v_collection_id, v_contain, query_embedding, v_vdepth, filter, v_acls;
         END IF;
     END IF;
 
@@ -364,6 +380,7 @@ BEGIN
                    FROM unnest(v_terms, v_idfs) AS t(lexeme, idf)
                    JOIN pgrag.keyword_postings p
                      ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
+                  WHERE v_acls IS NULL OR p.acl_id = ANY (v_acls)
                   GROUP BY p.chunk_id
                   ORDER BY s DESC, p.chunk_id
                   LIMIT v_kdepth),
@@ -375,6 +392,7 @@ BEGIN
                            FROM w) r
                    JOIN pgrag.chunks c ON c.id = r.id
                    JOIN pgrag.documents d ON d.id = c.document_id
+                  WHERE v_acls IS NULL OR c.acl_id = ANY (v_acls)  -- (again, for every row shown)
                   ORDER BY r.kr
                   LIMIT k),
              z AS (SELECT top.*, exp(greatest((top.fused - max(top.fused) OVER ()) / temperature, -700)) AS e
@@ -398,6 +416,7 @@ BEGIN
                JOIN pgrag.keyword_postings p
                  ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
               WHERE v_use_keyword AND NOT v_pruned AND NOT v_filtered AND NOT v_small
+                AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
               GROUP BY p.chunk_id
               ORDER BY s DESC, p.chunk_id
               LIMIT v_kdepth),
@@ -421,6 +440,7 @@ BEGIN
                        JOIN pgrag.keyword_postings p
                          ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                       WHERE v_use_keyword AND v_small AND NOT v_probe
+                        AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                         AND p.chunk_id IN (SELECT unnest(v_cand))) x
               GROUP BY x.id
               ORDER BY s DESC, x.id
@@ -435,6 +455,7 @@ BEGIN
                JOIN pgrag.documents d ON d.id = c.document_id
               WHERE v_use_keyword AND v_filtered AND NOT v_small AND d.metadata @> v_contain
                 AND (NOT v_ops OR pgrag.filter_match_v1(d.metadata, filter))
+                AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
               GROUP BY p.chunk_id
               ORDER BY s DESC, p.chunk_id
               LIMIT v_kdepth),
@@ -462,6 +483,7 @@ BEGIN
                    FROM (SELECT * FROM f ORDER BY f.fused DESC, f.best, f.id) f
                    JOIN pgrag.chunks c ON c.id = f.id
                    JOIN pgrag.documents d ON d.id = c.document_id
+                  WHERE v_acls IS NULL OR c.acl_id = ANY (v_acls)  -- (again, for every row shown)
                   ORDER BY f.fused DESC, f.best, f.id
                   LIMIT k),
          z AS (SELECT top.*, exp(greatest((top.fused - max(top.fused) OVER ()) / temperature, -700)) AS e
@@ -475,4 +497,4 @@ END
 $fn$;
 
 COMMENT ON FUNCTION pgrag.search_v3(text, text, vector, integer, jsonb, integer, integer, integer, double precision, double precision, double precision, integer) IS
-    'Hybrid search (HNSW vector arm + BM25 keyword arm, fused with RRF, with p(z|x)) over one collection; SECURITY INVOKER.';
+    'Hybrid search (HNSW vector arm + BM25 keyword arm, fused with RRF, with p(z|x)) over one collection, as the session may see it (SECURITY DEFINER; see pgrag.visible_acls_v1).';
