@@ -97,6 +97,9 @@ CREATE TRIGGER documents_acl_changed AFTER UPDATE OF principals, acl_id ON pgrag
     EXECUTE FUNCTION pgrag.documents_acl_changed_v1();
 CREATE TRIGGER chunks_acl BEFORE INSERT OR UPDATE OF document_id, principals, acl_id
     ON pgrag.chunks FOR EACH ROW EXECUTE FUNCTION pgrag.chunks_acl_v1();
+CREATE TRIGGER chunks_acl_changed AFTER UPDATE OF document_id, principals, acl_id
+    ON pgrag.chunks FOR EACH ROW WHEN (OLD.acl_id IS DISTINCT FROM NEW.acl_id)
+    EXECUTE FUNCTION pgrag.chunks_acl_changed_v1();
 CREATE TRIGGER chunk_embeddings_acl BEFORE INSERT OR UPDATE OF chunk_id, acl_id
     ON pgrag.chunk_embeddings FOR EACH ROW EXECUTE FUNCTION pgrag.chunk_embeddings_acl_v1();
 """
@@ -263,6 +266,7 @@ def downgrade() -> None:
         DROP TRIGGER documents_acl ON pgrag.documents;
         DROP TRIGGER documents_acl_changed ON pgrag.documents;
         DROP TRIGGER chunks_acl ON pgrag.chunks;
+        DROP TRIGGER chunks_acl_changed ON pgrag.chunks;
         DROP TRIGGER chunk_embeddings_acl ON pgrag.chunk_embeddings;
         DROP FUNCTION pgrag.keyword_sync_v2();
         DROP FUNCTION pgrag.keyword_maintain_v2(text, double precision);
@@ -306,6 +310,7 @@ def downgrade() -> None:
         DROP FUNCTION pgrag.grant_roles_v1();
         DROP FUNCTION pgrag.chunk_embeddings_acl_v1();
         DROP FUNCTION pgrag.chunks_acl_v1();
+        DROP FUNCTION pgrag.chunks_acl_changed_v1();
         DROP FUNCTION pgrag.documents_acl_changed_v1();
         DROP FUNCTION pgrag.documents_acl_v1();
         DROP FUNCTION pgrag.visible_acls_v1();

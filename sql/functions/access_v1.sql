@@ -209,6 +209,20 @@ BEGIN
 END
 $fn$;
 
+-- After a chunk's access changed (its document's did, or it moved to another document): its
+-- vectors follow.
+CREATE FUNCTION pgrag.chunks_acl_changed_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
+     WHERE e.chunk_id = NEW.id AND e.acl_id <> NEW.acl_id;
+    RETURN NULL;
+END
+$fn$;
+
 -- A vector's access is its chunk's.
 CREATE FUNCTION pgrag.chunk_embeddings_acl_v1() RETURNS trigger
 LANGUAGE plpgsql
@@ -275,7 +289,10 @@ BEGIN
         CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = v_role);
         EXECUTE format('GRANT USAGE ON SCHEMA pgrag TO %I', v_role);
         EXECUTE format('GRANT SELECT ON pgrag.collections, pgrag.embedding_models TO %I', v_role);
-        EXECUTE format('GRANT SELECT, INSERT ON pgrag.queries TO %I', v_role);
+        -- The log holds prompts, so retrieved text: restricted roles may add entries and read
+        -- back their ids (RETURNING id), nothing else; a query on a table under row-level
+        -- security could test its text through side channels.
+        EXECUTE format('GRANT INSERT, SELECT (id) ON pgrag.queries TO %I', v_role);
         v_done := v_done || v_role;
     END LOOP;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_writer') THEN

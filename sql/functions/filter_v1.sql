@@ -28,7 +28,7 @@ DECLARE
     m text[];
 BEGIN
     m := regexp_match(value,
-        '^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?)?(?:Z|[+-](?:0\d|1[0-5])(?::?[0-5]\d)?)?$');
+        '^(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,6})?)?(?:Z|[+-](?:0\d|1[0-5])(?::?[0-5]\d)?)?)?$');
     IF m IS NULL OR m[1]::int < 1 OR m[2]::int NOT BETWEEN 1 AND 12 OR m[3]::int < 1
        OR m[3]::int > extract(day FROM make_date(m[1]::int, m[2]::int, 1)
                                        + interval '1 month - 1 day')

@@ -361,9 +361,10 @@ BEGIN
                 v_schema, v_dimension,
                 CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
                 v_model_id,
-                CASE WHEN v_filtered THEN ' AND d.metadata @> $2' ELSE '' END
-                || CASE WHEN v_ops THEN ' AND pgrag.filter_match_v1(d.metadata, $5)' ELSE '' END
-                || CASE WHEN v_restricted THEN ' AND ce.acl_id = ANY ($6)' ELSE '' END,
+                CASE WHEN v_restricted THEN ' AND ce.acl_id = ANY ($6)' ELSE '' END
+                || CASE WHEN v_restricted AND v_filtered THEN ' AND d.acl_id = ANY ($6)' ELSE '' END
+                || CASE WHEN v_filtered THEN ' AND d.metadata @> $2' ELSE '' END
+                || CASE WHEN v_ops THEN ' AND pgrag.filter_match_v1(d.metadata, $5)' ELSE '' END,
                 CASE WHEN v_filtered THEN ' JOIN pgrag.documents d ON d.id = c.document_id' ELSE '' END);
             EXECUTE v_vector_sql INTO v_vec_ids, v_vec_dists
               USING v_collection_id, v_contain, query_embedding, v_vdepth, filter, v_acls;
@@ -454,8 +455,9 @@ BEGIN
                JOIN pgrag.chunks c ON c.id = p.chunk_id
                JOIN pgrag.documents d ON d.id = c.document_id
               WHERE v_use_keyword AND v_filtered AND NOT v_small AND d.metadata @> v_contain
-                AND (NOT v_ops OR pgrag.filter_match_v1(d.metadata, filter))
                 AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
+                AND (v_acls IS NULL OR d.acl_id = ANY (v_acls))
+                AND (NOT v_ops OR pgrag.filter_match_v1(d.metadata, filter))
               GROUP BY p.chunk_id
               ORDER BY s DESC, p.chunk_id
               LIMIT v_kdepth),
