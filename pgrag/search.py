@@ -253,18 +253,28 @@ def _diversified(
     lambda_: float,
 ) -> list[SearchResult]:
     import numpy as np
+    import psycopg
 
     from .db import transaction
+    from .errors import DatabaseError
     from .rerank import mmr
 
     ids = [r.chunk_id for r in results]
-    with transaction(db) as conn:
-        rows = conn.execute(
-            "SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e"
-            " JOIN pgrag.collections c ON c.model_id = e.model_id AND c.name = %(c)s"
-            " WHERE e.chunk_id = ANY(%(ids)s)",
-            {"c": collection, "ids": ids},
-        ).fetchall()
+    try:
+        with transaction(db) as conn:
+            rows = conn.execute(
+                "SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e"
+                " JOIN pgrag.collections c ON c.model_id = e.model_id AND c.name = %(c)s"
+                " WHERE e.chunk_id = ANY(%(ids)s)",
+                {"c": collection, "ids": ids},
+            ).fetchall()
+    except DatabaseError as err:
+        if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise PgragError(
+                "mmr reads the stored vectors, which restricted roles (pgrag_reader, pgrag_app)"
+                " may not; search without mmr, or with a reranker"
+            ) from err
+        raise
     vectors = {chunk_id: vector.to_numpy() for chunk_id, vector in rows}
     kept = [r for r in results if r.chunk_id in vectors]
     matrix = np.asarray([vectors[r.chunk_id] for r in kept], dtype=np.float32)

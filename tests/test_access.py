@@ -165,6 +165,8 @@ def test_a_reader_reads_no_table_and_lists_only_its_documents(tenants: Tenants) 
         hits = pgrag.search(db, "refund invoices", collection="t", k=100, mode="keyword")
         assert {h.source for h in hits} == want
         assert {c["name"]: c["documents"] for c in list_collections(db)} == {"t": len(want)}
+        with pytest.raises(pgrag.PgragError, match="mmr reads the stored vectors"):
+            pgrag.search(db, "refund", collection="t", mmr=0.5)
     finally:
         db.close()
 
