@@ -652,3 +652,54 @@ def test_odd_values_in_metadata_and_arguments_are_handled(tenants: Tenants) -> N
         ).fetchone() == (True,)
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="between 1 and 10000"):
             conn.execute("SELECT * FROM pgrag.search_v3('t', 'refund', vector_depth => 2000000000)")
+
+
+def test_activity_counters_do_not_show_whether_a_hidden_chunk_has_a_word(
+    tenants: Tenants,
+) -> None:
+    """The side channel a review found: pg_stat_get_xact_* counts the index entries a search
+    touched. A restricted caller's statistics lookup reads only its own access lists' rows, so
+    a word that only hidden chunks have leaves the counters where they were."""
+    counters = (
+        "SELECT sum(pg_stat_get_xact_tuples_returned(c.oid))"
+        "     + sum(pg_stat_get_xact_tuples_fetched(c.oid))"
+        "  FROM pg_class c WHERE c.relnamespace = 'pgrag'::regnamespace"
+        "   AND c.relname IN ('keyword_df', 'keyword_df_lexeme_idx')"
+    )
+    with psycopg.connect(tenants.dsn, autocommit=True) as owner:
+        doc = owner.execute(
+            "INSERT INTO pgrag.documents (collection_id, source, content_hash, principals)"
+            " SELECT id, 'globex/quetzal.txt', 'h', '{tenant:globex}' FROM pgrag.collections"
+            " WHERE name = 't' RETURNING id"
+        ).fetchone()[0]
+        owner.execute(
+            "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, token_count,"
+            " content_hash, text_config) SELECT %s, collection_id, 0, 'quetzal feathers', 2,"
+            " 'h', 'english' FROM pgrag.documents WHERE id = %s",
+            (doc, doc),
+        )
+    try:
+        # With the planner's own choice, and with index scans forced (as on a big table); the
+        # settings are the caller's, and plans are made per session.
+        for forced in ((), ("enable_seqscan", "enable_bitmapscan")):
+            with psycopg.connect(tenants.reader_dsn) as conn:
+                for setting in forced:
+                    conn.execute(f"SET {setting} = off")
+                deltas = {}
+                # only in a hidden chunk; in no chunk at all; in every visible chunk
+                for word in ("quetzal", "xylograph", "invoices"):
+                    (before,) = conn.execute(counters).fetchone()
+                    rows = conn.execute(
+                        "SELECT source FROM pgrag.search_v3('t', %s, k => 5)", (word,)
+                    ).fetchall()
+                    (after,) = conn.execute(counters).fetchone()
+                    deltas[word] = (after or 0) - (before or 0)
+                    assert all(not r[0].startswith("globex/") for r in rows)
+                conn.rollback()
+            # A hidden-only word looks exactly like a word nobody has...
+            assert deltas["quetzal"] == deltas["xylograph"], (forced, deltas)
+            # ... while the counters do count this caller's own reads.
+            assert deltas["invoices"] > 0, (forced, deltas)
+    finally:
+        with psycopg.connect(tenants.dsn, autocommit=True) as owner:
+            owner.execute("DELETE FROM pgrag.documents WHERE id = %s", (doc,))

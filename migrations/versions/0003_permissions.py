@@ -64,8 +64,10 @@ ALTER TABLE pgrag.keyword_postings DROP CONSTRAINT keyword_postings_pkey,
 DROP INDEX pgrag.keyword_postings_impact_idx;
 CREATE INDEX keyword_postings_impact_idx
     ON pgrag.keyword_postings (collection_id, lexeme, impact DESC) INCLUDE (chunk_id, acl_id);
+-- acl_id as a key column: a restricted caller's lookup (collection, lexeme, acl = ANY(...))
+-- reaches its own statistics rows without touching another access list's.
 DROP INDEX pgrag.keyword_df_lexeme_idx;
-CREATE INDEX keyword_df_lexeme_idx ON pgrag.keyword_df (collection_id, lexeme) INCLUDE (df, acl_id);
+CREATE INDEX keyword_df_lexeme_idx ON pgrag.keyword_df (collection_id, lexeme, acl_id) INCLUDE (df);
 DROP INDEX pgrag.keyword_totals_collection_idx;
 CREATE INDEX keyword_totals_collection_idx ON pgrag.keyword_totals (collection_id)
     INCLUDE (chunks, length, acl_id);

@@ -230,26 +230,49 @@ BEGIN
     END IF;
 
     IF v_use_keyword THEN
-        -- The query's terms that occur in the collection, with their idf.
-        SELECT array_agg(x.lexeme),
-               array_agg(x.df),
-               array_agg(ln(1 + (st.n - x.df + 0.5) / (x.df + 0.5))),
-               -- (the pruned path tracks terms in a 62-bit mask: a longer query reads all)
-               coalesce(NOT v_filtered AND NOT v_small AND sum(x.df) > postings_per_term
-                        AND count(*) <= 62,
-                        false)
-          INTO v_terms, v_dfs, v_idfs, v_pruned
-          FROM (SELECT sum(t.chunks)::float8 AS n
-                  FROM pgrag.keyword_totals t
-                 WHERE t.collection_id = v_collection_id
-                   AND (v_acls IS NULL OR t.acl_id = ANY (v_acls))) st,
-               unnest(to_tsvector(v_text_config, query_text)) u,
-               LATERAL (SELECT u.lexeme COLLATE "C" AS lexeme, sum(d.df)::float8 AS df
-                          FROM pgrag.keyword_df d
-                         WHERE d.collection_id = v_collection_id
-                           AND d.lexeme = u.lexeme COLLATE "C"
-                           AND (v_acls IS NULL OR d.acl_id = ANY (v_acls))) x
-         WHERE x.df > 0;
+        IF v_restricted THEN
+            -- The query's terms that occur in the collection, with their idf: for a restricted
+            -- caller from its own statistics rows only, acl_id being a key of the index, so
+            -- that no other access list's rows are touched (not even the activity counters in
+            -- pg_stat_* can tell whether a hidden chunk has a word); otherwise from all of them.
+            SELECT array_agg(x.lexeme),
+                   array_agg(x.df),
+                   array_agg(ln(1 + (st.n - x.df + 0.5) / (x.df + 0.5))),
+                   -- (the pruned path tracks terms in a 62-bit mask: a longer query reads all)
+                   coalesce(NOT v_filtered AND NOT v_small AND sum(x.df) > postings_per_term
+                            AND count(*) <= 62,
+                            false)
+              INTO v_terms, v_dfs, v_idfs, v_pruned
+              FROM (SELECT sum(t.chunks)::float8 AS n
+                      FROM pgrag.keyword_totals t
+                     WHERE t.collection_id = v_collection_id
+                       AND t.acl_id = ANY (v_acls)) st,
+                   unnest(to_tsvector(v_text_config, query_text)) u,
+                   LATERAL (SELECT u.lexeme COLLATE "C" AS lexeme, sum(d.df)::float8 AS df
+                              FROM pgrag.keyword_df d
+                             WHERE d.collection_id = v_collection_id
+                               AND d.acl_id = ANY (v_acls)
+                               AND d.lexeme = u.lexeme COLLATE "C") x
+             WHERE x.df > 0;
+        ELSE
+            SELECT array_agg(x.lexeme),
+                   array_agg(x.df),
+                   array_agg(ln(1 + (st.n - x.df + 0.5) / (x.df + 0.5))),
+                   -- (the pruned path tracks terms in a 62-bit mask: a longer query reads all)
+                   coalesce(NOT v_filtered AND NOT v_small AND sum(x.df) > postings_per_term
+                            AND count(*) <= 62,
+                            false)
+              INTO v_terms, v_dfs, v_idfs, v_pruned
+              FROM (SELECT sum(t.chunks)::float8 AS n
+                      FROM pgrag.keyword_totals t
+                     WHERE t.collection_id = v_collection_id) st,
+                   unnest(to_tsvector(v_text_config, query_text)) u,
+                   LATERAL (SELECT u.lexeme COLLATE "C" AS lexeme, sum(d.df)::float8 AS df
+                              FROM pgrag.keyword_df d
+                             WHERE d.collection_id = v_collection_id
+                               AND d.lexeme = u.lexeme COLLATE "C") x
+             WHERE x.df > 0;
+        END IF;
         IF v_terms IS NULL THEN
             v_use_keyword := false;  -- only stop words, or no chunk has any of the words
         ELSIF v_small THEN
