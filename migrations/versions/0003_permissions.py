@@ -58,7 +58,8 @@ ALTER TABLE pgrag.keyword_postings ALTER COLUMN acl_id DROP DEFAULT;
 ALTER TABLE pgrag.keyword_df ALTER COLUMN acl_id DROP DEFAULT;
 ALTER TABLE pgrag.keyword_totals ALTER COLUMN acl_id DROP DEFAULT;
 
--- Row-level security reads acl_id from the index entries, so keyword reads stay index-only.
+-- The access test (search_v3's, and row-level security's) reads acl_id from the index entries,
+-- so keyword reads stay index-only.
 ALTER TABLE pgrag.keyword_postings DROP CONSTRAINT keyword_postings_pkey,
     ADD PRIMARY KEY (collection_id, lexeme, chunk_id) INCLUDE (impact, acl_id);
 DROP INDEX pgrag.keyword_postings_impact_idx;
