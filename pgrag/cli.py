@@ -133,7 +133,7 @@ def principal_option(f: F) -> F:
         multiple=True,
         metavar="PRINCIPAL",
         help="Read as this principal (repeatable; public is always included), e.g. --principal"
-        " alice --principal group:billing. The database enforces it (row-level security).",
+        " alice --principal group:billing. The database enforces it.",
     )(f)
 
 

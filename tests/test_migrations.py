@@ -61,6 +61,7 @@ FUNCTIONS = (
     "documents_v1",
     "collections_v1",
     "unrestricted_v1",
+    "unrestricted_role_v1",
 )
 DEFINERS = {"search_v3", "principals_v1", "visible_acls_v1", "documents_v1", "collections_v1"}
 

@@ -318,6 +318,7 @@ def downgrade() -> None:
         DROP FUNCTION pgrag.documents_acl_v1();
         DROP FUNCTION pgrag.visible_acls_v1();
         DROP FUNCTION pgrag.unrestricted_v1();
+        DROP FUNCTION pgrag.unrestricted_role_v1();
         DROP FUNCTION pgrag.principals_v1();
         DROP FUNCTION pgrag.acl_id_v1(text[]);
         DROP FUNCTION pgrag.principals_canonical_v1(text[]);

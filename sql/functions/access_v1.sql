@@ -77,6 +77,23 @@ BEGIN
 END
 $fn$;
 
+-- Whether the login role sees everything when it names no principals: a superuser, a
+-- BYPASSRLS role, the owner of schema pgrag or a member of pgrag_writer. The one definition,
+-- used by principals_v1 and unrestricted_v1.
+CREATE FUNCTION pgrag.unrestricted_role_v1() RETURNS boolean
+LANGUAGE sql STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_roles r, pg_namespace n
+         WHERE r.rolname = session_user AND n.nspname = 'pgrag'
+           AND (r.rolsuper OR r.rolbypassrls
+                OR pg_has_role(session_user, n.nspowner, 'MEMBER')
+                OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
+                              AND pg_has_role(session_user, w.oid, 'MEMBER'))))
+$fn$;
+
 -- The session's principals; NULL for an unrestricted session (see the top of this file).
 -- SECURITY DEFINER: it reads pgrag.role_principals, which restricted roles may not; it depends
 -- only on the session (session_user and pgrag.principals), never on its arguments.
@@ -102,15 +119,9 @@ BEGIN
         END IF;
     END IF;
 
-    SELECT r.rolsuper OR r.rolbypassrls
-           OR pg_has_role(session_user, n.nspowner, 'MEMBER')
-           OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
-                         AND pg_has_role(session_user, w.oid, 'MEMBER')),
-           EXISTS (SELECT 1 FROM pg_roles a WHERE a.rolname = 'pgrag_app'
-                      AND pg_has_role(session_user, a.oid, 'MEMBER'))
-      INTO v_unrestricted, v_app
-      FROM pg_roles r, pg_namespace n
-     WHERE r.rolname = session_user AND n.nspname = 'pgrag';
+    v_unrestricted := pgrag.unrestricted_role_v1();
+    v_app := EXISTS (SELECT 1 FROM pg_roles a WHERE a.rolname = 'pgrag_app'
+                        AND pg_has_role(session_user, a.oid, 'MEMBER'));
 
     IF v_asserted IS NULL AND v_unrestricted THEN
         RETURN NULL;
@@ -157,13 +168,7 @@ SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
     SELECT coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
-       AND EXISTS (
-           SELECT 1 FROM pg_roles r, pg_namespace n
-            WHERE r.rolname = session_user AND n.nspname = 'pgrag'
-              AND (r.rolsuper OR r.rolbypassrls
-                   OR pg_has_role(session_user, n.nspowner, 'MEMBER')
-                   OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
-                                 AND pg_has_role(session_user, w.oid, 'MEMBER'))))
+       AND pgrag.unrestricted_role_v1()
 $fn$;
 
 -- Documents: principals made canonical, and their acl found (or created).

@@ -150,7 +150,8 @@ BEGIN
     v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match_v1
     -- Who is asking (the login role and pgrag.principals: sql/functions/access_v1.sql); NULL
     -- is unrestricted. Every protected row this function reads is tested against it.
-    v_acls := pgrag.visible_acls_v1();
+    -- (unrestricted_v1 first: it is the cheap test, and the common case for owners.)
+    v_acls := CASE WHEN pgrag.unrestricted_v1() THEN NULL ELSE pgrag.visible_acls_v1() END;
     v_restricted := v_acls IS NOT NULL;
 
     IF query_embedding IS NOT NULL THEN
