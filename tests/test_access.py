@@ -363,15 +363,20 @@ def test_principal_pattern_agrees_with_the_database(tenants: Tenants) -> None:
 # -- access lists change without re-embedding ---------------------------------------------------
 
 
-def test_acl_grant_and_revoke_from_the_cli(tenants: Tenants) -> None:
-    source = "globex/note-01.txt"
+def _vectors_of(tenants: Tenants, source: str) -> list[Any]:
+    """(chunk id, vector) of a document's chunks, read as the owner."""
     with psycopg.connect(tenants.dsn) as conn:
-        vectors_before = conn.execute(
+        return conn.execute(
             "SELECT e.chunk_id, e.embedding::text FROM pgrag.chunk_embeddings e"
             " JOIN pgrag.chunks c ON c.id = e.chunk_id JOIN pgrag.documents d"
             " ON d.id = c.document_id WHERE d.source = %s ORDER BY 1",
             (source,),
         ).fetchall()
+
+
+def test_acl_grant_and_revoke_from_the_cli(tenants: Tenants) -> None:
+    source = "globex/note-01.txt"
+    vectors_before = _vectors_of(tenants, source)
     runner = CliRunner()
     base = ["--dsn", tenants.dsn, "acl"]
     granted = runner.invoke(cli, [*base, "grant", "tenant:acme", "-c", "t", "--source", source])
@@ -391,13 +396,7 @@ def test_acl_grant_and_revoke_from_the_cli(tenants: Tenants) -> None:
         assert source not in _sources(
             conn, "SELECT source FROM pgrag.search_v3('t', 'refund', k => 100)"
         )
-    with psycopg.connect(tenants.dsn) as conn:
-        vectors_after = conn.execute(
-            "SELECT e.chunk_id, e.embedding::text FROM pgrag.chunk_embeddings e"
-            " JOIN pgrag.chunks c ON c.id = e.chunk_id JOIN pgrag.documents d"
-            " ON d.id = c.document_id WHERE d.source = %s ORDER BY 1",
-            (source,),
-        ).fetchall()
+    vectors_after = _vectors_of(tenants, source)
     assert vectors_after == vectors_before  # the same rows: nothing was re-embedded
 
     missing = runner.invoke(cli, [*base, "grant", "bob", "-c", "t", "--source", "nope.txt"])
