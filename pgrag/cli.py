@@ -63,7 +63,7 @@ def collection_option(f: F) -> F:
 
 
 def tuning_options(f: F) -> F:
-    """search_v3's knobs; each left unset keeps the function's measured default."""
+    """search_v4's knobs; each left unset keeps the function's measured default."""
     options = [
         click.option("--rrf-k", type=click.IntRange(min=1), help="RRF constant (default 5)."),
         click.option(
@@ -87,6 +87,12 @@ def tuning_options(f: F) -> F:
             help="Keyword arm: above this many postings per query, read a budget of this"
             " many, best first (default 50,000; 0 = read everything).",
         ),
+        click.option(
+            "--fallback-chunks",
+            type=click.IntRange(min=0, max=1_000_000),
+            help="When nothing matches (only stop words, or unknown words), match the words"
+            " as typed in up to this many chunks (default 5,000; 0 = off).",
+        ),
     ]
     for option in reversed(options):
         f = option(f)
@@ -104,6 +110,7 @@ def _settings(params: dict[str, Any]) -> Any:
         vector_depth=depth,
         keyword_depth=depth,
         postings_per_term=params.get("postings_per_term"),
+        fallback_chunks=params.get("fallback_chunks"),
     )
 
 
@@ -411,7 +418,7 @@ def search(
     as_json: bool,
     **tuning: Any,
 ) -> None:
-    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v3)."""
+    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v4)."""
     from .rerank import reranker_from_config
     from .search import search as run_search
     from .search import search_sql

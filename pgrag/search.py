@@ -1,4 +1,4 @@
-"""Hybrid search from Python: embed the question, call ``pgrag.search_v3`` in the database.
+"""Hybrid search from Python: embed the question, call ``pgrag.search_v4`` in the database.
 
 All ranking happens in SQL (one function call: vector arm, BM25 keyword arm, Reciprocal Rank
 Fusion), so Python, psql and any other client get the same results under the same permissions.
@@ -27,9 +27,10 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """Tuning knobs of ``pgrag.search_v3``; None leaves the function's default (see
-    sql/functions/search_v3.sql and docs/search.md for what each does and how the defaults were
-    chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25 reads every posting)."""
+    """Tuning knobs of ``pgrag.search_v4``; None leaves the function's default (see
+    sql/functions/search_v4.sql and docs/search.md for what each does and how the defaults were
+    chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25 reads every posting);
+    ``fallback_chunks=0`` turns off the keyword fallback for queries nothing else matched."""
 
     rrf_k: int | None = None
     vector_weight: float | None = None
@@ -38,6 +39,7 @@ class SearchSettings:
     keyword_depth: int | None = None
     temperature: float | None = None
     postings_per_term: int | None = None
+    fallback_chunks: int | None = None
 
     def arguments(self) -> dict[str, Any]:
         """The named arguments to pass, as {name: value}; pruning off is passed as NULL."""
@@ -50,7 +52,7 @@ class SearchSettings:
 
 
 def call_sql(settings: SearchSettings | None = None, *, columns: str = COLUMNS) -> str:
-    """``SELECT columns FROM pgrag.search_v3(...)`` with psycopg named placeholders:
+    """``SELECT columns FROM pgrag.search_v4(...)`` with psycopg named placeholders:
     %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, and one per setting given."""
     named = "".join(
         f", {name} => %({name})s" for name in (settings or SearchSettings()).arguments()
@@ -58,7 +60,7 @@ def call_sql(settings: SearchSettings | None = None, *, columns: str = COLUMNS) 
     # Only fixed names are spliced in (the columns are pgrag's, the argument names are
     # SearchSettings' fields); every value travels as a parameter.
     return (
-        f"SELECT {columns} FROM pgrag.search_v3(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
+        f"SELECT {columns} FROM pgrag.search_v4(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
         f" k => %(k)s, filter => %(filter)s{named})"
     )
 
@@ -78,7 +80,7 @@ class SearchResult:
     vector_distance: float | None
     keyword_score: float | None
     metadata: dict[str, Any]
-    probability: float | None = None  # p(z|x) over the returned results (softmax, search_v3)
+    probability: float | None = None  # p(z|x) over the returned results (softmax, search_v4)
     rerank_score: float | None = None  # the reranker's score, when one reordered the results
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +108,7 @@ def search_sql(
         for name, value in (settings or SearchSettings()).arguments().items()
     ]
     statement = sql.SQL(
-        "SELECT " + COLUMNS + " FROM pgrag.search_v3({collection}, {query}, {embedding},"  # noqa: S608
+        "SELECT " + COLUMNS + " FROM pgrag.search_v4({collection}, {query}, {embedding},"  # noqa: S608
         " k => {k}, filter => {filter}::jsonb{named})"
     ).format(
         collection=sql.Literal(collection),

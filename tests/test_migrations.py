@@ -62,8 +62,17 @@ FUNCTIONS = (
     "collections_v1",
     "unrestricted_v1",
     "unrestricted_role_v1",
+    "search_v4",
+    "grant_roles_v2",
 )
-DEFINERS = {"search_v3", "principals_v1", "visible_acls_v1", "documents_v1", "collections_v1"}
+DEFINERS = {
+    "search_v3",
+    "search_v4",
+    "principals_v1",
+    "visible_acls_v1",
+    "documents_v1",
+    "collections_v1",
+}
 
 
 def _one(dsn: str, query: str) -> object:
@@ -156,6 +165,10 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     assert "up to date" in check.stdout
 
     # A relative revision is an argument, not an unknown option.
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0004 -> 0003" in down.stdout
+    assert run("db", "current").stdout.strip() == "0003"
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
     assert "downgraded pgrag's schema: 0003 -> 0002" in down.stdout
@@ -291,9 +304,9 @@ def test_definer_entry_points_are_not_granted_to_public(dsn: str) -> None:
             "SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE'),"
             " has_function_privilege('pgrag_reader', p.oid, 'EXECUTE')"
             " FROM pg_proc p WHERE p.pronamespace = 'pgrag'::regnamespace"
-            " AND p.proname IN ('search_v3', 'documents_v1', 'collections_v1')"
+            " AND p.proname IN ('search_v3', 'search_v4', 'documents_v1', 'collections_v1')"
         ).fetchall()
-    assert len(rows) == 3
+    assert len(rows) == 4
     for name, public, reader in rows:
         assert (public, reader) == (False, True), name
 
@@ -347,16 +360,16 @@ def test_manifest_check_catches_edits_and_unlisted_files(tmp_path: Path) -> None
 
     with (root / "sql/functions/search_v1.sql").open("a") as fh:
         fh.write("-- a tweak\n")
-    (root / "sql/functions/search_v4.sql").write_text("-- next\n")
-    (root / "migrations/versions/0003_next.py").write_text("# next\n")
+    (root / "sql/functions/search_v9.sql").write_text("-- next\n")
+    (root / "migrations/versions/0009_next.py").write_text("# next\n")
 
     problems = "\n".join(_manifest_problems(root))
     assert (
         "released file sql/functions/search_v1.sql was edited; add a new migration / a new _vN"
         " function instead" in problems
     )
-    assert "sql/functions/search_v4.sql is not in sql/RELEASED.sha256" in problems
-    assert "migrations/versions/0003_next.py is not in" in problems
+    assert "sql/functions/search_v9.sql is not in sql/RELEASED.sha256" in problems
+    assert "migrations/versions/0009_next.py is not in" in problems
     assert "add it to sql/RELEASED.sha256 when it ships" in problems
 
 

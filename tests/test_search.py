@@ -132,6 +132,8 @@ SEARCH_FUNCTIONS = {
     "double precision,double precision,integer",
     "search_v3": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
     "double precision,double precision,integer",
+    "search_v4": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
+    "double precision,double precision,integer,integer",
 }
 each_function = pytest.mark.parametrize("fn", sorted(SEARCH_FUNCTIONS))
 
@@ -178,6 +180,7 @@ def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
         ("search_v1", "chunks_tsv_idx"),
         ("search_v2", "keyword_postings_impact_idx"),
         ("search_v3", "keyword_postings_impact_idx"),
+        ("search_v4", "keyword_postings_impact_idx"),
     ],
 )
 def test_plans_use_the_vector_and_keyword_indexes(
@@ -215,9 +218,10 @@ def test_search_security_and_fixed_search_path(loaded: Database, fn: str) -> Non
         "SELECT prosecdef, proconfig FROM pg_proc WHERE oid = %s::regprocedure",
         (f"pgrag.{fn}({SEARCH_FUNCTIONS[fn]})",),
     ).fetchone()
-    # search_v3 is SECURITY DEFINER on purpose: it applies the session's access itself, so
-    # restricted roles search without any SELECT on the tables (docs/application.md).
-    assert row[0] is (fn == "search_v3")
+    # search_v3 and search_v4 are SECURITY DEFINER on purpose: they apply the session's access
+    # themselves, so restricted roles search without any SELECT on the tables
+    # (docs/application.md).
+    assert row[0] is (fn in ("search_v3", "search_v4"))
     assert "search_path=pg_catalog, pg_temp" in row[1]
 
 
@@ -352,7 +356,7 @@ def test_search_sql_is_the_statement_search_runs(loaded: Database) -> None:
     )
     assert result.exit_code == 0, result.stderr
     statement = result.stdout.strip().rstrip(";")
-    assert "pgrag.search_v3('docs', 'refund o''clock', $1::vector, k => 4" in statement
+    assert "pgrag.search_v4('docs', 'refund o''clock', $1::vector, k => 4" in statement
     vector = loaded.embedder.embed([query])[0]
     with psycopg.connect(loaded.dsn) as conn:
         register_vector(conn)
