@@ -26,7 +26,8 @@ from .access import check_principals
 from .chunking import chunk_text
 from .db import transaction
 from .errors import InputError, PgragError
-from .loaders import LoadedFile, find_files, load
+from .formats import JsonlFields
+from .loaders import LoadedFile, find_files, load_path
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,9 +55,11 @@ class Collection:
 @dataclass
 class FileResult:
     path: str
-    status: str  # added | updated | unchanged | access (only who may read it changed) | failed
+    # added | updated | unchanged | access (only who may read it changed) | deleted | failed
+    status: str
     chunks: int = 0
     reason: str | None = None
+    embed: int = 0  # chunks whose text must be embedded (the others reuse stored vectors)
 
 
 @dataclass
@@ -65,6 +68,8 @@ class IngestReport:
     files: list[FileResult] = field(default_factory=list)
     chunks_written: int = 0
     chunks_embedded: int = 0  # texts sent to the model (fewer than written when reused)
+    chunks_deleted: int = 0  # of documents removed (--prune)
+    dry_run: bool = False  # nothing was written: the counts say what an ingest would do
 
     def count(self, status: str) -> int:
         return sum(1 for f in self.files if f.status == status)
@@ -81,11 +86,20 @@ class IngestReport:
         ]
         if self.count("access"):
             parts.append(f"{self.count('access')} with new access only")
+        if self.count("deleted"):
+            parts.append(f"{self.count('deleted')} deleted")
         if self.failed:
             parts.append(f"{len(self.failed)} failed")
+        deleted = f", {self.chunks_deleted} deleted" if self.chunks_deleted else ""
+        if self.dry_run:
+            return (
+                f"dry run, nothing written: collection {self.collection!r}:"
+                f" {len(self.files)} documents ({', '.join(parts)}); would write"
+                f" {self.chunks_written} chunks and embed {self.chunks_embedded}{deleted}"
+            )
         return (
-            f"collection {self.collection!r}: {len(self.files)} files ({', '.join(parts)});"
-            f" {self.chunks_written} chunks written, {self.chunks_embedded} embedded"
+            f"collection {self.collection!r}: {len(self.files)} documents ({', '.join(parts)});"
+            f" {self.chunks_written} chunks written, {self.chunks_embedded} embedded{deleted}"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -95,9 +109,12 @@ class IngestReport:
             "updated": self.count("updated"),
             "unchanged": self.count("unchanged"),
             "access_changed": self.count("access"),
+            "deleted": self.count("deleted"),
             "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "chunks_written": self.chunks_written,
             "chunks_embedded": self.chunks_embedded,
+            "chunks_deleted": self.chunks_deleted,
+            "dry_run": self.dry_run,
             "files": [vars(f) for f in self.files],
         }
 
@@ -109,6 +126,7 @@ class _PreparedChunk:
     token_count: int
     content_hash: str  # of the embedded text: heading context + chunk text
     embed_text: str
+    page: int | None = None  # PDF: the page the chunk is on (chunks never span pages)
 
 
 @dataclass
@@ -193,11 +211,22 @@ def ingest(
     on_error: Callable[[str, str], None] | None = None,
     progress: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
     batch_chunks: int = 64,
     bulk_threshold: int = 1000,
     allow: Sequence[str] | None = None,
+    jsonl: JsonlFields | None = None,
+    dry_run: bool = False,
+    prune: bool = False,
 ) -> IngestReport:
     """Ingest files and directories (recursively) into ``collection``.
+
+    Markdown, plain text, HTML, PDF and JSON Lines are read (the content decides which; see
+    :mod:`pgrag.formats`); ``jsonl`` names a JSON Lines file's fields. A changed document is
+    re-chunked, and only chunks whose text changed are embedded again. ``dry_run`` writes
+    nothing and reports what would be added, updated, deleted and left alone. ``prune``
+    removes the documents of files under the given directories that are gone (a file that
+    exists but failed to load keeps its documents).
 
     ``allow`` lists the principals who may read the documents (such as ``["alice",
     "group:billing"]``; ``["public"]`` is everyone). None gives new documents ``public`` and
@@ -206,20 +235,32 @@ def ingest(
 
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
     continue. ``on_plan(total)`` receives the number of chunks to write, then
-    ``progress(n)`` is called as chunks are embedded and written. The collection is created
+    ``progress(n)`` is called as chunks are embedded and written, and ``on_batch(done,
+    total)`` with the documents written so far. The collection is created
     when the first document is written (not by an ingest that writes nothing).
     """
-    return _ingest(
+    roots = [Path(p) for p in paths]
+    seen = Seen()
+    report = _ingest(
         db,
-        _load_files([Path(p) for p in paths]),
+        _load_files(roots, jsonl, seen),
         collection=collection,
         on_error=on_error,
         progress=progress,
         on_plan=on_plan,
+        on_batch=on_batch,
         batch_chunks=batch_chunks,
         bulk_threshold=bulk_threshold,
         allow=allow,
+        dry_run=dry_run,
     )
+    if prune:
+        from .removal import prune_missing
+
+        directories = [str(p.resolve()) for p in roots if p.is_dir()]
+        prune_missing(db, report, directories, seen, dry_run=dry_run)
+        report.files.sort(key=lambda f: f.path)
+    return report
 
 
 def ingest_documents(
@@ -230,9 +271,11 @@ def ingest_documents(
     on_error: Callable[[str, str], None] | None = None,
     progress: Callable[[int], None] | None = None,
     on_plan: Callable[[int], None] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
     batch_chunks: int = 64,
     bulk_threshold: int = 1000,
     allow: Sequence[str] | None = None,
+    dry_run: bool = False,
 ) -> IngestReport:
     """Ingest documents given as text (build them with :func:`pgrag.loaders.from_text`),
     with the same guarantees as :func:`ingest`: unchanged ones are skipped, changed ones
@@ -244,9 +287,11 @@ def ingest_documents(
         on_error=on_error,
         progress=progress,
         on_plan=on_plan,
+        on_batch=on_batch,
         batch_chunks=batch_chunks,
         bulk_threshold=bulk_threshold,
         allow=allow,
+        dry_run=dry_run,
     )
 
 
@@ -259,8 +304,10 @@ def _ingest(
     progress: Callable[[int], None] | None,
     on_plan: Callable[[int], None] | None,
     batch_chunks: int,
+    on_batch: Callable[[int, int], None] | None = None,
     bulk_threshold: int,
     allow: Sequence[str] | None,
+    dry_run: bool = False,
 ) -> IngestReport:
     _check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
@@ -270,13 +317,25 @@ def _ingest(
         _check_model(db, coll, embedder)
         # A bulk load killed between dropping and rebuilding the index left it missing.
         _build_model_index(db, coll.model_id)
-    report = IngestReport(collection=collection)
-    docs = _plan(db, coll, embedder, items, report, on_error, principals)
+    report = IngestReport(collection=collection, dry_run=dry_run)
+    docs, access = _plan(db, coll, embedder, items, report, on_error, principals)
+    if dry_run:
+        for doc in docs:
+            report.files.append(doc.result)
+            report.chunks_written += len(doc.chunks)
+            report.chunks_embedded += doc.result.embed
+        report.files.sort(key=lambda f: f.path)
+        return report
+    for document_id in access:
+        _set_access(db, document_id, principals or [])
     total = sum(len(d.chunks) for d in docs)
     if on_plan:
         on_plan(total)
     if not docs:
         return report
+    files_done = 0
+    if on_batch:
+        on_batch(files_done, len(docs))
     new_collection = coll is None
     if coll is None:
         coll = ensure_collection(db, collection, embedder)
@@ -300,13 +359,16 @@ def _ingest(
             for doc in batch:
                 report.files.append(doc.result)
                 report.chunks_written += len(doc.chunks)
+            files_done += len(batch)
+            if on_batch:
+                on_batch(files_done, len(docs))
             if progress:
                 progress(sum(len(d.chunks) for d in batch))
     finally:
         if dropped:
             _build_model_index(db, coll.model_id, analyze=True)
     # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
-    # round: search_v3 plans once per session, and a plan made without them can scan whole
+    # round: search_v4 plans once per session, and a plan made without them can scan whole
     # postings lists where it should probe one posting.
     _maintain_keyword_index(db, collection, analyze=bulk or new_collection)
     report.files.sort(key=lambda f: f.path)
@@ -323,15 +385,30 @@ def _maintain_keyword_index(db: Database, collection: str, analyze: bool) -> Non
             conn.execute("ANALYZE pgrag.keyword_df")
 
 
-def _load_files(paths: list[Path]) -> Iterator[tuple[str, LoadedFile | InputError]]:
+@dataclass
+class Seen:
+    """What a walk met: the sources it loaded, and the files (absolute paths) it could not
+    read whole. ``--prune`` deletes only documents of files that are neither."""
+
+    sources: set[str] = field(default_factory=set)
+    failed_files: set[str] = field(default_factory=set)
+
+
+def _load_files(
+    paths: list[Path], jsonl: JsonlFields | None = None, seen: Seen | None = None
+) -> Iterator[tuple[str, LoadedFile | InputError]]:
+    seen = seen if seen is not None else Seen()
     for path, problem in find_files(paths):
         if problem is not None:
+            seen.failed_files.add(str(path.resolve()))
             yield str(path), problem
             continue
-        try:
-            yield str(path), load(path)
-        except InputError as err:
-            yield str(path), err
+        for label, item in load_path(path, jsonl):
+            if isinstance(item, InputError):
+                seen.failed_files.add(str(path.resolve()))
+            else:
+                seen.sources.add(item.source)
+            yield label, item
 
 
 def _plan(
@@ -342,8 +419,10 @@ def _plan(
     report: IngestReport,
     on_error: Callable[[str, str], None] | None,
     principals: list[str] | None = None,
-) -> list[_PreparedDoc]:
+) -> tuple[list[_PreparedDoc], list[int]]:
+    """The documents to write, and the ids of stored ones whose access alone changes."""
     docs: list[_PreparedDoc] = []
+    access: list[int] = []
     seen: set[str] = set()
     chunk_tokens = coll.chunk_tokens if coll else DEFAULT_CHUNK_TOKENS
     chunk_overlap = coll.chunk_overlap if coll else DEFAULT_CHUNK_OVERLAP
@@ -367,7 +446,7 @@ def _plan(
                     ).fetchone()
             if row is not None and row[1] == file.content_hash:
                 if principals is not None and set(principals) != set(row[2]):
-                    _set_access(db, row[0], principals)
+                    access.append(row[0])
                     report.files.append(FileResult(label, "access"))
                 else:
                     report.files.append(FileResult(label, "unchanged"))
@@ -382,6 +461,7 @@ def _plan(
             )
             if row is not None and coll is not None:
                 doc.reusable = _old_vectors(db, row[0], coll.model_id)
+            doc.result.embed = len({c.content_hash for c in chunks} - set(doc.reusable))
             docs.append(doc)
         except InputError as err:
             report.files.append(FileResult(label, "failed", reason=str(err)))
@@ -390,7 +470,7 @@ def _plan(
     # Written in a stable order, so concurrent ingests of overlapping paths lock documents in
     # the same order and cannot deadlock.
     docs.sort(key=lambda d: d.file.source)
-    return docs
+    return docs, access
 
 
 def _prepare_chunks(
@@ -399,9 +479,18 @@ def _prepare_chunks(
     counter = embedder.tokens
     out = []
     headings: dict[str, str] = {}  # context -> its capped form; chunks of a section share it
-    for chunk in chunk_text(
-        file.text, counter, limit=limit, overlap=overlap, markdown=file.format == "markdown"
-    ):
+    # A PDF is chunked page by page, so that every chunk has one page to cite.
+    parts = (
+        [(n, text) for n, text in enumerate(file.pages, start=1) if text.strip()]
+        if file.pages is not None
+        else [(None, file.text)]
+    )
+    paged = (
+        (page, chunk)
+        for page, text in parts
+        for chunk in chunk_text(text, counter, limit=limit, overlap=overlap, markdown=file.markdown)
+    )
+    for page, chunk in paged:
         # The heading path (or, without one, the title) is the chunk's section: embedded with
         # it and keyword-indexed with it, so a passage keeps its context. On SQuAD v1.1 dev the
         # title in the keyword index lifts BM25 nDCG@10 from 0.868 to 0.876 (docs/search.md).
@@ -420,6 +509,7 @@ def _prepare_chunks(
                 token_count=chunk.token_count,
                 content_hash=hashlib.sha256(embed_text.encode()).hexdigest(),
                 embed_text=embed_text,
+                page=page,
             )
         )
     return out
@@ -536,6 +626,7 @@ def _write(
                         ordinal,
                         chunk.text,
                         chunk.section,
+                        chunk.page,
                         chunk.token_count,
                         chunk.content_hash,
                         principals,
@@ -550,7 +641,7 @@ def _write(
         with conn.cursor() as cur:
             with cur.copy(
                 "COPY pgrag_staging_chunks (id, document_id, collection_id, ordinal, content,"
-                " section, token_count, content_hash, principals, text_config)"
+                " section, page, token_count, content_hash, principals, text_config)"
                 " FROM STDIN (FORMAT BINARY)"
             ) as copy:
                 copy.set_types(
@@ -561,6 +652,7 @@ def _write(
                         "int4",
                         "text",
                         "text",
+                        "int4",
                         "int4",
                         "text",
                         "text[]",
@@ -578,8 +670,8 @@ def _write(
                     copy.write_row(r)
         conn.execute(
             "INSERT INTO pgrag.chunks (id, document_id, collection_id, ordinal, content, section,"
-            " token_count, content_hash, principals, text_config)"
-            " SELECT id, document_id, collection_id, ordinal, content, section, token_count,"
+            " page, token_count, content_hash, principals, text_config)"
+            " SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,"
             " content_hash, principals, text_config FROM pgrag_staging_chunks"
         )
         conn.execute(
@@ -592,7 +684,7 @@ def _staging_tables(conn: Any) -> None:
     """Temporary tables shaped like the chunk columns ingest writes, emptied at each commit."""
     conn.execute(
         "CREATE TEMP TABLE IF NOT EXISTS pgrag_staging_chunks ON COMMIT DELETE ROWS AS"
-        " SELECT id, document_id, collection_id, ordinal, content, section, token_count,"
+        " SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,"
         " content_hash, principals, text_config FROM pgrag.chunks WITH NO DATA"
     )
     conn.execute(

@@ -10,15 +10,17 @@ import hashlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .formats import SNIFF_BYTES, SUFFIXES, JsonlFields, Record, sniff
 
-FORMATS = {".md": "markdown", ".markdown": "markdown", ".txt": "text", ".text": "text"}
-MAX_BYTES = 50 * 1024 * 1024  # whole-file reads are fine below this; streaming is future work
+MAX_BYTES = 50 * 1024 * 1024  # Markdown, text and HTML are read whole below this; JSON Lines
+# is read a line at a time and PDF an object at a time, whatever their size.
+MAX_PDF_BYTES = 2 * 1024 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,18 @@ class LoadedFile:
 
     label: str  # what messages call it: the path as given, or the source
     source: str  # the document's identity within a collection (a file's absolute path)
-    format: str  # markdown | text
-    text: str
+    format: str  # markdown | text | html | pdf | jsonl
+    text: str  # for HTML, its Markdown-shaped text; for PDF, the pages joined
     title: str
     content_hash: str
     metadata: dict[str, Any]  # stored in pgrag.documents.metadata
+    pages: tuple[str, ...] | None = None  # PDF: the text of each page, page 1 first
+
+    @property
+    def markdown(self) -> bool:
+        """Whether the text is chunked as Markdown: headings (Markdown, and HTML converted to
+        it) and table rows (HTML and PDF) kept as units."""
+        return self.format in ("markdown", "html", "pdf")
 
 
 def from_text(
@@ -74,18 +83,15 @@ def find_files(paths: list[Path]) -> Iterator[tuple[Path, InputError | None]]:
         if path.is_dir():
             yield from _walk(path)
         elif path.is_file():
-            if path.suffix.lower() in FORMATS:
-                yield path, None
-            else:
-                suffix = path.suffix or "(none)"
-                yield path, InputError(f"unsupported file type {suffix!r}; pgrag reads {_KINDS}")
+            yield path, None  # named explicitly: its content decides what it is
         elif path.exists():
             yield path, InputError("not a regular file or directory")
         else:
             yield path, InputError("no such file or directory")
 
 
-_KINDS = ", ".join(sorted(FORMATS))
+_KINDS = ", ".join(sorted(SUFFIXES))
+_READS = "Markdown, plain text, HTML, PDF and JSON Lines"
 
 
 def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
@@ -102,7 +108,7 @@ def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
             if name.startswith("."):
                 continue
             child = Path(dirpath) / name
-            if child.suffix.lower() in FORMATS and child.is_file():
+            if child.suffix.lower() in SUFFIXES and child.is_file():
                 found += 1
                 yield child, None
             else:
@@ -115,7 +121,56 @@ def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
         yield root, InputError(f"no {_KINDS} files in this directory{others}")
 
 
+def load_path(
+    path: Path, jsonl: JsonlFields | None = None
+) -> Iterator[tuple[str, LoadedFile | InputError]]:
+    """The documents in a file, each with the label messages use for it: one for most files,
+    one per record for JSON Lines (a bad record is yielded as its problem, the others go on)."""
+    label = str(path)
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(SNIFF_BYTES)
+            fmt = _format(head, path)
+            if fmt == "pdf":
+                yield label, _load_pdf(path, fh)
+                return
+            if fmt == "jsonl":
+                fh.seek(0)
+                yield from _load_jsonl(path, fh, jsonl or JsonlFields())
+                return
+    except InputError as err:
+        yield label, err
+        return
+    except PermissionError:
+        yield label, InputError("permission denied; make it readable for this user")
+        return
+    except OSError as err:
+        yield label, InputError(f"cannot read it ({err.strerror})")
+        return
+    try:
+        yield label, load(path)
+    except InputError as err:
+        yield label, err
+
+
+def _format(head: bytes, path: Path) -> str:
+    if not head:
+        raise InputError("file is empty; nothing to ingest")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputError("is UTF-16 text; convert it to UTF-8, e.g. `iconv -f utf-16 -t utf-8`")
+    fmt = sniff(head, path.suffix.lower())
+    nul = head.find(b"\0")
+    if fmt != "pdf" and nul >= 0:
+        suffix = path.suffix or "(none)"
+        raise InputError(
+            f"contains NUL bytes (offset {nul}): a binary file (type {suffix!r}), not one"
+            f" pgrag reads ({_READS})"
+        )
+    return fmt
+
+
 def load(path: Path) -> LoadedFile:
+    """A Markdown, text or HTML file, read whole (PDF and JSON Lines: :func:`load_path`)."""
     try:
         st = path.stat()
         size = st.st_size
@@ -126,12 +181,11 @@ def load(path: Path) -> LoadedFile:
         raise InputError("permission denied; make it readable for this user") from err
     except OSError as err:
         raise InputError(f"cannot read it ({err.strerror})") from err
-    if not data:
-        raise InputError("file is empty; nothing to ingest")
+    fmt = _format(data[:SNIFF_BYTES], path)
+    if fmt in ("pdf", "jsonl"):
+        raise InputError(f"is {fmt}; read it with pgrag.loaders.load_path")
     if not data.strip():
         raise InputError("file holds only whitespace; nothing to ingest")
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        raise InputError("is UTF-16 text; convert it to UTF-8, e.g. `iconv -f utf-16 -t utf-8`")
     nul = data.find(b"\0")
     if nul >= 0:
         raise InputError(f"contains NUL bytes (offset {nul}); looks like a binary file, not text")
@@ -142,21 +196,87 @@ def load(path: Path) -> LoadedFile:
             f"is not valid UTF-8 (byte {err.start}); convert it, e.g. `iconv -f latin1 -t utf-8`"
         ) from err
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    fmt = FORMATS[path.suffix.lower()]
+    title = None
+    if fmt == "html":
+        from .formats import html_to_markdown
+
+        text, title = html_to_markdown(text)
+        if not text.strip():
+            raise InputError("has no text once navigation and markup are removed")
     return LoadedFile(
         label=str(path),
         source=str(path.resolve()),
         format=fmt,
         text=text,
-        title=_title(text, fmt, path),
+        title=title or _title(text, fmt, path),
         content_hash=hashlib.sha256(data).hexdigest(),
-        metadata={
-            "path": str(path),
-            "format": fmt,
-            "bytes": size,
-            "modified": datetime.fromtimestamp(st.st_mtime, tz=UTC).date().isoformat(),
-        },
+        metadata=_file_metadata(path, fmt, size, st.st_mtime),
     )
+
+
+def _file_metadata(path: Path, fmt: str, size: int, mtime: float) -> dict[str, Any]:
+    return {
+        "path": str(path),
+        "format": fmt,
+        "bytes": size,
+        "modified": datetime.fromtimestamp(mtime, tz=UTC).date().isoformat(),
+    }
+
+
+def _load_pdf(path: Path, fh: Any) -> LoadedFile:
+    from .formats import pdf_pages
+
+    st = path.stat()
+    if st.st_size > MAX_PDF_BYTES:
+        raise InputError(f"file is {st.st_size} bytes, over the {MAX_PDF_BYTES}-byte PDF limit")
+    digest = hashlib.sha256()
+    fh.seek(0)
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(block)
+    fh.seek(0)
+    pages, title = pdf_pages(fh)
+    pages = [p.replace("\r\n", "\n").replace("\r", "\n") for p in pages]
+    return LoadedFile(
+        label=str(path),
+        source=str(path.resolve()),
+        format="pdf",
+        text="\n\n".join(pages),
+        title=title or _title("", "pdf", path),
+        content_hash=digest.hexdigest(),
+        metadata={**_file_metadata(path, "pdf", st.st_size, st.st_mtime), "pages": len(pages)},
+        pages=tuple(pages),
+    )
+
+
+def _load_jsonl(
+    path: Path, fh: Any, fields: JsonlFields
+) -> Iterator[tuple[str, LoadedFile | InputError]]:
+    """One document per record: its source is the file's path and the record's id."""
+    source = str(path.resolve())
+    for item in _records(fh, fields):
+        if isinstance(item, tuple):
+            number, err = item
+            yield f"{path}:{number}", err
+            continue
+        meta = {**item.metadata, "path": str(path), "record": item.key}
+        try:
+            doc = from_text(
+                f"{source}#{item.key}",
+                item.text,
+                title=item.title or f"{path.stem} {item.key}",
+                metadata=meta,
+            )
+        except InputError as err:
+            yield f"{path}:{item.line}", err
+            continue
+        label = f"{path}:{item.line}"
+        yield label, replace(doc, label=label, format="jsonl", metadata={**meta, "format": "jsonl"})
+
+
+def _records(fh: Any, fields: JsonlFields) -> Iterator[Record | tuple[int, InputError]]:
+    from .formats import jsonl_records
+
+    yield from jsonl_records(fh, fields)
 
 
 _ATX_H1 = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)

@@ -140,7 +140,8 @@ def test_explicit_unsupported_and_missing_paths(dsn: str, tmp_path: Path, corpus
         cli, ["--dsn", dsn, "ingest", str(pdf), str(tmp_path / "missing.md"), str(corpus)]
     )
     assert result.exit_code == 1
-    assert f"error: {pdf}: unsupported file type '.pdf'" in result.stderr
+    # Named explicitly, it is read as what its content is: a PDF cut off after its header.
+    assert f"error: {pdf}: cannot be read as a PDF" in result.stderr
     assert "missing.md: no such file or directory" in result.stderr
     assert "3 added" in result.stderr
 
@@ -207,8 +208,8 @@ def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
     dsn: str, tmp_path: Path, corpus: Path
 ) -> None:
     (tmp_path / "empty_dir").mkdir()
-    (tmp_path / "pdfs").mkdir()
-    (tmp_path / "pdfs" / "a.pdf").write_bytes(b"%PDF-1.4")
+    (tmp_path / "pdfs").mkdir()  # (of word processors: not read)
+    (tmp_path / "pdfs" / "a.docx").write_bytes(b"PK\x03\x04")
     (tmp_path / "utf16.txt").write_bytes("Hello".encode("utf-16"))
     result = CliRunner().invoke(
         cli,
@@ -225,8 +226,8 @@ def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
     assert (
-        f"error: {tmp_path / 'empty_dir'}: no .markdown, .md, .text, .txt files in this directory"
-        in lines
+        f"error: {tmp_path / 'empty_dir'}: no .htm, .html, .jsonl, .markdown, .md, .ndjson,"
+        " .pdf, .text, .txt, .xhtml files in this directory" in lines
     )
     assert any(
         line.startswith(f"error: {tmp_path / 'pdfs'}: no ")
