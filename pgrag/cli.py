@@ -435,6 +435,8 @@ def ingest(
                 click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks, {f.embed} to embed)")
             elif f.status == "deleted":
                 click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks)")
+            elif f.status == "duplicate":
+                click.echo(f"{f.status:9} {f.path} ({f.reason}: stored once)")
             elif f.status != "failed":
                 click.echo(f"{f.status:9} {f.path}")
     if as_json:

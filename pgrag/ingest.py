@@ -30,9 +30,6 @@ from .formats import JsonlFields
 from .loaders import LoadedFile, find_files, load_path
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
     from .db import Database
     from .embeddings import Embedder
 
@@ -55,7 +52,8 @@ class Collection:
 @dataclass
 class FileResult:
     path: str
-    # added | updated | unchanged | access (only who may read it changed) | deleted | failed
+    # added | updated | unchanged | access (only who may read it changed) | duplicate (identical
+    # to another document, recorded without chunks) | deleted | failed
     status: str
     chunks: int = 0
     reason: str | None = None
@@ -86,6 +84,8 @@ class IngestReport:
         ]
         if self.count("access"):
             parts.append(f"{self.count('access')} with new access only")
+        if self.count("duplicate"):
+            parts.append(f"{self.count('duplicate')} identical to another, stored once")
         if self.count("deleted"):
             parts.append(f"{self.count('deleted')} deleted")
         if self.failed:
@@ -110,6 +110,7 @@ class IngestReport:
             "unchanged": self.count("unchanged"),
             "access_changed": self.count("access"),
             "deleted": self.count("deleted"),
+            "duplicates": self.count("duplicate"),
             "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
             "chunks_written": self.chunks_written,
             "chunks_embedded": self.chunks_embedded,
@@ -135,6 +136,8 @@ class _PreparedDoc:
     result: FileResult
     chunks: list[_PreparedChunk]
     reusable: dict[str, Any] = field(default_factory=dict)  # content_hash -> old vector
+    duplicate_of: str | None = None  # the source of an identical document holding the chunks
+    replaces: int | None = None  # the stored document (id) this one rewrites
 
 
 def _check_name(name: str) -> None:
@@ -349,7 +352,7 @@ def _ingest(
     dropped = False
     try:
         for batch in _batches(docs, batch_chunks):
-            vectors = _embed(batch, embedder, report)
+            vectors = _embed(batch, embedder, report, db, coll)
             if bulk and not dropped:
                 # Dropped only now, just before the first write, so searches keep the index
                 # while the first batch is being embedded.
@@ -424,6 +427,9 @@ def _plan(
     docs: list[_PreparedDoc] = []
     access: list[int] = []
     seen: set[str] = set()
+    # Identical content planned in this run: (content hash, principals) -> its source.
+    planned: dict[tuple[str, frozenset[str]], str] = {}
+    readers = frozenset(principals or ["public"])
     chunk_tokens = coll.chunk_tokens if coll else DEFAULT_CHUNK_TOKENS
     chunk_overlap = coll.chunk_overlap if coll else DEFAULT_CHUNK_OVERLAP
     limit = min(chunk_tokens, embedder.max_tokens - 2 - CONTEXT_TOKENS)
@@ -451,6 +457,23 @@ def _plan(
                 else:
                     report.files.append(FileResult(label, "unchanged"))
                 continue
+            original = None
+            if row is None:
+                # A new location of content the collection holds (or this run writes) with the
+                # same readers: recorded, stored once.
+                original = planned.get((file.content_hash, readers)) or _original(
+                    db, coll, file.content_hash, readers
+                )
+            if original is not None:
+                docs.append(
+                    _PreparedDoc(
+                        file=file,
+                        result=FileResult(label, "duplicate", reason=f"same as {original}"),
+                        chunks=[],
+                        duplicate_of=original,
+                    )
+                )
+                continue
             chunks = _prepare_chunks(file, embedder, limit, overlap)
             if not chunks:
                 raise InputError("has no text to index")
@@ -458,9 +481,12 @@ def _plan(
                 file=file,
                 result=FileResult(label, "updated" if row else "added", len(chunks)),
                 chunks=chunks,
+                replaces=None if row is None else row[0],
             )
             if row is not None and coll is not None:
                 doc.reusable = _old_vectors(db, row[0], coll.model_id)
+            else:
+                planned[(file.content_hash, readers)] = file.source
             doc.result.embed = len({c.content_hash for c in chunks} - set(doc.reusable))
             docs.append(doc)
         except InputError as err:
@@ -468,9 +494,26 @@ def _plan(
             if on_error:
                 on_error(label, str(err))
     # Written in a stable order, so concurrent ingests of overlapping paths lock documents in
-    # the same order and cannot deadlock.
-    docs.sort(key=lambda d: d.file.source)
+    # the same order and cannot deadlock; duplicates last, so that one is never committed
+    # before the original it points to.
+    docs.sort(key=lambda d: (d.duplicate_of is not None, d.file.source))
     return docs, access
+
+
+def _original(
+    db: Database, coll: Collection | None, content_hash: str, readers: frozenset[str]
+) -> str | None:
+    """The source of a stored document with this content and these readers, if any."""
+    if coll is None:
+        return None
+    with transaction(db) as conn:
+        rows = conn.execute(
+            "SELECT source, principals FROM pgrag.documents"
+            " WHERE collection_id = %(c)s AND content_hash = %(h)s"
+            " AND NOT metadata ? 'duplicate_of' ORDER BY id",
+            {"c": coll.id, "h": content_hash},
+        ).fetchall()
+    return next((source for source, p in rows if frozenset(p) == readers), None)
 
 
 def _prepare_chunks(
@@ -539,14 +582,24 @@ def _batches(docs: list[_PreparedDoc], size: int) -> Iterable[list[_PreparedDoc]
         yield batch
 
 
-def _embed(batch: list[_PreparedDoc], embedder: Embedder, report: IngestReport) -> list[list[Any]]:
-    """Vectors for every chunk of the batch, embedding each distinct new text once."""
+def _embed(
+    batch: list[_PreparedDoc],
+    embedder: Embedder,
+    report: IngestReport,
+    db: Database | None = None,
+    coll: Collection | None = None,
+) -> list[list[Any]]:
+    """Vectors for every chunk of the batch, embedding each distinct new text once: a text
+    the collection already has a vector for (in any document) is not embedded again."""
     todo: dict[str, str] = {}
     for doc in batch:
         for chunk in doc.chunks:
             if chunk.content_hash not in doc.reusable:
                 todo.setdefault(chunk.content_hash, chunk.embed_text)
-    fresh: dict[str, npt.NDArray[np.float32]] = {}
+    fresh: dict[str, Any] = {}
+    if todo and db is not None and coll is not None:
+        fresh = _stored_vectors(db, coll, list(todo))
+        todo = {h: t for h, t in todo.items() if h not in fresh}
     if todo:
         matrix = embedder.embed(list(todo.values()))
         if matrix.shape != (len(todo), embedder.dimension):
@@ -554,12 +607,27 @@ def _embed(batch: list[_PreparedDoc], embedder: Embedder, report: IngestReport) 
                 f"embedding model {embedder.name!r} returned vectors of shape {matrix.shape},"
                 f" expected ({len(todo)}, {embedder.dimension})"
             )
-        fresh = dict(zip(todo, matrix, strict=True))
+        fresh.update(zip(todo, matrix, strict=True))
         report.chunks_embedded += len(todo)
     return [
         [doc.reusable.get(c.content_hash, fresh.get(c.content_hash)) for c in doc.chunks]
         for doc in batch
     ]
+
+
+def _stored_vectors(db: Database, coll: Collection, hashes: list[str]) -> dict[str, Any]:
+    """Stored vectors of the collection's model for chunks with these content hashes
+    (chunks_collection_hash_idx, migration 0005)."""
+    with transaction(db) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding"
+            "  FROM pgrag.chunks c"
+            "  JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
+            " WHERE c.collection_id = %(c)s AND left(c.content_hash, 16) = ANY (%(p)s)"
+            "   AND c.content_hash = ANY (%(h)s)",
+            {"m": coll.model_id, "c": coll.id, "p": [h[:16] for h in hashes], "h": hashes},
+        ).fetchall()
+    return dict(rows)
 
 
 def _set_access(db: Database, document_id: int, principals: list[str]) -> None:
@@ -609,12 +677,22 @@ def _write(
                     "c": coll.id,
                     "source": f.source,
                     "title": f.title,
-                    "meta": _jsonb(f.metadata),
+                    "meta": _jsonb(
+                        f.metadata
+                        if doc.duplicate_of is None
+                        else {**f.metadata, "duplicate_of": doc.duplicate_of}
+                    ),
                     "hash": f.content_hash,
                 },
             ).fetchone()
             assert row is not None
             doc_id, principals = row
+            if doc.replaces is not None:
+                # Identical documents elsewhere keep the old content (sql/functions/dedup_v1.sql).
+                conn.execute(
+                    "SELECT pgrag.documents_hand_over_v1(%(d)s, %(c)s, %(s)s)",
+                    {"d": doc_id, "c": coll.id, "s": f.source},
+                )
             conn.execute("DELETE FROM pgrag.chunks WHERE document_id = %(d)s", {"d": doc_id})
             for ordinal, (chunk, vector) in enumerate(zip(doc.chunks, doc_vectors, strict=True)):
                 chunk_id = next(it)

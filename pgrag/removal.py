@@ -138,7 +138,13 @@ def _collection_id(conn: Any, name: str) -> int:
 
 
 def _delete(conn: Any, document_ids: list[int]) -> None:
-    # Chunks first, in one statement, so the keyword index's statement trigger runs once
+    # An identical document that stays inherits the chunks (sql/functions/dedup_v1.sql).
+    conn.execute(
+        "SELECT pgrag.documents_hand_over_v1(d.id, d.collection_id, d.source, %(ids)s)"
+        "  FROM pgrag.documents d WHERE d.id = ANY (%(ids)s) ORDER BY d.source",
+        {"ids": document_ids},
+    )
+    # Then chunks, in one statement, so the keyword index's statement trigger runs once
     # (a cascade from documents would run it once per document).
     conn.execute(
         "DELETE FROM pgrag.chunks WHERE document_id = ANY (%(ids)s)", {"ids": document_ids}

@@ -64,6 +64,10 @@ FUNCTIONS = (
     "unrestricted_role_v1",
     "search_v4",
     "grant_roles_v2",
+    "documents_hand_over_v1",
+    "documents_materialize_v1",
+    "documents_deleted_v1",
+    "documents_access_dedup_v1",
 )
 DEFINERS = {
     "search_v3",
@@ -165,6 +169,9 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     assert "up to date" in check.stdout
 
     # A relative revision is an argument, not an unknown option.
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0005 -> 0004" in down.stdout
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
     assert "downgraded pgrag's schema: 0004 -> 0003" in down.stdout

@@ -1,0 +1,173 @@
+"""Identical documents stored once per collection, identical chunks embedded once (issue 5,
+migration 0005): whatever later happens to the original or its copies, no content is lost and
+no one reads through another document's access list."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import pgrag
+from pgrag import migrate
+from pgrag.db import Database
+from pgrag.removal import remove
+
+
+def _doc(paragraphs: int = 3, tag: str = "") -> str:
+    return "# Handbook\n\n" + "\n\n".join(
+        f"## Topic {p}\n\nTopic {p} covers procedure {p * 11} for the {tag}team in detail. "
+        f"Everyone follows step {p} before step {p + 1}."
+        for p in range(paragraphs)
+    )
+
+
+def _state(dsn: str, collection: str) -> dict[str, tuple[int, str | None]]:
+    """Per source: (chunks, the source it is a duplicate of)."""
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT d.source, (SELECT count(*) FROM pgrag.chunks c WHERE c.document_id = d.id),"
+            "       d.metadata ->> 'duplicate_of'"
+            "  FROM pgrag.documents d JOIN pgrag.collections k ON k.id = d.collection_id"
+            " WHERE k.name = %s",
+            (collection,),
+        ).fetchall()
+    return {Path(s).name: (n, dup and Path(dup).name) for s, n, dup in rows}
+
+
+@pytest.fixture
+def twins(db: Database, tmp_path: Path) -> tuple[Database, Path]:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text(_doc())
+    (folder / "b.md").write_text(_doc())
+    report = pgrag.ingest(db, [folder], collection="d")
+    assert (report.count("added"), report.count("duplicate")) == (1, 1), report.summary()
+    return db, folder
+
+
+def test_an_identical_file_is_stored_once_and_its_location_recorded(
+    twins: tuple[Database, Path],
+) -> None:
+    db, folder = twins
+    state = _state(db.dsn, "d")
+    assert state["a.md"][0] > 0 and state["b.md"] == (0, "a.md")
+    hits = pgrag.search(db, "procedure 11", collection="d", k=10)
+    assert {Path(h.source).name for h in hits} == {"a.md"}
+    again = pgrag.ingest(db, [folder], collection="d")
+    assert again.count("unchanged") == 2 and again.chunks_embedded == 0
+
+
+def test_removing_the_original_hands_its_chunks_to_the_copy(
+    twins: tuple[Database, Path],
+) -> None:
+    db, folder = twins
+    chunks = _state(db.dsn, "d")["a.md"][0]
+    (folder / "a.md").unlink()
+    report = pgrag.ingest(db, [folder], collection="d", prune=True)
+    assert report.count("deleted") == 1 and report.chunks_embedded == 0
+    assert _state(db.dsn, "d") == {"b.md": (chunks, None)}
+    hits = pgrag.search(db, "procedure 11", collection="d", k=3)
+    assert Path(hits[0].source).name == "b.md"
+
+
+def test_plain_sql_delete_and_pgrag_rm_hand_over_too(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "three"
+    folder.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (folder / name).write_text(_doc())
+    pgrag.ingest(db, [folder], collection="t")
+    chunks = _state(db.dsn, "t")["a.md"][0]
+    with psycopg.connect(db.dsn) as conn:
+        conn.execute("DELETE FROM pgrag.documents WHERE source = %s", (str(folder / "a.md"),))
+    # b inherits; c now points at b.
+    assert _state(db.dsn, "t") == {"b.md": (chunks, None), "c.md": (0, "b.md")}
+    remove(db, [folder / "b.md"], collection="t")
+    assert _state(db.dsn, "t") == {"c.md": (chunks, None)}
+    # An original and its first copy deleted by one statement: the last copy inherits.
+    for name in ("a.md", "b.md", "d.md"):
+        (folder / name).write_text(_doc(tag="again "))
+    pgrag.ingest(db, [folder], collection="t2")
+    assert _state(db.dsn, "t2")["b.md"] == (0, "a.md")
+    with psycopg.connect(db.dsn) as conn:
+        conn.execute(
+            "DELETE FROM pgrag.documents WHERE source = ANY (%s)",
+            ([str(folder / "a.md"), str(folder / "b.md")],),
+        )
+    state = _state(db.dsn, "t2")
+    assert set(state) == {"c.md", "d.md"} and state["d.md"][0] > 0 and state["d.md"][1] is None
+
+
+def test_changing_the_original_leaves_the_copy_its_old_content(
+    twins: tuple[Database, Path],
+) -> None:
+    db, folder = twins
+    old_chunks = _state(db.dsn, "d")["a.md"][0]
+    (folder / "a.md").write_text(_doc(tag="new "))
+    report = pgrag.ingest(db, [folder], collection="d")
+    assert report.count("updated") == 1
+    state = _state(db.dsn, "d")
+    assert state["b.md"] == (old_chunks, None) and state["a.md"][0] > 0
+    texts = {
+        Path(h.source).name: h.text
+        for h in pgrag.search(db, "procedure 11 team", collection="d", k=10, mode="keyword")
+    }
+    assert "new team" in texts["a.md"] and "new team" not in texts["b.md"]
+
+
+def test_a_copy_with_other_readers_is_stored_separately(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "acl"
+    folder.mkdir()
+    (folder / "a.md").write_text(_doc())
+    pgrag.ingest(db, [folder / "a.md"], collection="acl")
+    shutil.copy(folder / "a.md", folder / "secret.md")
+    report = pgrag.ingest(db, [folder / "secret.md"], collection="acl", allow=["alice"])
+    assert report.count("added") == 1 and report.chunks_embedded == 0  # vectors reused
+    assert _state(db.dsn, "acl")["secret.md"][1] is None
+
+
+def test_an_access_change_gives_a_copy_its_own_chunks(
+    twins: tuple[Database, Path],
+) -> None:
+    db, folder = twins
+    chunks = _state(db.dsn, "d")["a.md"][0]
+    report = pgrag.ingest(db, [folder / "b.md"], collection="d", allow=["bob"])
+    assert report.count("access") == 1 and report.chunks_embedded == 0
+    assert _state(db.dsn, "d") == {"a.md": (chunks, None), "b.md": (chunks, None)}
+    as_bob = pgrag.search(db, "procedure 11", collection="d", k=10, principals=["bob"])
+    assert {Path(h.source).name for h in as_bob} == {"a.md", "b.md"}
+    as_carol = pgrag.search(db, "procedure 11", collection="d", k=10, principals=["carol"])
+    assert {Path(h.source).name for h in as_carol} == {"a.md"}
+    # And the other way: the original's readers change, the copy keeps its own.
+    (folder / "c.md").write_text(_doc(tag="c "))
+    (folder / "d.md").write_text(_doc(tag="c "))
+    pgrag.ingest(db, [folder], collection="d")
+    assert _state(db.dsn, "d")["d.md"] == (0, "c.md")
+    pgrag.ingest(db, [folder / "c.md"], collection="d", allow=["erin"])
+    as_frank = pgrag.search(db, "c team", collection="d", k=20, principals=["frank"])
+    assert "d.md" in {Path(h.source).name for h in as_frank}
+    assert "c.md" not in {Path(h.source).name for h in as_frank}
+
+
+def test_a_renamed_and_edited_file_embeds_only_what_changed(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "mv"
+    folder.mkdir()
+    (folder / "old.md").write_text(_doc(paragraphs=5))
+    first = pgrag.ingest(db, [folder], collection="mv")
+    text = (folder / "old.md").read_text().replace("procedure 22", "procedure 222")
+    (folder / "old.md").unlink()
+    (folder / "new.md").write_text(text)
+    report = pgrag.ingest(db, [folder], collection="mv", prune=True)
+    assert report.count("added") == 1 and report.count("deleted") == 1
+    assert report.chunks_embedded == 1 < first.chunks_embedded
+
+
+def test_downgrading_0005_gives_every_copy_its_chunks(twins: tuple[Database, Path]) -> None:
+    db, _ = twins
+    chunks = _state(db.dsn, "d")["a.md"][0]
+    db.close()
+    migrate.downgrade(db.dsn, "0004")
+    assert _state(db.dsn, "d") == {"a.md": (chunks, None), "b.md": (chunks, None)}
+    migrate.upgrade(db.dsn)
