@@ -686,7 +686,10 @@ def _write(
                 },
             ).fetchone()
             assert row is not None
-            doc_id, principals = row
+            # (Not `principals`: that is what this ingest was asked to set, None to keep each
+            # document's own. Reusing the name once made the next document of the batch take
+            # this one's readers.)
+            doc_id, doc_principals = row
             if doc.replaces is not None:
                 # Identical documents elsewhere keep the old content (sql/functions/dedup_v1.sql).
                 conn.execute(
@@ -707,7 +710,7 @@ def _write(
                         chunk.page,
                         chunk.token_count,
                         chunk.content_hash,
-                        principals,
+                        doc_principals,
                         coll.text_config,
                     )
                 )

@@ -270,3 +270,31 @@ def test_sigkill_half_way_leaves_whole_documents_and_a_rerun_completes(
             "SELECT count(*) FROM pg_indexes WHERE schemaname = 'pgrag' AND indexname = %s",
             (f"chunk_embeddings_hnsw_{model_id}",),
         ).fetchone() == (1,)
+
+
+def test_readers_never_pass_from_one_document_to_the_next(db: Database, tmp_path: Path) -> None:
+    # Regression: _write once reused the ingest's `principals` for each document's stored
+    # readers, so in a batch of changed files a restricted one after a public one became public.
+    folder = tmp_path / "readers"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text about refunds.\n")
+    (folder / "b.md").write_text("# B\n\nBeta text about refunds.\n")
+    (folder / "c.md").write_text("# C\n\nGamma text about refunds.\n")
+    pgrag.ingest(db, [folder / "a.md"], collection="r")
+    pgrag.ingest(db, [folder / "b.md"], collection="r", allow=["bob"])
+    pgrag.ingest(db, [folder / "c.md"], collection="r", allow=["carol", "group:x"])
+    for name in ("a.md", "b.md", "c.md"):
+        (folder / name).write_text((folder / name).read_text() + "\nChanged.\n")
+    report = pgrag.ingest(db, [folder], collection="r")  # one batch, no --allow
+    assert report.count("updated") == 3
+    with psycopg.connect(db.dsn) as conn:
+        docs = dict(conn.execute("SELECT source, principals FROM pgrag.documents").fetchall())
+        chunks = conn.execute(
+            "SELECT DISTINCT d.source, c.principals FROM pgrag.chunks c"
+            " JOIN pgrag.documents d ON d.id = c.document_id"
+        ).fetchall()
+    want = {"a.md": ["public"], "b.md": ["bob"], "c.md": ["carol", "group:x"]}
+    assert {Path(s).name: sorted(p) for s, p in docs.items()} == want
+    assert {Path(s).name: sorted(p) for s, p in chunks} == want
+    as_carol = pgrag.search(db, "text about refunds", collection="r", principals=["carol"])
+    assert {Path(h.source).name for h in as_carol} == {"a.md", "c.md"}
