@@ -10,6 +10,7 @@ limit, because the embedding model silently truncates anything longer.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from pgrag.tokens import TokenCounter
@@ -17,6 +18,7 @@ from pgrag.tokens import TokenCounter
 __all__ = [
     "Chunk",
     "Section",
+    "chunk_lines",
     "chunk_text",
     "markdown_sections",
     "pack_sentences",
@@ -302,3 +304,88 @@ def chunk_text(
         for piece in pack_sentences(units, counter, limit, overlap):
             chunks.append(Chunk(text=piece, section=path, token_count=counter.count(piece)))
     return chunks
+
+
+# --- streaming ------------------------------------------------------------------------------
+
+STREAM_SECTION_CHARS = 1 << 20  # a section longer than this is chunked in parts, at blank lines
+
+
+def stream_sections(
+    lines: Iterable[str], *, markdown: bool, max_chars: int | None = None
+) -> Iterator[Section]:
+    """:func:`markdown_sections` (or, without ``markdown``, the whole text as one section) over
+    lines read one at a time. A section is yielded when it ends; one longer than
+    ``max_chars`` is yielded in parts that end at a blank line outside code blocks, so memory
+    stays bounded whatever the file's size. Up to that size the sections are the same."""
+    max_chars = STREAM_SECTION_CHARS if max_chars is None else max_chars
+    stack: list[tuple[int, str]] = []
+    body: list[str] = []
+    size = 0
+    fence: str | None = None
+    # A leading YAML front matter block is dropped once it closes; held until then (a block
+    # that never closes within 1,000 lines is text after all, as in markdown_sections).
+    front: list[str] | None = None
+    first = True
+
+    def flush() -> Iterator[Section]:
+        nonlocal size
+        joined = "\n".join(body)
+        if joined.strip():
+            yield Section(tuple(title for _, title in stack), joined.strip("\n"))
+        body.clear()
+        size = 0
+
+    def take(line: str) -> Iterator[Section]:
+        nonlocal fence, size
+        if markdown and fence is not None:
+            if _closes(line, fence):
+                fence = None
+        elif markdown and (m := _FENCE.match(line)) is not None:
+            fence = m.group(1)
+        elif markdown and (h := _HEADING.match(line)) is not None:
+            yield from flush()
+            level = len(h.group(1))
+            title = _CLOSING_HASHES.sub("", h.group(2) or "").strip()
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            stack.append((level, title))
+            return
+        elif size > max_chars and not line.strip():
+            yield from flush()
+            return
+        body.append(line)
+        size += len(line) + 1
+
+    for raw in lines:
+        line = raw.rstrip("\n").rstrip("\r")
+        if first:
+            first = False
+            line = line.lstrip("\ufeff")
+            if markdown and line.rstrip() == "---":
+                front = [line]
+                continue
+        if front is not None:
+            front.append(line)
+            if line.rstrip() in ("---", "..."):
+                front = None
+            elif len(front) > 1000:
+                held, front = front, None
+                for kept in held:
+                    yield from take(kept)
+            continue
+        yield from take(line)
+    for kept in front or []:
+        yield from take(kept)
+    yield from flush()
+
+
+def chunk_lines(
+    lines: Iterable[str], counter: TokenCounter, *, limit: int, overlap: int, markdown: bool
+) -> Iterator[Chunk]:
+    """:func:`chunk_text` over lines read one at a time (a file too large to hold whole)."""
+    _check_budget(limit, overlap)
+    for section in stream_sections(lines, markdown=markdown):
+        units = _markdown_units(section.text) if markdown else split_sentences(section.text)
+        for piece in pack_sentences(units, counter, limit, overlap):
+            yield Chunk(text=piece, section=section.path, token_count=counter.count(piece))

@@ -431,7 +431,9 @@ def ingest(
             bar.__exit__(None, None, None)
     if dry_run and not as_json:
         for f in report.files:
-            if f.status in ("added", "updated"):
+            if f.status in ("added", "updated") and f.reason:
+                click.echo(f"{f.status:9} {f.path} ({f.reason})")
+            elif f.status in ("added", "updated"):
                 click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks, {f.embed} to embed)")
             elif f.status == "deleted":
                 click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks)")

@@ -30,8 +30,10 @@ from .formats import JsonlFields
 from .loaders import LoadedFile, find_files, load_path
 
 if TYPE_CHECKING:
+    from .chunking import Chunk
     from .db import Database
     from .embeddings import Embedder
+    from .tokens import TokenCounter
 
 CONTEXT_TOKENS = 32  # at most this much heading context is embedded in front of a chunk
 DEFAULT_CHUNK_TOKENS = 200  # a new collection's chunk size and overlap (the schema's defaults)
@@ -138,6 +140,7 @@ class _PreparedDoc:
     reusable: dict[str, Any] = field(default_factory=dict)  # content_hash -> old vector
     duplicate_of: str | None = None  # the source of an identical document holding the chunks
     replaces: int | None = None  # the stored document (id) this one rewrites
+    streamed: tuple[int, int] | None = None  # a large file's (chunk limit, overlap)
 
 
 def _check_name(name: str) -> None:
@@ -331,7 +334,11 @@ def _ingest(
         return report
     for document_id in access:
         _set_access(db, document_id, principals or [])
-    total = sum(len(d.chunks) for d in docs)
+    # (A streamed file's chunks are counted as they are made; estimated here for the ETA.)
+    total = sum(
+        len(d.chunks) if d.streamed is None else max(1, d.file.metadata.get("bytes", 0) // 900)
+        for d in docs
+    )
     if on_plan:
         on_plan(total)
     if not docs:
@@ -350,8 +357,9 @@ def _ingest(
         and _owns_vectors(db)
     )
     dropped = False
+    streamed = [d for d in docs if d.streamed is not None]
     try:
-        for batch in _batches(docs, batch_chunks):
+        for batch in _batches([d for d in docs if d.streamed is None], batch_chunks):
             vectors = _embed(batch, embedder, report, db, coll)
             if bulk and not dropped:
                 # Dropped only now, just before the first write, so searches keep the index
@@ -367,6 +375,20 @@ def _ingest(
                 on_batch(files_done, len(docs))
             if progress:
                 progress(sum(len(d.chunks) for d in batch))
+        for doc in streamed:
+            if bulk and not dropped:
+                _drop_model_index(db, coll.model_id)
+                dropped = True
+            try:
+                _write_streamed(db, coll, doc, embedder, report, principals, batch_chunks, progress)
+            except InputError as err:  # nothing of it was written: its transaction rolled back
+                doc.result = FileResult(doc.result.path, "failed", reason=str(err))
+                if on_error:
+                    on_error(doc.result.path, str(err))
+            report.files.append(doc.result)
+            files_done += 1
+            if on_batch:
+                on_batch(files_done, len(docs))
     finally:
         if dropped:
             _build_model_index(db, coll.model_id, analyze=True)
@@ -474,6 +496,25 @@ def _plan(
                     )
                 )
                 continue
+            if file.stream is not None:
+                # Too large to hold: chunked, embedded and written group by group, in one
+                # transaction, after the other documents (_write_streamed).
+                docs.append(
+                    _PreparedDoc(
+                        file=file,
+                        result=FileResult(
+                            label,
+                            "updated" if row else "added",
+                            reason="a large file, streamed: its chunks are counted as written",
+                        ),
+                        chunks=[],
+                        replaces=None if row is None else row[0],
+                        streamed=(limit, overlap),
+                    )
+                )
+                if row is None:
+                    planned[(file.content_hash, readers)] = file.source
+                continue
             chunks = _prepare_chunks(file, embedder, limit, overlap)
             if not chunks:
                 raise InputError("has no text to index")
@@ -534,28 +575,38 @@ def _prepare_chunks(
         for chunk in chunk_text(text, counter, limit=limit, overlap=overlap, markdown=file.markdown)
     )
     for page, chunk in paged:
-        # The heading path (or, without one, the title) is the chunk's section: embedded with
-        # it and keyword-indexed with it, so a passage keeps its context. On SQuAD v1.1 dev the
-        # title in the keyword index lifts BM25 nDCG@10 from 0.868 to 0.876 (docs/search.md).
-        # Capped for embedding so the model never truncates the chunk itself.
-        section = " > ".join(chunk.section) or file.title or None
-        context = section or ""
-        if context not in headings:
-            pieces = counter.cut(context, CONTEXT_TOKENS) if context else []
-            headings[context] = pieces[0] if pieces else ""
-        heading = headings[context]
-        embed_text = f"{heading}\n{chunk.text}" if heading else chunk.text
-        out.append(
-            _PreparedChunk(
-                text=chunk.text,
-                section=section,
-                token_count=chunk.token_count,
-                content_hash=hashlib.sha256(embed_text.encode()).hexdigest(),
-                embed_text=embed_text,
-                page=page,
-            )
-        )
+        out.append(_prepared(chunk, file, counter, headings, page))
     return out
+
+
+def _prepared(
+    chunk: Chunk,
+    file: LoadedFile,
+    counter: TokenCounter,
+    headings: dict[str, str],
+    page: int | None = None,
+) -> _PreparedChunk:
+    # The heading path (or, without one, the title) is the chunk's section: embedded with
+    # it and keyword-indexed with it, so a passage keeps its context. On SQuAD v1.1 dev the
+    # title in the keyword index lifts BM25 nDCG@10 from 0.868 to 0.876 (docs/search.md).
+    # Capped for embedding so the model never truncates the chunk itself.
+    section = " > ".join(chunk.section) or file.title or None
+    context = section or ""
+    if context not in headings:
+        if len(headings) > 10_000:  # a streamed file with very many sections
+            headings.clear()
+        pieces = counter.cut(context, CONTEXT_TOKENS) if context else []
+        headings[context] = pieces[0] if pieces else ""
+    heading = headings[context]
+    embed_text = f"{heading}\n{chunk.text}" if heading else chunk.text
+    return _PreparedChunk(
+        text=chunk.text,
+        section=section,
+        token_count=chunk.token_count,
+        content_hash=hashlib.sha256(embed_text.encode()).hexdigest(),
+        embed_text=embed_text,
+        page=page,
+    )
 
 
 def _old_vectors(db: Database, document_id: int, model_id: int) -> dict[str, Any]:
@@ -647,118 +698,259 @@ def _write(
     vectors: list[list[Any]],
     principals: list[str] | None = None,
 ) -> None:
-    n = sum(len(d.chunks) for d in batch)
     with transaction(db) as conn:
-        ids = [
-            r[0]
-            for r in conn.execute(
-                "SELECT nextval(pg_get_serial_sequence('pgrag.chunks', 'id'))"
-                " FROM generate_series(1, %(n)s)",
-                {"n": n},
-            ).fetchall()
-        ]
-        chunk_rows: list[tuple[Any, ...]] = []
-        vector_rows: list[tuple[Any, ...]] = []
-        it = iter(ids)
+        new: list[tuple[int, int, _PreparedChunk, Any, list[str]]] = []
         for doc, doc_vectors in zip(batch, vectors, strict=True):
-            f = doc.file
-            row = conn.execute(
-                "INSERT INTO pgrag.documents"
-                " (collection_id, source, title, metadata, content_hash, principals)"
-                " VALUES (%(c)s, %(source)s, %(title)s, %(meta)s, %(hash)s,"
-                " coalesce(%(allow)s::text[], '{public}'))"
-                " ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,"
-                " metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,"
-                " principals = coalesce(%(allow)s::text[], pgrag.documents.principals),"
-                " updated_at = now()"
-                " RETURNING id, principals",
-                {
-                    "allow": principals,
-                    "c": coll.id,
-                    "source": f.source,
-                    "title": f.title,
-                    "meta": _jsonb(
-                        f.metadata
-                        if doc.duplicate_of is None
-                        else {**f.metadata, "duplicate_of": doc.duplicate_of}
-                    ),
-                    "hash": f.content_hash,
-                },
-            ).fetchone()
-            assert row is not None
             # (Not `principals`: that is what this ingest was asked to set, None to keep each
             # document's own. Reusing the name once made the next document of the batch take
             # this one's readers.)
-            doc_id, doc_principals = row
-            if doc.replaces is not None:
-                # Identical documents elsewhere keep the old content (sql/functions/dedup_v1.sql).
-                conn.execute(
-                    "SELECT pgrag.documents_hand_over_v1(%(d)s, %(c)s, %(s)s)",
-                    {"d": doc_id, "c": coll.id, "s": f.source},
-                )
-            conn.execute("DELETE FROM pgrag.chunks WHERE document_id = %(d)s", {"d": doc_id})
+            doc_id, doc_principals, kept = _replace_document(conn, coll, doc, principals)
             for ordinal, (chunk, vector) in enumerate(zip(doc.chunks, doc_vectors, strict=True)):
-                chunk_id = next(it)
-                chunk_rows.append(
-                    (
-                        chunk_id,
-                        doc_id,
-                        coll.id,
-                        ordinal,
-                        chunk.text,
-                        chunk.section,
-                        chunk.page,
-                        chunk.token_count,
-                        chunk.content_hash,
-                        doc_principals,
-                        coll.text_config,
-                    )
-                )
-                vector_rows.append((coll.model_id, chunk_id, vector))
-        # Binary COPY into session-private staging tables, then one INSERT ... SELECT each:
-        # PostgreSQL refuses COPY FROM into a table under row-level security (the chunk tables'
-        # policies apply to every role but superusers), and the INSERT goes through them.
-        _staging_tables(conn)
-        with conn.cursor() as cur:
-            with cur.copy(
-                "COPY pgrag_staging_chunks (id, document_id, collection_id, ordinal, content,"
-                " section, page, token_count, content_hash, principals, text_config)"
-                " FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(
-                    [
-                        "int8",
-                        "int8",
-                        "int4",
-                        "int4",
-                        "text",
-                        "text",
-                        "int4",
-                        "int4",
-                        "text",
-                        "text[]",
-                        "text",
-                    ]
-                )
-                for r in chunk_rows:
-                    copy.write_row(r)
-            with cur.copy(
-                "COPY pgrag_staging_vectors (model_id, chunk_id, embedding)"
-                " FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.set_types(["int4", "int8", "vector"])
-                for r in vector_rows:
-                    copy.write_row(r)
+                if ordinal not in kept:
+                    new.append((doc_id, ordinal, chunk, vector, doc_principals))
+        ids = _chunk_ids(conn, len(new))
+        chunk_rows = [
+            _chunk_row(i, doc_id, coll, ordinal, chunk, readers)
+            for i, (doc_id, ordinal, chunk, _, readers) in zip(ids, new, strict=True)
+        ]
+        vector_rows = [(coll.model_id, i, v[3]) for i, v in zip(ids, new, strict=True)]
+        _copy_chunks(conn, chunk_rows, vector_rows)
+
+
+def _write_streamed(
+    db: Database,
+    coll: Collection,
+    doc: _PreparedDoc,
+    embedder: Embedder,
+    report: IngestReport,
+    principals: list[str] | None,
+    group: int,
+    progress: Callable[[int], None] | None,
+) -> None:
+    """A file too large to hold, in one transaction: read a line at a time, chunked section by
+    section, embedded and copied ``group`` chunks at a time. Old vectors are kept in a
+    temporary table in the database (not here) for the chunks whose text did not change."""
+    from .chunking import chunk_lines
+
+    assert doc.streamed is not None and doc.file.stream is not None
+    limit, overlap = doc.streamed
+    counter = embedder.tokens
+    headings: dict[str, str] = {}
+    with transaction(db) as conn:
         conn.execute(
-            "INSERT INTO pgrag.chunks (id, document_id, collection_id, ordinal, content, section,"
-            " page, token_count, content_hash, principals, text_config)"
-            " SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,"
-            " content_hash, principals, text_config FROM pgrag_staging_chunks"
+            "CREATE TEMP TABLE pgrag_old_vectors ON COMMIT DROP AS"
+            " SELECT c.content_hash, e.embedding FROM pgrag.chunks c"
+            " JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
+            " JOIN pgrag.documents d ON d.id = c.document_id"
+            " WHERE d.collection_id = %(c)s AND d.source = %(s)s",
+            {"m": coll.model_id, "c": coll.id, "s": doc.file.source},
+        )
+        doc_id, doc_principals, _ = _replace_document(conn, coll, doc, principals)
+        ordinal = 0
+        pending: list[_PreparedChunk] = []
+
+        def flush() -> None:
+            nonlocal ordinal
+            hashes = list(dict.fromkeys(c.content_hash for c in pending))
+            known = dict(
+                conn.execute(
+                    "SELECT DISTINCT ON (content_hash) content_hash, embedding"
+                    " FROM pgrag_old_vectors WHERE content_hash = ANY (%(h)s)",
+                    {"h": hashes},
+                ).fetchall()
+            )
+            todo = {c.content_hash: c.embed_text for c in pending if c.content_hash not in known}
+            if todo:
+                matrix = embedder.embed(list(todo.values()))
+                known.update(zip(todo, matrix, strict=True))
+                report.chunks_embedded += len(todo)
+            ids = _chunk_ids(conn, len(pending))
+            rows = [
+                _chunk_row(i, doc_id, coll, ordinal + k, c, doc_principals)
+                for k, (i, c) in enumerate(zip(ids, pending, strict=True))
+            ]
+            vectors = [
+                (coll.model_id, i, known[c.content_hash]) for i, c in zip(ids, pending, strict=True)
+            ]
+            _copy_chunks(conn, rows, vectors)
+            ordinal += len(pending)
+            report.chunks_written += len(pending)
+            if progress:
+                progress(len(pending))
+            pending.clear()
+
+        try:
+            with doc.file.stream.open(encoding="utf-8-sig", newline=None) as fh:
+                for chunk in chunk_lines(
+                    fh, counter, limit=limit, overlap=overlap, markdown=doc.file.markdown
+                ):
+                    pending.append(_prepared(chunk, doc.file, counter, headings))
+                    if len(pending) >= group:
+                        flush()
+        except (OSError, UnicodeDecodeError) as err:
+            raise InputError(f"changed or became unreadable while it was read ({err})") from err
+        if pending:
+            flush()
+        if ordinal == 0:
+            raise InputError("has no text to index")
+    doc.result.chunks = ordinal
+
+
+def _chunk_ids(conn: Any, n: int) -> list[int]:
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT nextval(pg_get_serial_sequence('pgrag.chunks', 'id'))"
+            " FROM generate_series(1, %(n)s)",
+            {"n": n},
+        ).fetchall()
+    ]
+
+
+def _chunk_row(
+    chunk_id: int,
+    doc_id: int,
+    coll: Collection,
+    ordinal: int,
+    chunk: _PreparedChunk,
+    principals: list[str],
+) -> tuple[Any, ...]:
+    return (
+        chunk_id,
+        doc_id,
+        coll.id,
+        ordinal,
+        chunk.text,
+        chunk.section,
+        chunk.page,
+        chunk.token_count,
+        chunk.content_hash,
+        principals,
+        coll.text_config,
+    )
+
+
+def _replace_document(
+    conn: Any, coll: Collection, doc: _PreparedDoc, principals: list[str] | None
+) -> tuple[int, list[str], set[int]]:
+    """Insert or update the document's row, and make its stored chunks the prepared ones: a
+    chunk whose embedded text and page are unchanged keeps its row (and id, and vector), moved
+    to its new position; the others are deleted (an identical document elsewhere inherits them
+    all first). Returns the document's id, its stored readers and the ordinals kept."""
+    f = doc.file
+    row = conn.execute(
+        "INSERT INTO pgrag.documents"
+        " (collection_id, source, title, metadata, content_hash, principals)"
+        " VALUES (%(c)s, %(source)s, %(title)s, %(meta)s, %(hash)s,"
+        " coalesce(%(allow)s::text[], '{public}'))"
+        " ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,"
+        " metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,"
+        " principals = coalesce(%(allow)s::text[], pgrag.documents.principals),"
+        " updated_at = now()"
+        " RETURNING id, principals",
+        {
+            "allow": principals,
+            "c": coll.id,
+            "source": f.source,
+            "title": f.title,
+            "meta": _jsonb(
+                f.metadata
+                if doc.duplicate_of is None
+                else {**f.metadata, "duplicate_of": doc.duplicate_of}
+            ),
+            "hash": f.content_hash,
+        },
+    ).fetchone()
+    assert row is not None
+    doc_id, doc_principals = row
+    if doc.replaces is not None:
+        # Identical documents elsewhere keep the old content (sql/functions/dedup_v1.sql).
+        conn.execute(
+            "SELECT pgrag.documents_hand_over_v1(%(d)s, %(c)s, %(s)s)",
+            {"d": doc_id, "c": coll.id, "s": f.source},
+        )
+    keep: dict[int, int] = {}  # chunk id -> its new ordinal
+    if doc.replaces is not None and doc.streamed is None:
+        stored: dict[tuple[str, int | None], list[int]] = {}
+        for chunk_id, content_hash, page in conn.execute(
+            "SELECT id, content_hash, page FROM pgrag.chunks WHERE document_id = %(d)s"
+            " ORDER BY ordinal",
+            {"d": doc_id},
+        ).fetchall():
+            stored.setdefault((content_hash, page), []).append(chunk_id)
+        for ordinal, chunk in enumerate(doc.chunks):
+            same = stored.get((chunk.content_hash, chunk.page))
+            if same:
+                keep[same.pop(0)] = ordinal
+    conn.execute(
+        "DELETE FROM pgrag.chunks WHERE document_id = %(d)s AND id <> ALL (%(keep)s)",
+        {"d": doc_id, "keep": list(keep)},
+    )
+    if keep:
+        # In two steps, as (document, ordinal) is unique: out of the way, then into place.
+        conn.execute(
+            "UPDATE pgrag.chunks SET ordinal = -1 - ordinal WHERE id = ANY (%(ids)s)",
+            {"ids": list(keep)},
         )
         conn.execute(
-            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
-            " SELECT model_id, chunk_id, embedding FROM pgrag_staging_vectors"
+            "UPDATE pgrag.chunks c SET ordinal = m.ordinal"
+            "  FROM unnest(%(ids)s::bigint[], %(ords)s::int[]) AS m(id, ordinal)"
+            " WHERE c.id = m.id",
+            {"ids": list(keep), "ords": list(keep.values())},
         )
+    return int(doc_id), list(doc_principals), set(keep.values())
+
+
+def _copy_chunks(
+    conn: Any, chunk_rows: list[tuple[Any, ...]], vector_rows: list[tuple[Any, ...]]
+) -> None:
+    # Binary COPY into session-private staging tables, then one INSERT ... SELECT each:
+    # PostgreSQL refuses COPY FROM into a table under row-level security (the chunk tables'
+    # policies apply to every role but superusers), and the INSERT goes through them.
+    _staging_tables(conn)
+    with conn.cursor() as cur:
+        with cur.copy(
+            "COPY pgrag_staging_chunks (id, document_id, collection_id, ordinal, content,"
+            " section, page, token_count, content_hash, principals, text_config)"
+            " FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(
+                [
+                    "int8",
+                    "int8",
+                    "int4",
+                    "int4",
+                    "text",
+                    "text",
+                    "int4",
+                    "int4",
+                    "text",
+                    "text[]",
+                    "text",
+                ]  # fmt: skip
+            )
+            for r in chunk_rows:
+                copy.write_row(r)
+        with cur.copy(
+            "COPY pgrag_staging_vectors (model_id, chunk_id, embedding) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.set_types(["int4", "int8", "vector"])
+            for r in vector_rows:
+                copy.write_row(r)
+    conn.execute(
+        "INSERT INTO pgrag.chunks (id, document_id, collection_id, ordinal, content, section,"
+        " page, token_count, content_hash, principals, text_config)"
+        " SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,"
+        " content_hash, principals, text_config FROM pgrag_staging_chunks"
+    )
+    conn.execute(
+        "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+        " SELECT model_id, chunk_id, embedding FROM pgrag_staging_vectors"
+    )
+    # Emptied now, not only at commit: a streamed document copies many groups in one
+    # transaction.
+    conn.execute("DELETE FROM pgrag_staging_chunks")
+    conn.execute("DELETE FROM pgrag_staging_vectors")
 
 
 def _staging_tables(conn: Any) -> None:

@@ -18,9 +18,11 @@ from typing import Any
 from .errors import InputError
 from .formats import SNIFF_BYTES, SUFFIXES, JsonlFields, Record, sniff
 
-MAX_BYTES = 50 * 1024 * 1024  # Markdown, text and HTML are read whole below this; JSON Lines
-# is read a line at a time and PDF an object at a time, whatever their size.
+MAX_BYTES = 50 * 1024 * 1024  # Markdown and text are read whole below this and streamed above
+# it (a line at a time, chunked section by section); HTML must be read whole, so this is its
+# limit. JSON Lines is read a line at a time and PDF an object at a time, whatever their size.
 MAX_PDF_BYTES = 2 * 1024 * 1024 * 1024
+MAX_HTML_BYTES = MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class LoadedFile:
     content_hash: str
     metadata: dict[str, Any]  # stored in pgrag.documents.metadata
     pages: tuple[str, ...] | None = None  # PDF: the text of each page, page 1 first
+    stream: Path | None = None  # a large file: chunked from here a line at a time (text "")
 
     @property
     def markdown(self) -> bool:
@@ -175,7 +178,7 @@ def load(path: Path) -> LoadedFile:
         st = path.stat()
         size = st.st_size
         if size > MAX_BYTES:
-            raise InputError(f"file is {size} bytes, over the {MAX_BYTES}-byte limit; split it")
+            return _load_streamed(path, st)
         data = path.read_bytes()
     except PermissionError as err:
         raise InputError("permission denied; make it readable for this user") from err
@@ -211,6 +214,58 @@ def load(path: Path) -> LoadedFile:
         title=title or _title(text, fmt, path),
         content_hash=hashlib.sha256(data).hexdigest(),
         metadata=_file_metadata(path, fmt, size, st.st_mtime),
+    )
+
+
+def _load_streamed(path: Path, st: os.stat_result) -> LoadedFile:
+    """A Markdown or text file too large to read whole: checked (UTF-8, no NUL) and hashed in
+    blocks now, chunked a line at a time when it is written."""
+    import codecs
+
+    with path.open("rb") as fh:
+        head = fh.read(SNIFF_BYTES)
+        fmt = _format(head, path)
+        if fmt not in ("markdown", "text"):
+            raise InputError(
+                f"file is {st.st_size} bytes, over the {MAX_HTML_BYTES}-byte limit for {fmt}"
+                " (read whole to parse); split it"
+            )
+        fh.seek(0)
+        digest = hashlib.sha256()
+        decoder = codecs.getincrementaldecoder("utf-8-sig")()
+        offset = 0
+        title = None
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+            nul = block.find(b"\0")
+            if nul >= 0:
+                raise InputError(
+                    f"contains NUL bytes (offset {offset + nul}); looks like a binary file"
+                )
+            try:
+                text = decoder.decode(block)
+            except UnicodeDecodeError as err:
+                raise InputError(
+                    f"is not valid UTF-8 (byte {offset + err.start}); convert it, e.g."
+                    " `iconv -f latin1 -t utf-8`"
+                ) from err
+            if title is None and fmt == "markdown":
+                match = _ATX_H1.search(text)
+                title = match.group(1).strip() if match else None
+            offset += len(block)
+        try:
+            decoder.decode(b"", final=True)
+        except UnicodeDecodeError as err:
+            raise InputError("is not valid UTF-8 (it ends inside a character)") from err
+    return LoadedFile(
+        label=str(path),
+        source=str(path.resolve()),
+        format=fmt,
+        text="",
+        title=title or _title("", fmt, path),
+        content_hash=digest.hexdigest(),
+        metadata={**_file_metadata(path, fmt, st.st_size, st.st_mtime), "streamed": True},
+        stream=path,
     )
 
 

@@ -96,6 +96,42 @@ def test_an_edited_file_embeds_only_its_changed_chunks(db: Database, tmp_path: P
     assert "now covers" in hits[0].text
 
 
+def _rows(dsn: str, source: Path) -> list[tuple[int, int, str]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT c.id, c.ordinal, c.content FROM pgrag.chunks c"
+            " JOIN pgrag.documents d ON d.id = c.document_id WHERE d.source = %s"
+            " ORDER BY c.ordinal",
+            (str(source.resolve()),),
+        ).fetchall()
+
+
+def test_unchanged_chunks_keep_their_rows_when_a_file_changes(db: Database, tmp_path: Path) -> None:
+    corpus = _write_corpus(tmp_path / "c", 1, paragraphs=5)
+    path = corpus / "doc-000.md"
+    pgrag.ingest(db, [corpus], collection="keep")
+    before = _rows(db.dsn, path)
+    assert len(before) == 5
+    # A new part first, part 2 deleted, part 4 edited: parts 0, 1 and 3 are unchanged.
+    text = path.read_text()
+    head, _, rest = text.partition("## Part 0")
+    parts = ("## Part 0" + rest).split("\n\n## ")
+    parts = [p if p.startswith("## ") else "## " + p for p in parts]
+    parts[4] = parts[4].replace("at length", "briefly")
+    new_parts = ["## Preface\n\nA preface about the handbook."] + parts[:2] + parts[3:]
+    path.write_text(head + "\n\n".join(new_parts) + "\n")
+    report = pgrag.ingest(db, [corpus], collection="keep")
+    assert report.chunks_embedded == 2  # the preface and the edited part
+    after = _rows(db.dsn, path)
+    assert [o for _, o, _ in after] == list(range(5))
+    old = {content: chunk_id for chunk_id, _, content in before}
+    kept = [(o, content) for chunk_id, o, content in after if old.get(content) == chunk_id]
+    assert [o for o, _ in kept] == [1, 2, 3]  # parts 0, 1, 3 moved one place down, same ids
+    assert after[0][2] == "A preface about the handbook."
+    assert after[0][0] not in old.values() and after[4][0] not in old.values()  # new rows
+    assert not any("part 2 describes" in content for _, _, content in after)
+
+
 def test_prune_removes_documents_of_vanished_files_only(db: Database, tmp_path: Path) -> None:
     corpus = _write_corpus(tmp_path / "c", 4)
     other = _write_corpus(tmp_path / "other", 1)
