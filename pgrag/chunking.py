@@ -10,6 +10,7 @@ limit, because the embedding model silently truncates anything longer.
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -121,15 +122,6 @@ _CLOSING_HASHES = re.compile(r"(?:^|[ \t]+)#+$")
 _THEMATIC_BREAK = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
 
 
-def _strip_front_matter(text: str) -> str:
-    lines = text.lstrip("\ufeff").split("\n")
-    if lines and lines[0].rstrip() == "---":
-        for k in range(1, len(lines)):
-            if lines[k].rstrip() in ("---", "..."):
-                return "\n".join(lines[k + 1 :])
-    return text
-
-
 def _closes(line: str, fence: str) -> bool:
     """Whether ``line`` closes a code block opened with ``fence`` (same char, at least as long)."""
     stripped = line.strip()
@@ -141,37 +133,11 @@ def markdown_sections(text: str) -> list[Section]:
     """Split a Markdown document by ATX headings into sections carrying their heading path.
 
     A leading YAML front matter block is dropped, headings inside fenced code blocks are
-    ignored, and sections without body text are dropped.
+    ignored, and sections without body text are dropped. (:func:`stream_sections` over the
+    text's lines, never splitting a section: a streamed file is chunked the same way.)
     """
-    lines = _strip_front_matter(text.replace("\r\n", "\n").replace("\r", "\n")).split("\n")
-    sections: list[Section] = []
-    stack: list[tuple[int, str]] = []
-    body: list[str] = []
-    fence: str | None = None
-
-    def flush() -> None:
-        joined = "\n".join(body)
-        if joined.strip():
-            sections.append(Section(tuple(title for _, title in stack), joined.strip("\n")))
-        body.clear()
-
-    for line in lines:
-        if fence is not None:
-            if _closes(line, fence):
-                fence = None
-        elif (m := _FENCE.match(line)) is not None:
-            fence = m.group(1)
-        elif (h := _HEADING.match(line)) is not None:
-            flush()
-            level = len(h.group(1))
-            title = _CLOSING_HASHES.sub("", h.group(2) or "").strip()
-            while stack and stack[-1][0] >= level:
-                stack.pop()
-            stack.append((level, title))
-            continue
-        body.append(line)
-    flush()
-    return sections
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return list(stream_sections(lines, markdown=True, max_chars=sys.maxsize))
 
 
 def _markdown_units(text: str) -> list[str]:
