@@ -68,11 +68,14 @@ def ask(
     log: bool = True,
     reranker: Reranker | None = None,
     principals: Sequence[str] | None = None,
+    context: str = "chunk",
 ) -> Answer:
     """Answer ``question`` from ``collection`` with numbered citations, or abstain.
 
     ``principals`` overrides the connection's for this question (see :func:`pgrag.search`):
-    the answer is built only from passages they (or public) may read."""
+    the answer is built only from passages they (or public) may read. ``context="section"``
+    is small-to-big retrieval: each retrieved chunk is handed to the prompt as its whole
+    section (:mod:`pgrag.sections`), within the same token budget."""
     from .generation import ChatClient, LLMConfig
 
     if not question or not question.strip():
@@ -81,6 +84,8 @@ def ask(
         )
     if budget_tokens < 1:
         raise InputError(f"budget_tokens must be at least 1, got {budget_tokens}")
+    if context not in ("chunk", "section"):
+        raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
     config = LLMConfig.from_env() if llm is _ENV else llm
     assert config is None or isinstance(config, LLMConfig)
     t_start = time.perf_counter()
@@ -96,7 +101,12 @@ def ask(
         timings=timings,
         principals=principals,
     )
-    kept = fit_budget(results, budget_tokens, db.embedder.tokens.count)
+    passages = results
+    if context == "section":
+        from .sections import widen
+
+        passages = widen(db, results, principals=principals)
+    kept = fit_budget(passages, budget_tokens, db.embedder.tokens.count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
     generator = "extractive" if config is None else f"openai-compatible:{config.model}"

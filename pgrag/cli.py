@@ -615,6 +615,13 @@ def _parse_filter(raw: str | None) -> dict[str, Any] | None:
     type=click.IntRange(min=1),
     help="Token budget for passages in the prompt.",
 )
+@click.option(
+    "--context",
+    type=click.Choice(["chunk", "section"]),
+    default="chunk",
+    show_default=True,
+    help="What a retrieved chunk puts in the prompt: itself, or its whole section (small-to-big).",
+)
 @click.option("--show-prompt", is_flag=True, help="Print the prompt given to the generator.")
 @click.option("--no-log", is_flag=True, help="Do not record this question in pgrag.queries.")
 @principal_option
@@ -627,6 +634,7 @@ def ask(
     collection: str,
     k: int,
     budget: int,
+    context: str,
     show_prompt: bool,
     no_log: bool,
     principals: tuple[str, ...],
@@ -659,6 +667,7 @@ def ask(
         on_token=None if as_json else on_token,
         log=not no_log,
         principals=list(principals) if principals else None,
+        context=context,
     )
     if as_json:
         out = answer.to_dict()

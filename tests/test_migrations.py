@@ -68,6 +68,8 @@ FUNCTIONS = (
     "documents_materialize_v1",
     "documents_deleted_v1",
     "documents_access_dedup_v1",
+    "section_chunks_v1",
+    "grant_roles_v3",
 )
 DEFINERS = {
     "search_v3",
@@ -76,6 +78,7 @@ DEFINERS = {
     "visible_acls_v1",
     "documents_v1",
     "collections_v1",
+    "section_chunks_v1",
 }
 
 
@@ -169,6 +172,9 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     assert "up to date" in check.stdout
 
     # A relative revision is an argument, not an unknown option.
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0006 -> 0005" in down.stdout
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
     assert "downgraded pgrag's schema: 0005 -> 0004" in down.stdout
@@ -311,9 +317,10 @@ def test_definer_entry_points_are_not_granted_to_public(dsn: str) -> None:
             "SELECT p.proname, has_function_privilege('public', p.oid, 'EXECUTE'),"
             " has_function_privilege('pgrag_reader', p.oid, 'EXECUTE')"
             " FROM pg_proc p WHERE p.pronamespace = 'pgrag'::regnamespace"
-            " AND p.proname IN ('search_v3', 'search_v4', 'documents_v1', 'collections_v1')"
+            " AND p.proname IN ('search_v3', 'search_v4', 'documents_v1', 'collections_v1',"
+            " 'section_chunks_v1')"
         ).fetchall()
-    assert len(rows) == 4
+    assert len(rows) == 5
     for name, public, reader in rows:
         assert (public, reader) == (False, True), name
 
