@@ -39,9 +39,7 @@ SUFFIXES = {
 }
 SNIFF_BYTES = 8192
 
-_HTML_START = re.compile(
-    r"^(?:<\?xml[^>]*>\s*)?(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html)\b", re.S
-)
+_HTML_START = re.compile(r"^(?:<\?xml[^>]*>\s*)?<(?:!doctype\s+html|html)\b")
 _HTML_TAGS = re.compile(r"<(?:head|body|title|meta|div|p|h[1-6]|table|ul|article)\b[^>]*>", re.I)
 _MD_HINTS = re.compile(r"^(?:#{1,6}\s+\S|```|~~~|\s*[-*+]\s+\S.*\n\s*[-*+]\s+\S)", re.M)
 
@@ -56,7 +54,7 @@ def sniff(head: bytes, suffix: str) -> str:
     text = head.decode("utf-8", errors="ignore").lstrip("\ufeff \t\r\n")
     lower = text[:4096].lower()
     known = SUFFIXES.get(suffix)
-    if _HTML_START.match(lower):
+    if _HTML_START.match(_skip_comments(lower)):
         return "html"
     # Markdown often holds some HTML; only a file of no known kind is judged by its tags.
     if known is None and len(_HTML_TAGS.findall(lower)) >= 2:
@@ -71,6 +69,17 @@ def sniff(head: bytes, suffix: str) -> str:
     if known in ("markdown", "text"):
         return known
     return "markdown" if _MD_HINTS.search(text) else "text"
+
+
+def _skip_comments(text: str) -> str:
+    """The text after any leading HTML comments (in linear time: a regex with a repeated
+    lazy group here took exponential time on a run of comments)."""
+    while text.startswith("<!--"):
+        end = text.find("-->", 4)
+        if end < 0:
+            return ""
+        text = text[end + 3 :].lstrip()
+    return text
 
 
 def _json_object(line: str) -> bool:
@@ -111,15 +120,28 @@ def html_to_markdown(html: str) -> tuple[str, str | None]:
     title = _WS.sub(" ", title_tag.get_text()).strip() if title_tag else None
     for tag in soup.find_all(_DROP_TAGS):
         tag.decompose()
+    # A wrapper is never boilerplate, whatever its class says ("layout has-sidebar",
+    # "toc-enabled"): an element holding over 40% of the page's text stays.
+    # (Text lengths counted once, bottom up, so that deep pages stay linear.)
+    size: dict[int, int] = {}
+    for piece in soup.find_all(string=True):
+        n = len(_WS.sub("", str(piece)))
+        if n:
+            for parent in piece.parents:
+                size[id(parent)] = size.get(id(parent), 0) + n
+    total = size.get(id(soup), 0)
     for tag in soup.find_all(True):
         if tag.decomposed or not isinstance(tag.attrs, dict):
+            continue
+        if total and size.get(id(tag), 0) > 0.4 * total:
             continue
         role = str(tag.get("role") or "").lower()
         names = " ".join([str(tag.get("id") or ""), *(tag.get("class") or [])])
         hidden = tag.get("aria-hidden") == "true" or tag.has_attr("hidden")
-        # A page's own header and footer go; an article's header (its title) stays.
+        # A page's own header and footer go; an article's or a section's header stays.
         site_part = (
-            tag.name in ("header", "footer") and tag.find_parent(["article", "main"]) is None
+            tag.name in ("header", "footer")
+            and tag.find_parent(["article", "main", "section"]) is None
         )
         if (
             role in _DROP_ROLES
@@ -179,9 +201,13 @@ def html_to_markdown(html: str) -> tuple[str, str | None]:
             return f"\n\n{inner}\n\n"
         return inner
 
+    try:
+        rendered = render(root)
+    except RecursionError as err:
+        raise InputError("is HTML nested too deeply to read (over ~900 levels)") from err
     out = []
     fence = False
-    for line in render(root).replace("\x01", "\n\x01").split("\n"):
+    for line in rendered.replace("\x01", "\n\x01").split("\n"):
         line = line.strip() if not fence else line.rstrip()
         if line.startswith("```"):
             fence = not fence
@@ -212,7 +238,7 @@ def pdf_pages(stream: IO[bytes]) -> tuple[list[str], str | None]:
             raise InputError("is an encrypted PDF; decrypt it first (e.g. `qpdf --decrypt`)")
         pages = [_page_text(page) for page in reader.pages]
         meta = reader.metadata
-        title = str(meta.title).strip() if meta and meta.title else None
+        title = str(meta.title).replace("\x00", "").strip() if meta and meta.title else None
     except InputError:
         raise
     except PdfReadError as err:

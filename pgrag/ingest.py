@@ -379,9 +379,11 @@ def _ingest(
             if bulk and not dropped:
                 _drop_model_index(db, coll.model_id)
                 dropped = True
+            counts = (report.chunks_written, report.chunks_embedded)
             try:
                 _write_streamed(db, coll, doc, embedder, report, principals, batch_chunks, progress)
             except InputError as err:  # nothing of it was written: its transaction rolled back
+                report.chunks_written, report.chunks_embedded = counts
                 doc.result = FileResult(doc.result.path, "failed", reason=str(err))
                 if on_error:
                     on_error(doc.result.path, str(err))
@@ -452,6 +454,22 @@ def _plan(
     # Identical content planned in this run: (content hash, principals) -> its source.
     planned: dict[tuple[str, frozenset[str]], str] = {}
     readers = frozenset(principals or ["public"])
+
+    def prepare(file: LoadedFile, label: str, replaces: int | None) -> _PreparedDoc:
+        chunks = _prepare_chunks(file, embedder, limit, overlap)
+        if not chunks:
+            raise InputError("has no text to index")
+        doc = _PreparedDoc(
+            file=file,
+            result=FileResult(label, "updated" if replaces else "added", len(chunks)),
+            chunks=chunks,
+            replaces=replaces,
+        )
+        if replaces is not None and coll is not None:
+            doc.reusable = _old_vectors(db, replaces, coll.model_id)
+        doc.result.embed = len({c.content_hash for c in chunks} - set(doc.reusable))
+        return doc
+
     chunk_tokens = coll.chunk_tokens if coll else DEFAULT_CHUNK_TOKENS
     chunk_overlap = coll.chunk_overlap if coll else DEFAULT_CHUNK_OVERLAP
     limit = min(chunk_tokens, embedder.max_tokens - 2 - CONTEXT_TOKENS)
@@ -512,28 +530,32 @@ def _plan(
                         streamed=(limit, overlap),
                     )
                 )
-                if row is None:
-                    planned[(file.content_hash, readers)] = file.source
+                # (Never an original for a copy planned in this run: it is written after
+                # them all and may still fail.)
                 continue
-            chunks = _prepare_chunks(file, embedder, limit, overlap)
-            if not chunks:
-                raise InputError("has no text to index")
-            doc = _PreparedDoc(
-                file=file,
-                result=FileResult(label, "updated" if row else "added", len(chunks)),
-                chunks=chunks,
-                replaces=None if row is None else row[0],
-            )
-            if row is not None and coll is not None:
-                doc.reusable = _old_vectors(db, row[0], coll.model_id)
-            else:
+            docs.append(prepare(file, label, None if row is None else row[0]))
+            if row is None:
                 planned[(file.content_hash, readers)] = file.source
-            doc.result.embed = len({c.content_hash for c in chunks} - set(doc.reusable))
-            docs.append(doc)
         except InputError as err:
             report.files.append(FileResult(label, "failed", reason=str(err)))
             if on_error:
                 on_error(label, str(err))
+    # A copy of an original that this run rewrites holds the old content itself: the
+    # original's hand-over happens before the copy's row exists.
+    rewritten = {d.file.source for d in docs if d.replaces is not None}
+    for i, doc in enumerate(docs):
+        if doc.duplicate_of in rewritten:
+            try:
+                docs[i] = prepare(doc.file, doc.result.path, None)
+            except InputError as err:
+                docs[i] = _PreparedDoc(
+                    doc.file, FileResult(doc.result.path, "failed", reason=str(err)), []
+                )
+                if on_error:
+                    on_error(doc.result.path, str(err))
+    failed = [d for d in docs if d.result.status == "failed"]
+    report.files.extend(d.result for d in failed)
+    docs = [d for d in docs if d.result.status != "failed"]
     # Written in a stable order, so concurrent ingests of overlapping paths lock documents in
     # the same order and cannot deadlock; duplicates last, so that one is never committed
     # before the original it points to.
@@ -670,14 +692,18 @@ def _stored_vectors(db: Database, coll: Collection, hashes: list[str]) -> dict[s
     """Stored vectors of the collection's model for chunks with these content hashes
     (chunks_collection_hash_idx, migration 0005)."""
     with transaction(db) as conn:
-        rows = conn.execute(
-            "SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding"
-            "  FROM pgrag.chunks c"
-            "  JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
-            " WHERE c.collection_id = %(c)s AND left(c.content_hash, 16) = ANY (%(p)s)"
-            "   AND c.content_hash = ANY (%(h)s)",
-            {"m": coll.model_id, "c": coll.id, "p": [h[:16] for h in hashes], "h": hashes},
-        ).fetchall()
+        return _vectors_by_hash(conn, coll, hashes)
+
+
+def _vectors_by_hash(conn: Any, coll: Collection, hashes: list[str]) -> dict[str, Any]:
+    rows = conn.execute(
+        "SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding"
+        "  FROM pgrag.chunks c"
+        "  JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
+        " WHERE c.collection_id = %(c)s AND left(c.content_hash, 16) = ANY (%(p)s)"
+        "   AND c.content_hash = ANY (%(h)s)",
+        {"m": coll.model_id, "c": coll.id, "p": [h[:16] for h in hashes], "h": hashes},
+    ).fetchall()
     return dict(rows)
 
 
@@ -759,6 +785,9 @@ def _write_streamed(
                     {"h": hashes},
                 ).fetchall()
             )
+            missing = [h for h in hashes if h not in known]
+            if missing:  # in any other document of the collection
+                known.update(_vectors_by_hash(conn, coll, missing))
             todo = {c.content_hash: c.embed_text for c in pending if c.content_hash not in known}
             if todo:
                 matrix = embedder.embed(list(todo.values()))
@@ -781,8 +810,9 @@ def _write_streamed(
 
         try:
             with doc.file.stream.open(encoding="utf-8-sig", newline=None) as fh:
+                lines = _without_nul(fh)
                 for chunk in chunk_lines(
-                    fh, counter, limit=limit, overlap=overlap, markdown=doc.file.markdown
+                    lines, counter, limit=limit, overlap=overlap, markdown=doc.file.markdown
                 ):
                     pending.append(_prepared(chunk, doc.file, counter, headings))
                     if len(pending) >= group:
@@ -794,6 +824,14 @@ def _write_streamed(
         if ordinal == 0:
             raise InputError("has no text to index")
     doc.result.chunks = ordinal
+
+
+def _without_nul(lines: Iterable[str]) -> Iterator[str]:
+    """The lines of a streamed file, which was checked when planned but may have changed."""
+    for line in lines:
+        if "\x00" in line:
+            raise InputError("changed while it was read: it now contains NUL bytes")
+        yield line
 
 
 def _chunk_ids(conn: Any, n: int) -> list[int]:
@@ -871,15 +909,16 @@ def _replace_document(
         )
     keep: dict[int, int] = {}  # chunk id -> its new ordinal
     if doc.replaces is not None and doc.streamed is None:
-        stored: dict[tuple[str, int | None], list[int]] = {}
-        for chunk_id, content_hash, page in conn.execute(
-            "SELECT id, content_hash, page FROM pgrag.chunks WHERE document_id = %(d)s"
-            " ORDER BY ordinal",
+        # (The section too: the embedded text holds only its first 32 tokens.)
+        stored: dict[tuple[str, int | None, str | None], list[int]] = {}
+        for chunk_id, content_hash, page, section in conn.execute(
+            "SELECT id, content_hash, page, section FROM pgrag.chunks"
+            " WHERE document_id = %(d)s ORDER BY ordinal",
             {"d": doc_id},
         ).fetchall():
-            stored.setdefault((content_hash, page), []).append(chunk_id)
+            stored.setdefault((content_hash, page, section), []).append(chunk_id)
         for ordinal, chunk in enumerate(doc.chunks):
-            same = stored.get((chunk.content_hash, chunk.page))
+            same = stored.get((chunk.content_hash, chunk.page, chunk.section))
             if same:
                 keep[same.pop(0)] = ordinal
     conn.execute(

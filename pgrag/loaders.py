@@ -7,6 +7,7 @@ the caller adds the file name and moves on to the next file.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -65,7 +66,17 @@ def from_text(
     if "\x00" in text:
         raise InputError("contains NUL characters; PostgreSQL text cannot store them")
     title = title if title is not None else source
-    digest = hashlib.sha256(f"{title}\n{format}\n{text}".encode()).hexdigest()
+    # The metadata is part of what is compared, so that a change of it alone is stored (it
+    # re-embeds nothing: every chunk keeps its row and vector).
+    identity = f"{title}\n{format}\n{text}"
+    described = json.dumps(metadata, sort_keys=True, default=str) if metadata else ""
+    if described:
+        identity += "\n" + described
+    if "\x00" in title or "\\u0000" in described:
+        raise InputError(
+            "has a NUL character in its title or metadata; PostgreSQL text cannot store it"
+        )
+    digest = hashlib.sha256(identity.encode()).hexdigest()
     return LoadedFile(
         label=source,
         source=source,

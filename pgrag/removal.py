@@ -67,12 +67,14 @@ def remove(
                 "  FROM pgrag.documents d"
                 " WHERE d.collection_id = %(c)s"
                 "   AND (d.source = ANY (%(exact)s)"
-                "        OR EXISTS (SELECT 1 FROM unnest(%(prefixes)s::text[]) p"
-                "                    WHERE left(d.source, length(p)) = p))",
+                "        OR left(d.source, length(%(under)s)) = %(under)s"
+                "        OR (d.metadata ->> 'format' = 'jsonl'"
+                "            AND d.source = %(records)s || (d.metadata ->> 'record')))",
                 {
                     "c": cid,
                     "exact": [raw, absolute],
-                    "prefixes": [absolute.rstrip(os.sep) + os.sep, absolute + "#"],
+                    "under": absolute.rstrip(os.sep) + os.sep,
+                    "records": absolute + "#",
                 },
             ).fetchall()
             if not rows:
@@ -113,10 +115,16 @@ def prune_missing(
             {"c": row[0], "prefixes": [d.rstrip(os.sep) + os.sep for d in directories]},
         ).fetchall()
         gone = []
+        # A path that failed is a file, or a directory the walk could not read or found
+        # empty (an unmounted share): nothing under it is judged gone.
+        failed = tuple(seen.failed_files)
+        failed_dirs = tuple(f.rstrip(os.sep) + os.sep for f in failed)
         for doc_id, source, fmt, record, chunks in rows:
             file = source[: -len(record) - 1] if fmt == "jsonl" and record else source
-            if source in seen.sources or file in seen.failed_files:
+            if source in seen.sources or file in failed or file.startswith(failed_dirs):
                 continue
+            if not _walked(file, directories):
+                continue  # the walk never looks there (hidden, or a kind it does not read)
             gone.append(doc_id)
             report.files.append(FileResult(source, "deleted", chunks))
             report.chunks_deleted += chunks
@@ -124,6 +132,22 @@ def prune_missing(
             _delete(conn, gone)
     if gone and not dry_run:
         _fold_statistics(db, report.collection)
+
+
+def _walked(file: str, directories: list[str]) -> bool:
+    """Whether a walk of ``directories`` would meet this file: no hidden part below the
+    directory, and a suffix it reads. A document stored from a file named explicitly, that a
+    walk skips, is never pruned by one."""
+    from .formats import SUFFIXES
+
+    for directory in directories:
+        root = directory.rstrip(os.sep) + os.sep
+        if file.startswith(root):
+            parts = file[len(root) :].split(os.sep)
+            return not any(p.startswith(".") for p in parts) and (
+                Path(file).suffix.lower() in SUFFIXES
+            )
+    return False
 
 
 def _collection_id(conn: Any, name: str) -> int:

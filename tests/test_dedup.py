@@ -171,3 +171,41 @@ def test_downgrading_0005_gives_every_copy_its_chunks(twins: tuple[Database, Pat
     migrate.downgrade(db.dsn, "0004")  # (through 0006 and 0005)
     assert _state(db.dsn, "d") == {"a.md": (chunks, None), "b.md": (chunks, None)}
     migrate.upgrade(db.dsn)
+
+
+def test_a_new_copy_of_content_its_original_loses_in_the_same_run_keeps_it(
+    db: Database, tmp_path: Path
+) -> None:
+    # Review finding: b.md, new, equal to a.md's stored text, while a.md changes in the same run.
+    folder = tmp_path / "swap"
+    folder.mkdir()
+    (folder / "a.md").write_text(_doc(tag="zebra "))
+    pgrag.ingest(db, [folder], collection="swap")
+    (folder / "b.md").write_text(_doc(tag="zebra "))
+    (folder / "a.md").write_text(_doc(tag="giraffe "))
+    report = pgrag.ingest(db, [folder], collection="swap")
+    assert (report.count("added"), report.count("updated")) == (1, 1), report.summary()
+    state = _state(db.dsn, "swap")
+    assert state["b.md"][0] > 0 and state["b.md"][1] is None
+    hits = pgrag.search(db, "zebra team", collection="swap", k=3, mode="keyword")
+    assert Path(hits[0].source).name == "b.md" and "zebra" in hits[0].text
+
+
+def test_large_identical_files_are_never_copies_of_one_written_later(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Review finding: a copy of a streamed file was committed before it, and stayed empty if
+    # the file then failed. Streamed files are written last, so they are never originals for
+    # copies planned in the same run.
+    from pgrag import loaders
+
+    monkeypatch.setattr(loaders, "MAX_BYTES", 200)
+    folder = tmp_path / "big"
+    folder.mkdir()
+    (folder / "a.md").write_text(_doc())
+    (folder / "b.md").write_text(_doc())
+    report = pgrag.ingest(db, [folder], collection="big")
+    assert report.count("added") == 2 and not report.count("duplicate")
+    state = _state(db.dsn, "big")
+    assert state["a.md"][0] == state["b.md"][0] > 0
+    assert report.chunks_embedded == state["a.md"][0]  # the second reused the first's vectors

@@ -284,3 +284,57 @@ def test_search_sees_pdf_html_and_jsonl_together(db: Database, tmp_path: Path) -
             ).fetchall()
         }
     assert formats == {"pdf", "html"}
+
+
+def test_a_run_of_html_comments_is_sniffed_at_once() -> None:
+    # Review finding: the pattern for leading comments took exponential time (30 comments
+    # stalled an ingest for minutes); 200 would never finish.
+    comments = b"<!-- note -->\n" * 200
+    assert sniff(comments + b"# Title\n", ".md") == "markdown"
+    assert sniff(comments + b"<!DOCTYPE html><html><body></body></html>", ".txt") == "html"
+
+
+def test_nul_in_a_json_lines_title_or_metadata_fails_that_line_only(tmp_path: Path) -> None:
+    path = _jsonl(
+        tmp_path / "n.jsonl",
+        [
+            {"id": "a", "text": "fine", "title": "a\u0000b"},
+            {"id": "b", "text": "fine", "note": "x\u0000y"},
+            {"id": "c", "text": "fine too"},
+        ],
+    )
+    items = list(load_path(path))
+    bad = [str(i) for _, i in items if isinstance(i, InputError)]
+    assert len(bad) == 2 and all("NUL character" in b for b in bad)
+    assert [i.source.endswith("#c") for _, i in items if isinstance(i, LoadedFile)] == [True]
+
+
+def test_deeply_nested_html_is_a_one_line_error(tmp_path: Path) -> None:
+    path = tmp_path / "deep.html"
+    path.write_text("<html><body>" + "<div>" * 3000 + "x" + "</div>" * 3000 + "</body></html>")
+    [(_, item)] = list(load_path(path))
+    assert isinstance(item, InputError) and "nested too deeply" in str(item)
+
+
+def test_boilerplate_removal_never_drops_the_page_itself() -> None:
+    page = (
+        '<html><body><div class="layout has-sidebar"><h1>Guide</h1><p>The main text of the'
+        ' guide, long enough to be most of the page.</p></div><div class="sidebar">Links'
+        "</div><section><header><h2>Part two</h2></header><p>Second part.</p></section>"
+        "</body></html>"
+    )
+    text, _ = html_to_markdown(page)
+    assert "# Guide" in text and "main text of the guide" in text
+    assert "## Part two" in text and "Links" not in text
+
+
+def test_a_json_lines_metadata_change_is_stored_without_embedding(
+    db: Database, tmp_path: Path
+) -> None:
+    path = _jsonl(tmp_path / "m.jsonl", [{"id": "a", "text": "Refunds take 5 days.", "team": "x"}])
+    pgrag.ingest(db, [path], collection="meta")
+    _jsonl(path, [{"id": "a", "text": "Refunds take 5 days.", "team": "y"}])
+    report = pgrag.ingest(db, [path], collection="meta")
+    assert report.count("updated") == 1 and report.chunks_embedded == 0
+    hits = pgrag.search(db, "refunds", collection="meta", filter={"team": "y"}, mode="keyword")
+    assert len(hits) == 1

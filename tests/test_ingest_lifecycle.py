@@ -334,3 +334,74 @@ def test_readers_never_pass_from_one_document_to_the_next(db: Database, tmp_path
     assert {Path(s).name: sorted(p) for s, p in chunks} == want
     as_carol = pgrag.search(db, "text about refunds", collection="r", principals=["carol"])
     assert {Path(h.source).name for h in as_carol} == {"a.md", "c.md"}
+
+
+def test_prune_keeps_what_it_could_not_read_or_never_walks(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    corpus = _write_corpus(tmp_path / "c", 2)
+    sub = _write_corpus(corpus / "sub", 2)
+    hidden = corpus / ".drafts"
+    hidden.mkdir()
+    (hidden / "h.md").write_text("# Hidden\n\nA draft about refunds.\n")
+    (corpus / "README").write_text("Plain text without a suffix.\n")
+    pgrag.ingest(db, [corpus, hidden / "h.md", corpus / "README"], collection="keep")
+    assert len(_sources(db.dsn, "keep")) == 6
+    # The subdirectory cannot be read this time (the OS's refusal, simulated: tests run as
+    # root, who reads anything).
+    import pgrag.loaders as loaders
+
+    real_walk = os.walk
+
+    def walk(top: Any, onerror: Any = None, **kw: Any) -> Any:
+        for dirpath, dirnames, filenames in real_walk(top, onerror=onerror, **kw):
+            if "sub" in dirnames:
+                dirnames.remove("sub")
+                if onerror:
+                    onerror(PermissionError(13, "Permission denied", str(sub)))
+            yield dirpath, dirnames, filenames
+
+    monkeypatch.setattr(loaders.os, "walk", walk)
+    report = pgrag.ingest(db, [corpus], collection="keep", prune=True)
+    assert report.count("deleted") == 0 and len(report.failed) == 1
+    assert len(_sources(db.dsn, "keep")) == 6
+    monkeypatch.undo()
+    # An empty directory (an unmounted share?) prunes nothing either.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    pgrag.ingest(db, [_write_corpus(empty / "x", 1)], collection="e")
+    for f in (empty / "x").iterdir():
+        f.unlink()
+    report = pgrag.ingest(db, [empty / "x"], collection="e", prune=True)
+    assert report.count("deleted") == 0 and len(_sources(db.dsn, "e")) == 1
+
+
+def test_rm_of_a_path_does_not_take_files_that_merely_start_like_it(
+    db: Database, tmp_path: Path
+) -> None:
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / "notes").write_text("Plain notes about refunds.\n")
+    (folder / "notes#2.md").write_text("# Notes 2\n\nMore notes about refunds.\n")
+    (folder / "notes-old.md").write_text("# Old\n\nOld notes about refunds.\n")
+    pgrag.ingest(
+        db, [folder / "notes", folder / "notes#2.md", folder / "notes-old.md"], collection="rm2"
+    )
+    report = pgrag.removal.remove(db, [folder / "notes"], collection="rm2")
+    assert [Path(s).name for s, _ in report.documents] == ["notes"]
+    assert {Path(s).name for s in _sources(db.dsn, "rm2")} == {"notes#2.md", "notes-old.md"}
+
+
+def test_a_long_heading_changed_past_its_embedded_part_updates_the_section(
+    db: Database, tmp_path: Path
+) -> None:
+    path = tmp_path / "long.md"
+    heading = " ".join(f"word{i}" for i in range(60))
+    path.write_text(f"# {heading} OLDTAIL\n\nBody text about refunds and more.\n")
+    pgrag.ingest(db, [path], collection="h")
+    path.write_text(f"# {heading} NEWTAIL\n\nBody text about refunds and more.\n")
+    report = pgrag.ingest(db, [path], collection="h")
+    assert report.count("updated") == 1
+    with psycopg.connect(db.dsn) as conn:
+        sections = [r[0] for r in conn.execute("SELECT section FROM pgrag.chunks").fetchall()]
+    assert sections and all(s.endswith("NEWTAIL") for s in sections)
