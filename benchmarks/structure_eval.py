@@ -40,12 +40,24 @@ MARKER = "pgrag benchmark: structure_eval"
 HANDBOOK = Path(__file__).resolve().parent.parent / "examples" / "handbook"
 
 QUESTIONS = [
-    ("How long do I have to request a refund on an annual plan?", "within **30 days** of the purchase"),
-    ("Can I get a refund for a connector pack I already activated?", "non-refundable once they have been activated"),
+    (
+        "How long do I have to request a refund on an annual plan?",
+        "within **30 days** of the purchase",
+    ),
+    (
+        "Can I get a refund for a connector pack I already activated?",
+        "non-refundable once they have been activated",
+    ),
     ("Can a refund be sent to a different bank account?", "original payment method"),
     ("What happens to my workspace if every payment retry fails?", "read-only mode"),
-    ("Which email address do refund requests go to?", "Send an email to **billing@northwind.example**"),
-    ("When does a monthly plan renew if that day does not exist in the month?", "last day of that month"),
+    (
+        "Which email address do refund requests go to?",
+        "Send an email to **billing@northwind.example**",
+    ),
+    (
+        "When does a monthly plan renew if that day does not exist in the month?",
+        "last day of that month",
+    ),
     ("Which port does the VPN need?", "51820"),
     ("How long are VPN profiles valid?", "180 days"),
     ("How many characters must a password have?", "16 characters"),
@@ -55,7 +67,10 @@ QUESTIONS = [
     ("How many paid vacation days do full-time employees get?", "25 days of paid vacation"),
     ("How many unused vacation days can I carry over?", "up to 5 unused vacation days"),
     ("By when must carried-over vacation days be taken?", "31 March"),
-    ("From which day of illness do I need a doctor's certificate?", "fourth consecutive calendar day"),
+    (
+        "From which day of illness do I need a doctor's certificate?",
+        "fourth consecutive calendar day",
+    ),
     ("How many paid days can I take to care for a sick child?", "eight paid days"),
     ("How far in advance should I request vacation?", "two weeks before"),
     ("What may a hotel cost per night in London?", "€200 per night"),
@@ -65,7 +80,10 @@ QUESTIONS = [
     ("How soon must I submit an expense claim?", "of the expense date"),
     ("Who approves an expense claim above 2,500 euros?", "Finance Director"),
     ("When may I fly business class?", "longer than nine hours"),
-    ("How long is customer data kept after a subscription is cancelled?", "90 days after the subscription is cancelled"),
+    (
+        "How long is customer data kept after a subscription is cancelled?",
+        "90 days after the subscription is cancelled",
+    ),
     ("How long are backups kept?", "kept for 35 days"),
     ("How long are invoices kept?", "ten years"),
     ("How quickly is a GDPR export request answered?", "of receiving the request"),
