@@ -369,6 +369,10 @@ def _ingest(
             _write(db, coll, batch, vectors, principals)
             for doc in batch:
                 report.files.append(doc.result)
+                if doc.result.status == "failed":
+                    if on_error:
+                        on_error(doc.result.path, doc.result.reason or "")
+                    continue
                 report.chunks_written += len(doc.chunks)
             files_done += len(batch)
             if on_batch:
@@ -727,6 +731,16 @@ def _write(
     with transaction(db) as conn:
         new: list[tuple[int, int, _PreparedChunk, Any, list[str]]] = []
         for doc, doc_vectors in zip(batch, vectors, strict=True):
+            if doc.duplicate_of is not None and not _original_unchanged(
+                conn, coll, doc, principals
+            ):
+                doc.result = FileResult(
+                    doc.result.path,
+                    "failed",
+                    reason=f"{doc.duplicate_of}, the identical document it would point to, changed"
+                    " during this ingest; run the ingest again",
+                )
+                continue
             # (Not `principals`: that is what this ingest was asked to set, None to keep each
             # document's own. Reusing the name once made the next document of the batch take
             # this one's readers.)
@@ -832,6 +846,21 @@ def _without_nul(lines: Iterable[str]) -> Iterator[str]:
         if "\x00" in line:
             raise InputError("changed while it was read: it now contains NUL bytes")
         yield line
+
+
+def _original_unchanged(
+    conn: Any, coll: Collection, doc: _PreparedDoc, principals: list[str] | None
+) -> bool:
+    """Whether a copy's original still holds its content for its readers (another process
+    may have rewritten it since this ingest planned); locked until this batch commits."""
+    row = conn.execute(
+        "SELECT content_hash, principals FROM pgrag.documents"
+        " WHERE collection_id = %(c)s AND source = %(s)s AND NOT metadata ? 'duplicate_of'"
+        " FOR SHARE",
+        {"c": coll.id, "s": doc.duplicate_of},
+    ).fetchone()
+    readers = set(principals or ["public"])
+    return row is not None and row[0] == doc.file.content_hash and set(row[1]) == readers
 
 
 def _chunk_ids(conn: Any, n: int) -> list[int]:

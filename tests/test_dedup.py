@@ -209,3 +209,44 @@ def test_large_identical_files_are_never_copies_of_one_written_later(
     state = _state(db.dsn, "big")
     assert state["a.md"][0] == state["b.md"][0] > 0
     assert report.chunks_embedded == state["a.md"][0]  # the second reused the first's vectors
+
+
+def test_a_copy_whose_original_changes_before_it_is_written_fails_cleanly(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Review finding: between planning and writing, another process may rewrite the original.
+    # The copy must not then point at content that is no longer its own.
+    import importlib
+
+    ingest_module = importlib.import_module("pgrag.ingest")  # (pgrag.ingest is the function)
+
+    folder = tmp_path / "race"
+    folder.mkdir()
+    (folder / "a.md").write_text(_doc())
+    pgrag.ingest(db, [folder], collection="race")
+    (folder / "b.md").write_text(_doc())
+    real_embed = ingest_module._embed
+
+    def embed_while_another_writer_acts(*args: object, **kwargs: object) -> object:
+        with psycopg.connect(db.dsn) as other:  # another process rewrites a.md meanwhile
+            other.execute(
+                "UPDATE pgrag.documents SET content_hash = 'rewritten' WHERE source = %s",
+                (str(folder / "a.md"),),
+            )
+        return real_embed(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ingest_module, "_embed", embed_while_another_writer_acts)
+    errors: list[str] = []
+    report = pgrag.ingest(
+        db, [folder], collection="race", on_error=lambda path, reason: errors.append(reason)
+    )
+    assert [f.status for f in report.files if Path(f.path).name == "b.md"] == ["failed"]
+    assert errors and "changed during this ingest; run the ingest again" in errors[0]
+    assert "b.md" not in _state(db.dsn, "race")
+    monkeypatch.undo()
+    # Run again: a.md is rewritten in that run too, so b.md is stored as a document of its own
+    # (see the test above), with the vectors it shares with a.md reused.
+    rerun = pgrag.ingest(db, [folder], collection="race")
+    assert (rerun.count("updated"), rerun.count("added"), rerun.chunks_embedded) == (1, 1, 0)
+    state = _state(db.dsn, "race")
+    assert state["b.md"][0] == state["a.md"][0] > 0

@@ -22,6 +22,7 @@ from pgrag.cli import cli
 from pgrag.db import Database
 from pgrag.errors import InputError
 from pgrag.loaders import from_text, load_path
+from pgrag.removal import remove
 
 
 def _write_corpus(root: Path, n: int, paragraphs: int = 3) -> Path:
@@ -387,7 +388,7 @@ def test_rm_of_a_path_does_not_take_files_that_merely_start_like_it(
     pgrag.ingest(
         db, [folder / "notes", folder / "notes#2.md", folder / "notes-old.md"], collection="rm2"
     )
-    report = pgrag.removal.remove(db, [folder / "notes"], collection="rm2")
+    report = remove(db, [folder / "notes"], collection="rm2")
     assert [Path(s).name for s, _ in report.documents] == ["notes"]
     assert {Path(s).name for s in _sources(db.dsn, "rm2")} == {"notes#2.md", "notes-old.md"}
 
