@@ -168,7 +168,7 @@ def test_downgrading_0005_gives_every_copy_its_chunks(twins: tuple[Database, Pat
     db, _ = twins
     chunks = _state(db.dsn, "d")["a.md"][0]
     db.close()
-    migrate.downgrade(db.dsn, "0004")  # (through 0006 and 0005)
+    migrate.downgrade(db.dsn, "0004")  # (through 0007, 0006 and 0005)
     assert _state(db.dsn, "d") == {"a.md": (chunks, None), "b.md": (chunks, None)}
     migrate.upgrade(db.dsn)
 
@@ -250,3 +250,18 @@ def test_a_copy_whose_original_changes_before_it_is_written_fails_cleanly(
     assert (rerun.count("updated"), rerun.count("added"), rerun.chunks_embedded) == (1, 1, 0)
     state = _state(db.dsn, "race")
     assert state["b.md"][0] == state["a.md"][0] > 0
+
+
+def test_copies_follow_an_original_renamed_with_plain_sql(twins: tuple[Database, Path]) -> None:
+    db, folder = twins
+    chunks = _state(db.dsn, "d")["a.md"][0]
+    renamed = str(folder / "renamed.md")
+    with psycopg.connect(db.dsn) as conn:
+        conn.execute(
+            "UPDATE pgrag.documents SET source = %s WHERE source = %s",
+            (renamed, str(folder / "a.md")),
+        )
+    assert _state(db.dsn, "d") == {"renamed.md": (chunks, None), "b.md": (0, "renamed.md")}
+    with psycopg.connect(db.dsn) as conn:
+        conn.execute("DELETE FROM pgrag.documents WHERE source = %s", (renamed,))
+    assert _state(db.dsn, "d") == {"b.md": (chunks, None)}  # the copy inherited

@@ -70,6 +70,7 @@ FUNCTIONS = (
     "documents_access_dedup_v1",
     "section_chunks_v1",
     "grant_roles_v3",
+    "documents_renamed_v1",
 )
 DEFINERS = {
     "search_v3",
@@ -172,6 +173,9 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     assert "up to date" in check.stdout
 
     # A relative revision is an argument, not an unknown option.
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0007 -> 0006" in down.stdout
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
     assert "downgraded pgrag's schema: 0006 -> 0005" in down.stdout
