@@ -86,3 +86,21 @@ def drop_database(admin: str, name: str, marker: str) -> None:
         )
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE {}").format(sql.Identifier(name)))
+
+
+def fresh_database(dsn: str | None, name: str, marker: str) -> str:
+    """The DSN of database ``name``, created anew (dropping one this benchmark made before,
+    by ``marker``) and migrated to head, on the server of ``dsn`` (default: PGRAG_DSN, PG*,
+    the embedded server)."""
+    from psycopg.conninfo import make_conninfo
+
+    from pgrag import migrate
+    from pgrag.db import resolve_dsn
+
+    base = resolve_dsn(dsn)
+    admin = make_conninfo(base, dbname="postgres")
+    drop_database(admin, name, marker)
+    create_database(admin, name, marker)
+    target = make_conninfo(base, dbname=name)
+    migrate.upgrade(target)
+    return target

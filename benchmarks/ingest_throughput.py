@@ -32,11 +32,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _bench import create_database, drop_database, log
-from psycopg.conninfo import make_conninfo
+from _bench import fresh_database, log
 
 import pgrag
-from pgrag import migrate
 from pgrag.ingest import (
     CONTEXT_TOKENS,
     DEFAULT_CHUNK_OVERLAP,
@@ -99,14 +97,7 @@ def main() -> None:
     if not SQUAD.exists():
         sys.exit(f"{SQUAD} is missing: run ../shared/data/fetch-squad.sh")
     squad = json.loads(SQUAD.read_text())
-    from pgrag.db import resolve_dsn
-
-    base = resolve_dsn(args.dsn)
-    admin = make_conninfo(base, dbname="postgres")
-    dsn = make_conninfo(base, dbname=args.database)
-    drop_database(admin, args.database, MARKER)
-    create_database(admin, args.database, MARKER)
-    migrate.upgrade(dsn)
+    dsn = fresh_database(args.dsn, args.database, MARKER)
 
     work = Path(tempfile.mkdtemp(prefix="pgrag-ingest-bench-"))
     try:

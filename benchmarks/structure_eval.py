@@ -29,11 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from _bench import create_database, drop_database, log
-from psycopg.conninfo import make_conninfo
+from _bench import fresh_database, log
 
 import pgrag
-from pgrag import migrate
 from pgrag.loaders import from_text
 
 MARKER = "pgrag benchmark: structure_eval"
@@ -110,19 +108,12 @@ def main() -> None:
     parser.add_argument("--database", default="pgrag_bench_structure")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    from pgrag.db import resolve_dsn
-
     corpus = "\n".join(p.read_text() for p in sorted(HANDBOOK.iterdir()))
     for _, answer in QUESTIONS:
         if corpus.count(answer) != 1:
             sys.exit(f"answer {answer!r} occurs {corpus.count(answer)} times in the handbook")
 
-    base = resolve_dsn(args.dsn)
-    admin = make_conninfo(base, dbname="postgres")
-    dsn = make_conninfo(base, dbname=args.database)
-    drop_database(admin, args.database, MARKER)
-    create_database(admin, args.database, MARKER)
-    migrate.upgrade(dsn)
+    dsn = fresh_database(args.dsn, args.database, MARKER)
     db = pgrag.connect(dsn)
     log("ingesting the handbook twice: structured, and as plain text")
     pgrag.ingest(db, [HANDBOOK], collection="structured")

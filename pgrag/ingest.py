@@ -137,7 +137,6 @@ class _PreparedDoc:
     file: LoadedFile
     result: FileResult
     chunks: list[_PreparedChunk]
-    reusable: dict[str, Any] = field(default_factory=dict)  # content_hash -> old vector
     duplicate_of: str | None = None  # the source of an identical document holding the chunks
     replaces: int | None = None  # the stored document (id) this one rewrites
     streamed: tuple[int, int] | None = None  # a large file's (chunk limit, overlap)
@@ -326,7 +325,12 @@ def _ingest(
     report = IngestReport(collection=collection, dry_run=dry_run)
     docs, access = _plan(db, coll, embedder, items, report, on_error, principals)
     if dry_run:
+        # What would be embedded: texts the collection has no vector for (at most: copies
+        # within this run are counted once each).
+        hashes = list({c.content_hash for d in docs for c in d.chunks})
+        stored = set(_stored_vectors(db, coll, hashes, vectors=False)) if coll and hashes else set()
         for doc in docs:
+            doc.result.embed = len({c.content_hash for c in doc.chunks} - stored)
             report.files.append(doc.result)
             report.chunks_written += len(doc.chunks)
             report.chunks_embedded += doc.result.embed
@@ -469,9 +473,6 @@ def _plan(
             chunks=chunks,
             replaces=replaces,
         )
-        if replaces is not None and coll is not None:
-            doc.reusable = _old_vectors(db, replaces, coll.model_id)
-        doc.result.embed = len({c.content_hash for c in chunks} - set(doc.reusable))
         return doc
 
     chunk_tokens = coll.chunk_tokens if coll else DEFAULT_CHUNK_TOKENS
@@ -635,17 +636,6 @@ def _prepared(
     )
 
 
-def _old_vectors(db: Database, document_id: int, model_id: int) -> dict[str, Any]:
-    with transaction(db) as conn:
-        rows = conn.execute(
-            "SELECT c.content_hash, e.embedding FROM pgrag.chunks c"
-            " JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
-            " WHERE c.document_id = %(d)s",
-            {"m": model_id, "d": document_id},
-        ).fetchall()
-    return {h: v for h, v in rows}
-
-
 def _batches(docs: list[_PreparedDoc], size: int) -> Iterable[list[_PreparedDoc]]:
     batch: list[_PreparedDoc] = []
     n = 0
@@ -671,8 +661,7 @@ def _embed(
     todo: dict[str, str] = {}
     for doc in batch:
         for chunk in doc.chunks:
-            if chunk.content_hash not in doc.reusable:
-                todo.setdefault(chunk.content_hash, chunk.embed_text)
+            todo.setdefault(chunk.content_hash, chunk.embed_text)
     fresh: dict[str, Any] = {}
     if todo and db is not None and coll is not None:
         fresh = _stored_vectors(db, coll, list(todo))
@@ -686,22 +675,26 @@ def _embed(
             )
         fresh.update(zip(todo, matrix, strict=True))
         report.chunks_embedded += len(todo)
-    return [
-        [doc.reusable.get(c.content_hash, fresh.get(c.content_hash)) for c in doc.chunks]
-        for doc in batch
-    ]
+    return [[fresh[c.content_hash] for c in doc.chunks] for doc in batch]
 
 
-def _stored_vectors(db: Database, coll: Collection, hashes: list[str]) -> dict[str, Any]:
+def _stored_vectors(
+    db: Database, coll: Collection, hashes: list[str], *, vectors: bool = True
+) -> dict[str, Any]:
     """Stored vectors of the collection's model for chunks with these content hashes
-    (chunks_collection_hash_idx, migration 0005)."""
+    (chunks_collection_hash_idx, migration 0005); with ``vectors=False`` only which hashes
+    have one (the values are None)."""
     with transaction(db) as conn:
-        return _vectors_by_hash(conn, coll, hashes)
+        return _vectors_by_hash(conn, coll, hashes, vectors=vectors)
 
 
-def _vectors_by_hash(conn: Any, coll: Collection, hashes: list[str]) -> dict[str, Any]:
+def _vectors_by_hash(
+    conn: Any, coll: Collection, hashes: list[str], *, vectors: bool = True
+) -> dict[str, Any]:
+    # (Only fixed text is chosen between: no value is spliced in.)
+    column = "e.embedding" if vectors else "NULL"
     rows = conn.execute(
-        "SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding"
+        f"SELECT DISTINCT ON (c.content_hash) c.content_hash, {column}"  # noqa: S608
         "  FROM pgrag.chunks c"
         "  JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(m)s"
         " WHERE c.collection_id = %(c)s AND left(c.content_hash, 16) = ANY (%(p)s)"
