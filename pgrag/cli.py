@@ -63,7 +63,7 @@ def collection_option(f: F) -> F:
 
 
 def tuning_options(f: F) -> F:
-    """search_v4's knobs; each left unset keeps the function's measured default."""
+    """search_v5's knobs; each left unset keeps the function's measured default."""
     options = [
         click.option("--rrf-k", type=click.IntRange(min=1), help="RRF constant (default 5)."),
         click.option(
@@ -526,7 +526,7 @@ def search(
     as_json: bool,
     **tuning: Any,
 ) -> None:
-    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v4)."""
+    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v5)."""
     from .rerank import reranker_from_config
     from .search import search as run_search
     from .search import search_sql
@@ -819,6 +819,224 @@ def collections(ctx: click.Context, as_json: bool) -> None:
         click.echo(
             f"{r['name']}\t{_plural(r['documents'], 'document')}\t{_plural(r['chunks'], 'chunk')}"
             f"\t{r['model']} ({r['dimension']}d)"
+        )
+
+
+@cli.group()
+def models() -> None:
+    """Embedding models: list, add, reembed, activate, retire (zero-downtime switching)."""
+
+
+@models.command("list")
+@click.option("--collection", "-c", default=None, help="Only this collection's models.")
+@json_option
+@click.pass_context
+def models_list(ctx: click.Context, collection: str | None, as_json: bool) -> None:
+    """Registered models, with the collections that use them and their status there."""
+    from dataclasses import asdict
+
+    from .models import collection_models, list_models
+
+    db = _db(ctx)
+    if collection is not None:
+        rows = [(m, [f"{collection} ({m.status})"]) for m in collection_models(db, collection)]
+    else:
+        rows = list_models(db)
+    if as_json:
+        _emit_json([{**asdict(m), "collections": used} for m, used in rows])
+        return
+    if not rows:
+        click.echo("no models yet; `pgrag ingest` or `pgrag models add` registers one", err=True)
+    for m, used in rows:
+        where = m.settings.get("url") or m.settings.get("path") or m.settings.get("package", "")
+        click.echo(
+            f"{m.name}\t{m.provider}\t{m.dimension}d {m.distance}"
+            f"{' halfvec' if m.index_type == 'halfvec' else ''}\t{where}"
+            f"\t{', '.join(used) or '-'}"
+        )
+
+
+@models.command("add")
+@click.argument("name")
+@click.option(
+    "--provider",
+    type=click.Choice(["sentence-transformers", "openai"]),
+    default="sentence-transformers",
+    show_default=True,
+    help="A local sentence-transformers directory, or an OpenAI-compatible /v1/embeddings server.",
+)
+@click.option("--path", type=click.Path(exists=True, file_okay=False), help="Model directory.")
+@click.option("--url", help="Server base URL (openai), e.g. http://localhost:8080/v1.")
+@click.option("--remote-model", help="The model name the server expects (default: NAME).")
+@click.option("--dimension", type=click.IntRange(1, 16000), help="Skip probing the server.")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="The model's input limit (openai).")
+@click.option("--tokenizer", type=click.Path(exists=True, dir_okay=False), help="tokenizer.json.")
+@click.option("--batch-size", type=click.IntRange(1, 2048), help="Texts per request (openai).")
+@click.option("--concurrency", type=click.IntRange(1, 64), help="Requests in flight (openai).")
+@click.option(
+    "--api-key-env",
+    default="PGRAG_EMBEDDING_API_KEY",
+    show_default=True,
+    help="Environment variable holding the API key (the key itself is never stored).",
+)
+@click.option(
+    "--index-type",
+    type=click.Choice(["vector", "halfvec"]),
+    default="vector",
+    show_default=True,
+    help="halfvec: the HNSW index holds 2-byte floats (half the memory; up to 4,000 dims).",
+)
+@click.pass_context
+def models_add(ctx: click.Context, /, name: str, **opts: Any) -> None:
+    """Register embedding model NAME (then `pgrag models reembed NAME -c COLLECTION`)."""
+    from pathlib import Path
+
+    from .models import add_model
+
+    embedder: Any
+    if opts["provider"] == "openai":
+        if not opts["url"]:
+            raise click.UsageError("--provider openai needs --url")
+        from .remote_embeddings import RemoteEmbedder
+
+        extra = {
+            k: opts[k]
+            for k in ("dimension", "max_tokens", "tokenizer", "batch_size", "concurrency")
+            if opts[k] is not None
+        }
+        embedder = RemoteEmbedder.from_settings(
+            {
+                "url": opts["url"],
+                "model": opts["remote_model"] or name,
+                "name": name,
+                "api_key_env": opts["api_key_env"],
+                **extra,
+            }
+        )
+        embedder.dimension  # noqa: B018  (probes the server now, not at the first query)
+    else:
+        if not opts["path"]:
+            raise click.UsageError("--provider sentence-transformers needs --path DIRECTORY")
+        from .embeddings import SentenceTransformerEmbedder
+
+        embedder = SentenceTransformerEmbedder(Path(opts["path"]).resolve(), name=name)
+    model = add_model(_db(ctx), embedder, index_type=opts["index_type"])
+    click.echo(f"registered {model.name}: {model.dimension} dimensions, {model.distance}")
+
+
+@models.command("reembed")
+@click.argument("name")
+@collection_option
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(1, 10000))
+@click.pass_context
+def models_reembed(ctx: click.Context, name: str, collection: str, batch_size: int) -> None:
+    """Backfill model NAME's vectors for a collection while searches use the active model.
+
+    Resumable: interrupted, run it again and it continues where it stopped."""
+    from .models import get_model
+    from .reembed import reembed
+
+    db = _db(ctx)
+    model = get_model(db, name)
+    report = reembed(
+        db,
+        model,
+        collection,
+        batch_size=batch_size,
+        on_batch=lambda r: click.echo(
+            f"\r{r.embedded}/{r.missing_before} chunks", nl=False, err=True
+        ),
+    )
+    if report.embedded:
+        click.echo("", err=True)
+    click.echo(
+        f"{name}: {report.embedded} chunks embedded ({report.reused} copied from identical"
+        f" text) for {collection}; `pgrag models activate {name} -c {collection}` switches"
+    )
+
+
+@models.command("activate")
+@click.argument("name")
+@collection_option
+@click.pass_context
+def models_activate(ctx: click.Context, name: str, collection: str) -> None:
+    """Make NAME the collection's active model, atomically (the old one stays on standby)."""
+    from .models import get_model
+    from .reembed import activate
+
+    db = _db(ctx)
+    report = activate(db, get_model(db, name), collection)
+    caught = f" (after embedding {report.embedded} new chunks)" if report.embedded else ""
+    click.echo(f"{collection} now searches with {name}{caught}")
+
+
+@models.command("retire")
+@click.argument("name")
+@collection_option
+@click.pass_context
+def models_retire(ctx: click.Context, name: str, collection: str) -> None:
+    """Retire NAME in a collection and delete its vectors there (in batches; resumable)."""
+    from .models import get_model
+    from .reembed import retire
+
+    db = _db(ctx)
+    deleted = retire(db, get_model(db, name), collection)
+    click.echo(f"retired {name} in {collection}: {_plural(deleted, 'vector')} deleted")
+
+
+@cli.command()
+@click.option("--once", is_flag=True, help="Exit when nothing is left to do.")
+@click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 10000))
+@click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(min=0.05))
+@click.pass_context
+def worker(ctx: click.Context, once: bool, batch_size: int, poll: float) -> None:
+    """Embed what the queue holds (documents written with SQL; new chunks for other models).
+
+    Run as many as you like: they share the queue (FOR UPDATE SKIP LOCKED)."""
+    import signal
+
+    from .worker import run
+
+    stop = {"now": False}
+
+    def _stop(*_: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    total = run(
+        _db(ctx),
+        batch_size=batch_size,
+        once=once,
+        poll=poll,
+        should_stop=lambda: stop["now"],
+        on_batch=lambda r: click.echo(
+            f"embedded {r.embedded}" + (f", failed {r.failed}: {r.errors[-1]}" if r.failed else ""),
+            err=True,
+        ),
+    )
+    click.echo(f"worker: {total.embedded} embedded, {total.failed} failed")
+
+
+@cli.command()
+@json_option
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Per collection: documents, chunks, pending and failed embeddings, models."""
+    from .worker import status as collection_status
+
+    rows = collection_status(_db(ctx))
+    if as_json:
+        _emit_json(rows)
+        return
+    if not rows:
+        click.echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
+    for r in rows:
+        others = f"\tother models: {', '.join(r['others'])}" if r["others"] else ""
+        click.echo(
+            f"{r['collection']}\t{_plural(r['documents'], 'document')}"
+            f"\t{_plural(r['chunks'], 'chunk')}\t{r['pending']} pending\t{r['failed']} failed"
+            f"\tmodel {r['active_model'] or '-'}{others}"
         )
 
 

@@ -91,12 +91,22 @@ class Database:
     # Who searches and asks read as (plus public); None: whatever the session's role may see.
     principals: list[str] | None = None
 
+    # Look a repeated question's vector up in pgrag.query_embedding_cache before embedding it.
+    query_cache: bool = True
+
     @property
     def embedder(self) -> Embedder:
-        if self._embedder is None:
-            from .embeddings import default_embedder
+        """The embedder given to :func:`pgrag.connect`, else the configured default (a new
+        collection is created with it; an existing one is embedded with its active model)."""
+        if self._embedder is not None:
+            return self._embedder
+        from .embeddings import default_embedder
 
-            self._embedder = default_embedder()
+        return default_embedder()
+
+    @property
+    def given_embedder(self) -> Embedder | None:
+        """The embedder given to :func:`pgrag.connect`, if any."""
         return self._embedder
 
     def close(self) -> None:

@@ -173,6 +173,16 @@ def ensure_collection(db: Database, name: str, embedder: Embedder | None = None)
     collection = get_collection(db, name)
     assert collection is not None
     _check_model(db, collection, embedder)
+    from psycopg.types.json import Jsonb
+
+    from .models import describe
+
+    with transaction(db) as conn:  # where the model comes from, for queries and pgrag worker
+        conn.execute(
+            "UPDATE pgrag.embedding_models SET settings = %(s)s"
+            " WHERE id = %(id)s AND settings = '{}'",
+            {"s": Jsonb(describe(embedder)), "id": collection.model_id},
+        )
     return collection
 
 
@@ -319,6 +329,12 @@ def _ingest(
     embedder = db.embedder
     coll = get_collection(db, collection)
     if coll is not None:
+        from .models import active_embedder
+
+        # An existing collection is written with its active model (pgrag models).
+        active = active_embedder(db, collection)
+        if active is not None:
+            embedder = active[1]
         _check_model(db, coll, embedder)
         # A bulk load killed between dropping and rebuilding the index left it missing.
         _build_model_index(db, coll.model_id)
@@ -722,6 +738,7 @@ def _write(
     principals: list[str] | None = None,
 ) -> None:
     with transaction(db) as conn:
+        others = _lock_collection(conn, coll)
         new: list[tuple[int, int, _PreparedChunk, Any, list[str]]] = []
         for doc, doc_vectors in zip(batch, vectors, strict=True):
             if doc.duplicate_of is not None and not _original_unchanged(
@@ -748,6 +765,8 @@ def _write(
         ]
         vector_rows = [(coll.model_id, i, v[3]) for i, v in zip(ids, new, strict=True)]
         _copy_chunks(conn, chunk_rows, vector_rows)
+        if others and ids:
+            _enqueue(conn, coll, ids)
 
 
 def _write_streamed(
@@ -778,6 +797,7 @@ def _write_streamed(
             " WHERE d.collection_id = %(c)s AND d.source = %(s)s",
             {"m": coll.model_id, "c": coll.id, "s": doc.file.source},
         )
+        others = _lock_collection(conn, coll)
         doc_id, doc_principals, _ = _replace_document(conn, coll, doc, principals)
         ordinal = 0
         pending: list[_PreparedChunk] = []
@@ -809,6 +829,8 @@ def _write_streamed(
                 (coll.model_id, i, known[c.content_hash]) for i, c in zip(ids, pending, strict=True)
             ]
             _copy_chunks(conn, rows, vectors)
+            if others:
+                _enqueue(conn, coll, ids)
             ordinal += len(pending)
             report.chunks_written += len(pending)
             if progress:
@@ -831,6 +853,32 @@ def _write_streamed(
         if ordinal == 0:
             raise InputError("has no text to index")
     doc.result.chunks = ordinal
+
+
+def _lock_collection(conn: Any, coll: Collection) -> bool:
+    """Holds the collection row FOR SHARE until the write commits, so that no model is
+    activated or retired in between (pgrag.activate_model_v1 takes it FOR UPDATE). True when
+    the collection has models besides the one this ingest embeds with: they get its new
+    chunks through the embedding queue (pgrag worker)."""
+    row = conn.execute(
+        "SELECT c.model_id,"
+        " EXISTS (SELECT 1 FROM pgrag.collection_models m WHERE m.collection_id = c.id"
+        "         AND m.status <> 'retired' AND m.model_id <> %(m)s)"
+        " FROM pgrag.collections c WHERE c.id = %(c)s FOR SHARE OF c",
+        {"c": coll.id, "m": coll.model_id},
+    ).fetchone()
+    if row is None or row[0] != coll.model_id:
+        raise PgragError(
+            f"collection {coll.name!r} was switched to another embedding model during this"
+            " ingest (pgrag models activate); run the ingest again"
+        )
+    return bool(row[1])
+
+
+def _enqueue(conn: Any, coll: Collection, chunk_ids: list[int]) -> None:
+    conn.execute(
+        "SELECT pgrag.embedding_enqueue_v1(%(c)s, %(ids)s)", {"c": coll.id, "ids": chunk_ids}
+    )
 
 
 def _without_nul(lines: Iterable[str]) -> Iterator[str]:
@@ -1069,7 +1117,7 @@ def _build_model_index(db: Database, model_id: int, analyze: bool = False) -> No
     """Create the model's HNSW index if it is missing (a no-op when it exists)."""
     with transaction(db) as conn:
         conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-        conn.execute("SELECT pgrag.ensure_model_index_v2(%(m)s)", {"m": model_id})
+        conn.execute("SELECT pgrag.ensure_model_index_v3(%(m)s)", {"m": model_id})
     if analyze:
         with transaction(db) as conn:
             conn.execute("ANALYZE pgrag.chunks")

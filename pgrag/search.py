@@ -1,4 +1,4 @@
-"""Hybrid search from Python: embed the question, call ``pgrag.search_v4`` in the database.
+"""Hybrid search from Python: embed the question, call ``pgrag.search_v5`` in the database.
 
 All ranking happens in SQL (one function call: vector arm, BM25 keyword arm, Reciprocal Rank
 Fusion), so Python, psql and any other client get the same results under the same permissions.
@@ -27,7 +27,7 @@ COLUMNS = (
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """Tuning knobs of ``pgrag.search_v4``; None leaves the function's default (see
+    """Tuning knobs of ``pgrag.search_v5``; None leaves the function's default (see
     sql/functions/search_v4.sql and docs/search.md for what each does and how the defaults were
     chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25 reads every posting);
     ``fallback_chunks=0`` turns off the keyword fallback for queries nothing else matched."""
@@ -51,16 +51,19 @@ class SearchSettings:
         return out
 
 
-def call_sql(settings: SearchSettings | None = None, *, columns: str = COLUMNS) -> str:
-    """``SELECT columns FROM pgrag.search_v4(...)`` with psycopg named placeholders:
-    %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, and one per setting given."""
+def call_sql(
+    settings: SearchSettings | None = None, *, columns: str = COLUMNS, model: bool = False
+) -> str:
+    """``SELECT columns FROM pgrag.search_v5(...)`` with psycopg named placeholders:
+    %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, one per setting given, and
+    %(model)s (the model the query was embedded with) if ``model``."""
     named = "".join(
         f", {name} => %({name})s" for name in (settings or SearchSettings()).arguments()
-    )
+    ) + (", model => %(model)s" if model else "")
     # Only fixed names are spliced in (the columns are pgrag's, the argument names are
     # SearchSettings' fields); every value travels as a parameter.
     return (
-        f"SELECT {columns} FROM pgrag.search_v4(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
+        f"SELECT {columns} FROM pgrag.search_v5(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
         f" k => %(k)s, filter => %(filter)s{named})"
     )
 
@@ -95,9 +98,11 @@ def search_sql(
     mode: str = "hybrid",
     filter: dict[str, Any] | None = None,
     settings: SearchSettings | None = None,
+    model: str | None = None,
 ) -> str:
     """The statement :func:`search` runs, as SQL text to paste into psql or an application:
-    literals inlined (safely quoted), the query embedding left as ``$1``."""
+    literals inlined (safely quoted), the query embedding left as ``$1`` (made with ``model``,
+    if named)."""
     import json
 
     from psycopg import sql
@@ -107,8 +112,10 @@ def search_sql(
         sql.SQL(", {} => {}").format(sql.SQL(name), sql.Literal(value))
         for name, value in (settings or SearchSettings()).arguments().items()
     ]
+    if model is not None and mode != "keyword":
+        named.append(sql.SQL(", model => {}").format(sql.Literal(model)))
     statement = sql.SQL(
-        "SELECT " + COLUMNS + " FROM pgrag.search_v4({collection}, {query}, {embedding},"  # noqa: S608
+        "SELECT " + COLUMNS + " FROM pgrag.search_v5({collection}, {query}, {embedding},"  # noqa: S608
         " k => {k}, filter => {filter}::jsonb{named})"
     ).format(
         collection=sql.Literal(collection),
@@ -185,19 +192,26 @@ def search(
     if mmr is not None and model is None:
         raise InputError(f"mmr needs embeddings, and collection {collection!r} has none yet")
     embedding = None
+    model_name = None
+    model_id = None
     if (mode != "keyword" or mmr is not None) and model is not None:
-        from .embeddings import require_model
+        from .models import query_model
+        from .query_cache import embed_query
 
-        embedder = db.embedder
-        require_model(collection, model, embedder)
-        embedding = embedder.embed([query])[0]
+        resolved = query_model(db, collection)
+        if resolved is not None:
+            spec, embedder = resolved
+            model_name, model_id = spec.name, spec.id
+            readers = db.principals if principals is None else principals
+            embedding = embed_query(db, spec, embedder, query, readers)
     t1 = time.perf_counter()
     fetch = candidates(k) if (reranker is not None or mmr is not None) else k
     with transaction(db) as conn:
         access.apply(conn, db.principals if principals is None else principals)
         rows = conn.execute(
-            call_sql(settings),
+            call_sql(settings, model=model_name is not None),
             {
+                "model": model_name,
                 "collection": collection,
                 "query": None if mode == "vector" else query,
                 "embedding": None if mode == "keyword" else embedding,
@@ -212,7 +226,7 @@ def search(
         results = _reranked(query, results, reranker, k if mmr is None else fetch)
     t3 = time.perf_counter()
     if mmr is not None and results:
-        results = _diversified(db, collection, embedding, results, k, mmr)
+        results = _diversified(db, model_id, embedding, results, k, mmr)
     results = results[:k]
     if timings is not None:
         timings["embed_ms"] = round((t1 - t0) * 1000, 2)
@@ -248,7 +262,7 @@ def _reranked(
 
 def _diversified(
     db: Database,
-    collection: str,
+    model_id: int | None,
     embedding: Any,
     results: list[SearchResult],
     k: int,
@@ -266,9 +280,8 @@ def _diversified(
         with transaction(db) as conn:
             rows = conn.execute(
                 "SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e"
-                " JOIN pgrag.collections c ON c.model_id = e.model_id AND c.name = %(c)s"
-                " WHERE e.chunk_id = ANY(%(ids)s)",
-                {"c": collection, "ids": ids},
+                " WHERE e.model_id = %(m)s AND e.chunk_id = ANY(%(ids)s)",
+                {"m": model_id, "ids": ids},
             ).fetchall()
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):

@@ -165,3 +165,91 @@ def corpus(tmp_path: Path) -> Path:
         "Bicycles are parked in the inner courtyard.\n"
     )
     return root
+
+
+# --- an OpenAI-compatible embedding server, at the edge of the system ---------------------------
+
+
+class HashEmbeddingServer:
+    """A real local HTTP server answering ``POST /v1/embeddings`` like TEI or OpenAI would,
+    with feature-hashed bags of words (``dimension`` buckets, L2-normalised): texts that share
+    words get similar vectors, so retrieval with it is meaningful. It records every text it
+    embeds; ``fail_next`` makes it answer that many requests with HTTP 503, ``delay`` sleeps
+    before each answer, and ``dimension`` can be changed under a running client."""
+
+    def __init__(self, dimension: int = 64) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.dimension = dimension
+        self.texts: list[str] = []
+        self.requests = 0
+        self.fail_next = 0
+        self.delay = 0.0
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                import json
+                import time
+
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.requests += 1
+                    failing = outer.fail_next > 0
+                    outer.fail_next -= failing
+                if outer.delay:
+                    time.sleep(outer.delay)
+                if failing or self.path != "/v1/embeddings":
+                    self.send_response(503 if failing else 404)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                with outer.lock:
+                    outer.texts.extend(texts)
+                data = [
+                    {"object": "embedding", "index": i, "embedding": outer.vector(t)}
+                    for i, t in enumerate(texts)
+                ]
+                raw = json.dumps({"object": "list", "data": data, "model": body["model"]})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw.encode())
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def vector(self, text: str) -> list[float]:
+        import hashlib
+        import math
+        import re
+
+        v = [0.0] * self.dimension
+        for word in re.findall(r"\w+", text.lower()):
+            h = hashlib.blake2b(word.encode(), digest_size=8).digest()
+            v[int.from_bytes(h[:4], "little") % self.dimension] += 1.0 if h[4] & 1 else -1.0
+        norm = math.sqrt(sum(x * x for x in v)) or 1.0
+        return [x / norm for x in v]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def hash_server() -> Iterator[HashEmbeddingServer]:
+    server = HashEmbeddingServer()
+    yield server
+    server.close()

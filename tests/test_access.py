@@ -569,7 +569,7 @@ def test_cli_search_sql_names_the_principals(tenants: Tenants) -> None:
     lines = result.stdout.strip().splitlines()
     assert lines[0] == "BEGIN;" and lines[-1] == "COMMIT;"
     assert lines[1] == "SELECT set_config('pgrag.principals', 'alice', true);"
-    assert "pgrag.search_v4('t', 'refund'" in lines[2]
+    assert "pgrag.search_v5('t', 'refund'" in lines[2]
 
 
 def test_an_empty_principal_list_reads_public_only(tenants: Tenants) -> None:

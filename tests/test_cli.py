@@ -180,9 +180,9 @@ def test_search_unknown_collection(dsn: str) -> None:
 
 def test_database_errors_become_one_line(loaded: str) -> None:
     with psycopg.connect(loaded) as conn:
-        conn.execute("ALTER FUNCTION pgrag.search_v4 RENAME TO search_v4_gone")
+        conn.execute("ALTER FUNCTION pgrag.search_v5 RENAME TO search_v5_gone")
     result = run(loaded, "search", "refund", "-c", "docs")
-    assert_one_error_line(result, "error: function pgrag.search_v4(")
+    assert_one_error_line(result, "error: function pgrag.search_v5(")
 
 
 # --- ask, offline reader ------------------------------------------------------------------

@@ -71,6 +71,24 @@ FUNCTIONS = (
     "section_chunks_v1",
     "grant_roles_v3",
     "documents_renamed_v1",
+    "collection_model_changed_v1",
+    "ensure_model_index_v3",
+    "model_missing_v1",
+    "activate_model_v1",
+    "retire_model_v1",
+    "retire_model_vectors_v1",
+    "chunk_text_v1",
+    "documents_body_v1",
+    "embedding_enqueue_v1",
+    "documents_sync_v1",
+    "sync_row_v1",
+    "status_v1",
+    "query_cache_scope_v1",
+    "query_cache_get_v1",
+    "query_cache_put_v1",
+    "grant_roles_v4",
+    "search_with_model_v1",
+    "search_v5",
 )
 DEFINERS = {
     "search_v3",
@@ -80,6 +98,11 @@ DEFINERS = {
     "documents_v1",
     "collections_v1",
     "section_chunks_v1",
+    "ensure_model_index_v3",
+    "sync_row_v1",
+    "query_cache_get_v1",
+    "query_cache_put_v1",
+    "search_v5",
 }
 
 
@@ -173,6 +196,9 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     assert "up to date" in check.stdout
 
     # A relative revision is an argument, not an unknown option.
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0008 -> 0007" in down.stdout
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
     assert "downgraded pgrag's schema: 0007 -> 0006" in down.stdout

@@ -356,7 +356,7 @@ def test_search_sql_is_the_statement_search_runs(loaded: Database) -> None:
     )
     assert result.exit_code == 0, result.stderr
     statement = result.stdout.strip().rstrip(";")
-    assert "pgrag.search_v4('docs', 'refund o''clock', $1::vector, k => 4" in statement
+    assert "pgrag.search_v5('docs', 'refund o''clock', $1::vector, k => 4" in statement
     vector = loaded.embedder.embed([query])[0]
     with psycopg.connect(loaded.dsn) as conn:
         register_vector(conn)

@@ -1,0 +1,234 @@
+"""Switching a collection to another embedding model without downtime.
+
+``reembed`` adds the model to the collection (status ``building``) and backfills its vectors
+in batches, each committed with the vectors it made: killed, it is simply run again and goes on
+with the chunks that still have none; nothing is embedded twice. Searches keep using the active
+model meanwhile. The model's HNSW index is built once the backfill is done (faster than
+inserting into a live index). ``activate`` embeds whatever arrived since, then switches in one
+transaction (``pgrag.activate_model_v1``); the old model becomes ``standby`` and keeps its
+vectors, so queries embedded with it just before the switch are still answered correctly (they
+name their model to ``search_v5``) and the switch can be undone. ``retire`` deletes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .errors import InputError, PgragError
+
+if TYPE_CHECKING:
+    from .db import Database
+    from .embeddings import Embedder
+    from .models import Model
+
+
+@dataclass
+class Backfill:
+    model: str
+    collection: str
+    embedded: int = 0  # chunks given a vector by this run
+    reused: int = 0  # of which copied from a chunk with the same text
+    missing_before: int = 0  # chunks without a vector when this run started
+    index_built: bool = False
+
+
+def _collection_id(db: Database, collection: str) -> int:
+    from .db import transaction
+
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT id FROM pgrag.collections WHERE name = %(c)s", {"c": collection}
+        ).fetchone()
+    if row is None:
+        raise InputError(
+            f"collection {collection!r} does not exist; `pgrag collections` lists them"
+        )
+    return int(row[0])
+
+
+def attach(db: Database, model: Model, collection: str) -> int:
+    """Add ``model`` to ``collection`` as ``building`` (again, if it was retired)."""
+    from .db import transaction
+
+    collection_id = _collection_id(db, collection)
+    with transaction(db) as conn:
+        conn.execute(
+            "INSERT INTO pgrag.collection_models (collection_id, model_id, status)"
+            " VALUES (%(c)s, %(m)s, 'building')"
+            " ON CONFLICT (collection_id, model_id) DO UPDATE SET status = 'building',"
+            " retired_at = NULL WHERE pgrag.collection_models.status = 'retired'",
+            {"c": collection_id, "m": model.id},
+        )
+    return collection_id
+
+
+def reembed(
+    db: Database,
+    model: Model,
+    collection: str,
+    *,
+    batch_size: int = 256,
+    embedder: Embedder | None = None,
+    on_batch: Callable[[Backfill], None] | None = None,
+    build_index: bool = True,
+) -> Backfill:
+    """Give every chunk of ``collection`` a vector of ``model``; resumable (see the module)."""
+    from .db import transaction
+    from .models import embedder_for
+
+    if not 1 <= batch_size <= 10000:
+        raise InputError(f"--batch-size must be between 1 and 10000, got {batch_size}")
+    collection_id = attach(db, model, collection)
+    embedder = embedder or embedder_for(model)
+    report = Backfill(model=model.name, collection=collection)
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT pgrag.model_missing_v1(%(c)s, %(m)s)", {"c": collection_id, "m": model.id}
+        ).fetchone()
+        report.missing_before = int(row[0]) if row else 0
+    last = 0
+    while True:
+        done = _batch(db, model, embedder, collection_id, last, batch_size, report)
+        if done is None:
+            break
+        last = done
+        if on_batch:
+            on_batch(report)
+    if build_index:
+        with transaction(db) as conn:
+            conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
+            row = conn.execute(
+                "SELECT pgrag.ensure_model_index_v3(%(m)s)", {"m": model.id}
+            ).fetchone()
+            report.index_built = bool(row and row[0])
+        with transaction(db) as conn:
+            conn.execute("ANALYZE pgrag.chunk_embeddings")
+    return report
+
+
+def _batch(
+    db: Database,
+    model: Model,
+    embedder: Embedder,
+    collection_id: int,
+    after: int,
+    size: int,
+    report: Backfill,
+) -> int | None:
+    """Embed the next ``size`` chunks (by id, after ``after``) that have no vector of the
+    model; returns the last id seen, None when there were none."""
+    from .db import transaction
+    from .worker import embed_text, store_vectors
+
+    with transaction(db) as conn:
+        # Locked (SKIP LOCKED: a worker or a second reembed has them) so that each chunk is
+        # embedded by one of them.
+        rows = conn.execute(
+            "SELECT c.id, c.section, c.content, c.content_hash FROM pgrag.chunks c"
+            " WHERE c.collection_id = %(c)s AND c.id > %(after)s"
+            "   AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e"
+            "                    WHERE e.model_id = %(m)s AND e.chunk_id = c.id)"
+            " ORDER BY c.id LIMIT %(n)s FOR UPDATE OF c SKIP LOCKED",
+            {"c": collection_id, "after": after, "m": model.id, "n": size},
+        ).fetchall()
+        if not rows:
+            return None
+        # Texts the collection has this model's vector for already (another copy) are copied.
+        hashes = list({r[3] for r in rows})
+        known = dict(
+            conn.execute(
+                "SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding"
+                " FROM pgrag.chunks c JOIN pgrag.chunk_embeddings e"
+                "   ON e.chunk_id = c.id AND e.model_id = %(m)s"
+                " WHERE c.collection_id = %(c)s AND left(c.content_hash, 16) = ANY (%(p)s)"
+                "   AND c.content_hash = ANY (%(h)s)",
+                {"m": model.id, "c": collection_id, "p": [h[:16] for h in hashes], "h": hashes},
+            ).fetchall()
+        )
+        todo: dict[str, str] = {}
+        for _, section, content, digest in rows:
+            if digest not in known:
+                todo.setdefault(digest, embed_text(section, content, embedder))
+        if todo:
+            matrix = embedder.embed(list(todo.values()))
+            if matrix.shape != (len(todo), model.dimension):
+                raise PgragError(
+                    f"embedding model {model.name!r} returned vectors of shape {matrix.shape},"
+                    f" expected ({len(todo)}, {model.dimension})"
+                )
+            known.update(zip(todo, matrix, strict=True))
+        store_vectors(conn, model.id, [(r[0], known[r[3]]) for r in rows])
+        report.embedded += len(rows)
+        report.reused += len(rows) - len(todo)
+    return int(rows[-1][0])
+
+
+def activate(
+    db: Database, model: Model, collection: str, *, embedder: Embedder | None = None
+) -> Backfill:
+    """Make ``model`` the collection's active one (after embedding any chunk still without its
+    vector); one transaction, so every search sees either the old model or the new."""
+    from .db import transaction
+    from .errors import DatabaseError
+
+    for _ in range(5):
+        report = reembed(db, model, collection, embedder=embedder)
+        try:
+            with transaction(db) as conn:
+                conn.execute(
+                    "SELECT pgrag.activate_model_v1(%(c)s, %(m)s)",
+                    {"c": collection, "m": model.id},
+                )
+            return report
+        except DatabaseError as err:
+            if "have no vector" not in str(err):  # chunks written since: embed those too
+                raise
+    raise PgragError(
+        f"chunks keep arriving in collection {collection!r} faster than model {model.name!r}"
+        " embeds them; run `pgrag models activate` again when writes are quieter"
+    )
+
+
+def retire(
+    db: Database,
+    model: Model,
+    collection: str,
+    *,
+    batch: int = 10000,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
+    """Retire ``model`` in ``collection`` and delete its vectors there, ``batch`` at a time
+    (each batch its own transaction: interrupted, run it again). Returns how many went."""
+    from .db import transaction
+
+    collection_id = _collection_id(db, collection)
+    with transaction(db) as conn:
+        status = conn.execute(
+            "SELECT status FROM pgrag.collection_models"
+            " WHERE collection_id = %(c)s AND model_id = %(m)s",
+            {"c": collection_id, "m": model.id},
+        ).fetchone()
+        if status is None:
+            raise InputError(
+                f"model {model.name!r} is not a model of collection {collection!r};"
+                f" `pgrag models list --collection {collection}` shows its models"
+            )
+        if status[0] != "retired":
+            conn.execute(
+                "SELECT pgrag.retire_model_v1(%(c)s, %(m)s)", {"c": collection, "m": model.id}
+            )
+    deleted = 0
+    while True:
+        with transaction(db) as conn:
+            row = conn.execute(
+                "SELECT pgrag.retire_model_vectors_v1(%(c)s, %(m)s, %(n)s)",
+                {"c": collection_id, "m": model.id, "n": batch},
+            ).fetchone()
+        n = int(row[0]) if row else 0
+        deleted += n
+        if on_batch and n:
+            on_batch(deleted)
+        if n == 0:
+            return deleted

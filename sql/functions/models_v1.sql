@@ -1,0 +1,205 @@
+-- Models as data, per collection (migration 0008): which models a collection has, which one
+-- serves its searches, and switching between them without downtime.
+--
+-- Released SQL objects are frozen (see sql/RELEASED.sha256); a change is a new _vN beside this.
+--
+-- pgrag.collection_models holds one row per (collection, model) with a status:
+--   building  vectors are being backfilled (pgrag models reembed); searchable on request only
+--   active    the model queries are embedded with; exactly one per collection, and always
+--             the one pgrag.collections.model_id names (a trigger keeps the two in step)
+--   standby   was active; its vectors are kept up to date, so it can be activated again
+--   retired   its vectors are gone (pgrag models retire); it can be added again
+-- Every write path (pgrag ingest, the SQL sync triggers, the worker) gives a new chunk a vector
+-- for every model that is not retired, directly or through pgrag.embedding_queue.
+
+-- collections.model_id is the active model: any write of it (pgrag ingest creating a
+-- collection, activate_model_v1, plain SQL) makes that model active and the previous one standby.
+CREATE FUNCTION pgrag.collection_model_changed_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NEW.model_id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    UPDATE pgrag.collection_models SET status = 'standby'
+     WHERE collection_id = NEW.id AND status = 'active' AND model_id <> NEW.model_id;
+    INSERT INTO pgrag.collection_models (collection_id, model_id, status, activated_at)
+    VALUES (NEW.id, NEW.model_id, 'active', now())
+    ON CONFLICT (collection_id, model_id)
+    DO UPDATE SET status = 'active', activated_at = now(), retired_at = NULL;
+    RETURN NULL;
+END
+$fn$;
+
+-- v3: also for models whose vectors are indexed at half precision (embedding_models.index_type
+-- 'halfvec': USING hnsw ((embedding::halfvec(DIM)) halfvec_<distance>_ops), up to 4,000
+-- dimensions), and SECURITY DEFINER, so pgrag_writer may create a model's index (it may not
+-- create indexes on pgrag's tables itself). Otherwise as ensure_model_index_v2.
+CREATE FUNCTION pgrag.ensure_model_index_v3(p_model_id integer) RETURNS boolean
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dimension integer;
+    v_distance  text;
+    v_type      text;
+    v_schema    text;
+    v_index     text := 'chunk_embeddings_hnsw_' || p_model_id;
+BEGIN
+    SELECT m.dimension, m.distance, m.index_type INTO v_dimension, v_distance, v_type
+      FROM pgrag.embedding_models m WHERE m.id = p_model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'embedding model % does not exist', p_model_id USING ERRCODE = '42704';
+    END IF;
+    IF v_dimension > (CASE v_type WHEN 'halfvec' THEN 4000 ELSE 2000 END)
+       OR to_regclass('pgrag.' || v_index) IS NOT NULL THEN
+        RETURN false;
+    END IF;
+    SELECT n.nspname INTO v_schema
+      FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+     WHERE e.extname = 'vector';
+    EXECUTE format(
+        'CREATE INDEX IF NOT EXISTS %I ON pgrag.chunk_embeddings USING hnsw ((embedding::%I.%I(%s)) %I.%I) WITH (m = 16, ef_construction = 128) WHERE model_id = %s',
+        v_index, v_schema, v_type, v_dimension, v_schema,
+        v_type || CASE v_distance WHEN 'cosine' THEN '_cosine_ops'
+                                  WHEN 'l2' THEN '_l2_ops'
+                                  ELSE '_ip_ops' END,
+        p_model_id);
+    RETURN true;
+END
+$fn$;
+
+COMMENT ON FUNCTION pgrag.ensure_model_index_v3(integer) IS
+    'Create the partial HNSW index of an embedding model (vector or halfvec) if it is missing; true when created.';
+
+-- The chunks of a collection that have no vector of a model, counted up to p_limit.
+CREATE FUNCTION pgrag.model_missing_v1(p_collection_id integer, p_model_id integer,
+                                       p_limit bigint DEFAULT NULL)
+RETURNS bigint
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT count(*) FROM (
+        SELECT 1 FROM pgrag.chunks c
+         WHERE c.collection_id = p_collection_id
+           AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
+                            WHERE e.model_id = p_model_id AND e.chunk_id = c.id)
+         LIMIT p_limit) x
+$fn$;
+
+-- Makes a model the collection's active one, atomically: searches that name no model use it
+-- from the next statement on. Refused while any chunk lacks its vector (pgrag models reembed
+-- fills them). The collection row is locked, so no pgrag ingest writes in between: an ingest
+-- holds it FOR SHARE while it writes. The previous model becomes standby, its vectors kept.
+CREATE FUNCTION pgrag.activate_model_v1(p_collection text, p_model_id integer)
+RETURNS integer
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_collection_id integer;
+    v_active        integer;
+    v_status        text;
+    v_missing       bigint;
+BEGIN
+    SELECT c.id, c.model_id INTO v_collection_id, v_active
+      FROM pgrag.collections c WHERE c.name = p_collection FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'collection % does not exist', quote_literal(p_collection)
+            USING ERRCODE = '42704';
+    END IF;
+    SELECT cm.status INTO v_status FROM pgrag.collection_models cm
+     WHERE cm.collection_id = v_collection_id AND cm.model_id = p_model_id;
+    IF v_status IS NULL OR v_status = 'retired' THEN
+        RAISE EXCEPTION 'embedding model % is not a model of collection % (or is retired)',
+            p_model_id, quote_literal(p_collection)
+            USING ERRCODE = '22023', HINT = 'pgrag models reembed MODEL --collection C adds it.';
+    END IF;
+    IF v_active = p_model_id THEN
+        RETURN p_model_id;
+    END IF;
+    v_missing := pgrag.model_missing_v1(v_collection_id, p_model_id);
+    IF v_missing > 0 THEN
+        RAISE EXCEPTION '% chunks of collection % have no vector of embedding model % yet',
+            v_missing, quote_literal(p_collection), p_model_id
+            USING ERRCODE = '55000', HINT = 'Run pgrag models reembed MODEL --collection C again.';
+    END IF;
+    PERFORM pgrag.ensure_model_index_v3(p_model_id);
+    UPDATE pgrag.collections SET model_id = p_model_id WHERE id = v_collection_id;
+    RETURN p_model_id;
+END
+$fn$;
+
+COMMENT ON FUNCTION pgrag.activate_model_v1(text, integer) IS
+    'Switch a collection to another of its models, atomically; refused while chunks lack its vectors.';
+
+-- Retires a model of a collection: searches may no longer name it, and nothing is queued for
+-- it. Its vectors are deleted by retire_model_vectors_v1, in batches (pgrag models retire).
+CREATE FUNCTION pgrag.retire_model_v1(p_collection text, p_model_id integer)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_collection_id integer;
+    v_active        integer;
+BEGIN
+    SELECT c.id, c.model_id INTO v_collection_id, v_active
+      FROM pgrag.collections c WHERE c.name = p_collection FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'collection % does not exist', quote_literal(p_collection)
+            USING ERRCODE = '42704';
+    END IF;
+    IF v_active = p_model_id THEN
+        RAISE EXCEPTION 'embedding model % is the active model of collection %; activate another first',
+            p_model_id, quote_literal(p_collection) USING ERRCODE = '55000';
+    END IF;
+    UPDATE pgrag.collection_models SET status = 'retired', retired_at = now()
+     WHERE collection_id = v_collection_id AND model_id = p_model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'embedding model % is not a model of collection %',
+            p_model_id, quote_literal(p_collection) USING ERRCODE = '22023';
+    END IF;
+    DELETE FROM pgrag.embedding_queue WHERE collection_id = v_collection_id AND model_id = p_model_id;
+END
+$fn$;
+
+-- Deletes up to p_batch vectors of a retired model in a collection; returns how many. When
+-- none are left and no collection uses the model any more, its HNSW index is dropped too.
+CREATE FUNCTION pgrag.retire_model_vectors_v1(p_collection_id integer, p_model_id integer,
+                                              p_batch integer DEFAULT 10000)
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_deleted bigint;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgrag.collection_models
+                    WHERE collection_id = p_collection_id AND model_id = p_model_id
+                      AND status = 'retired') THEN
+        RAISE EXCEPTION 'embedding model % is not retired in collection %', p_model_id, p_collection_id
+            USING ERRCODE = '55000';
+    END IF;
+    DELETE FROM pgrag.chunk_embeddings e
+     WHERE e.model_id = p_model_id
+       AND e.chunk_id IN (SELECT e2.chunk_id FROM pgrag.chunk_embeddings e2
+                            JOIN pgrag.chunks c ON c.id = e2.chunk_id
+                           WHERE e2.model_id = p_model_id AND c.collection_id = p_collection_id
+                           LIMIT p_batch);
+    GET DIAGNOSTICS v_deleted = ROW_COUNT;
+    IF v_deleted = 0 AND NOT EXISTS (SELECT 1 FROM pgrag.collection_models
+                                      WHERE model_id = p_model_id AND status <> 'retired') THEN
+        EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', 'chunk_embeddings_hnsw_' || p_model_id);
+    END IF;
+    RETURN v_deleted;
+END
+$fn$;

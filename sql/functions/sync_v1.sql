@@ -1,0 +1,397 @@
+-- SQL-first sync (migration 0008): documents written with plain SQL get chunks, keyword
+-- postings and (through pgrag.embedding_queue and `pgrag worker`) vectors.
+--
+-- Released SQL objects are frozen (see sql/RELEASED.sha256); a change is a new _vN beside this.
+--
+--   INSERT INTO pgrag.documents (collection_id, source, title, body)
+--   SELECT id, 'kb/42', 'Refunds', 'Refunds are accepted within 30 days ...'
+--     FROM pgrag.collections WHERE name = 'handbook';
+--
+-- A document with a body is chunked in the database when it is inserted or its body or title
+-- changes: keyword search finds it as soon as the transaction commits. Its chunks are queued
+-- for every model of the collection that is not retired, unless a chunk with the same text in
+-- the collection already has that model's vector (then it is copied, nothing is embedded).
+-- Deleting the document deletes its chunks, vectors and queue entries (foreign keys).
+-- Documents written by `pgrag ingest` have no body (it chunks files itself) and are left alone.
+
+-- Chunks of at most p_words words, packed paragraph by paragraph (a blank line ends one); a
+-- paragraph longer than p_words is cut into windows overlapping by p_overlap words. A "word" is
+-- a run of at most 40 characters without white space, so text without spaces is cut as well.
+CREATE FUNCTION pgrag.chunk_text_v1(p_text text, p_words integer, p_overlap integer DEFAULT 0)
+RETURNS TABLE (ordinal integer, content text, words integer)
+LANGUAGE plpgsql
+IMMUTABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_para  text;
+    v_words text[];
+    v_n     integer;
+    v_buf   text := '';
+    v_count integer := 0;
+    v_ord   integer := 0;
+    i       integer;
+BEGIN
+    IF p_words IS NULL OR p_words < 1 OR p_overlap IS NULL OR p_overlap < 0
+       OR p_overlap >= p_words THEN
+        RAISE EXCEPTION 'chunk_text_v1 needs p_words >= 1 and 0 <= p_overlap < p_words, got % and %',
+            p_words, p_overlap USING ERRCODE = '22023';
+    END IF;
+    FOREACH v_para IN ARRAY regexp_split_to_array(coalesce(p_text, ''), '\n[ \t\r\f\v]*\n')
+    LOOP
+        v_words := ARRAY(SELECT m[1] FROM regexp_matches(v_para, '(\S{1,40})', 'g') m);
+        v_n := cardinality(v_words);
+        CONTINUE WHEN v_n = 0;
+        IF v_count > 0 AND v_count + v_n > p_words THEN
+            ordinal := v_ord; content := v_buf; words := v_count;
+            RETURN NEXT;
+            v_ord := v_ord + 1; v_buf := ''; v_count := 0;
+        END IF;
+        IF v_n > p_words THEN
+            i := 1;
+            LOOP
+                ordinal := v_ord;
+                content := array_to_string(v_words[i : i + p_words - 1], ' ');
+                words := least(p_words, v_n - i + 1);
+                RETURN NEXT;
+                v_ord := v_ord + 1;
+                EXIT WHEN i + p_words - 1 >= v_n;
+                i := i + p_words - p_overlap;
+            END LOOP;
+        ELSE
+            v_buf := CASE WHEN v_count = 0 THEN '' ELSE v_buf || E'\n\n' END
+                     || array_to_string(v_words, ' ');
+            v_count := v_count + v_n;
+        END IF;
+    END LOOP;
+    IF v_count > 0 THEN
+        ordinal := v_ord; content := v_buf; words := v_count;
+        RETURN NEXT;
+    END IF;
+END
+$fn$;
+
+COMMENT ON FUNCTION pgrag.chunk_text_v1(text, integer, integer) IS
+    'Chunks of at most p_words words, paragraph by paragraph, for documents written with SQL.';
+
+-- Before a document with a body is written: its content hash is the body's.
+CREATE FUNCTION pgrag.documents_body_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF NEW.body IS NOT NULL THEN
+        NEW.content_hash := encode(sha256(convert_to(NEW.body, 'UTF8')), 'hex');
+        IF TG_OP = 'UPDATE' THEN
+            NEW.updated_at := now();
+        END IF;
+    END IF;
+    RETURN NEW;
+END
+$fn$;
+
+-- Queues chunks for every model of their collection that is not retired and that they have no
+-- vector of, after copying the vectors of chunks with the same text where there are some.
+-- Returns the number of (chunk, model) pairs queued.
+CREATE FUNCTION pgrag.embedding_enqueue_v1(p_collection_id integer, p_chunk_ids bigint[])
+RETURNS bigint
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_queued bigint;
+BEGIN
+    INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)
+    SELECT DISTINCT ON (m.model_id, n.id) m.model_id, n.id, e.embedding
+      FROM pgrag.chunks n
+      JOIN pgrag.collection_models m
+        ON m.collection_id = p_collection_id AND m.status <> 'retired'
+      JOIN pgrag.chunks o
+        ON o.collection_id = p_collection_id
+       AND left(o.content_hash, 16) = left(n.content_hash, 16)
+       AND o.content_hash = n.content_hash AND o.id <> n.id
+      JOIN pgrag.chunk_embeddings e ON e.chunk_id = o.id AND e.model_id = m.model_id
+     WHERE n.id = ANY (p_chunk_ids)
+       AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings x
+                        WHERE x.model_id = m.model_id AND x.chunk_id = n.id)
+     ORDER BY m.model_id, n.id, o.id
+    ON CONFLICT DO NOTHING;
+    INSERT INTO pgrag.embedding_queue (chunk_id, model_id, collection_id)
+    SELECT n.id, m.model_id, p_collection_id
+      FROM pgrag.chunks n
+      JOIN pgrag.collection_models m
+        ON m.collection_id = p_collection_id AND m.status <> 'retired'
+     WHERE n.id = ANY (p_chunk_ids)
+       AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings x
+                        WHERE x.model_id = m.model_id AND x.chunk_id = n.id)
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS v_queued = ROW_COUNT;
+    RETURN v_queued;
+END
+$fn$;
+
+-- After a document's body or title was written: its chunks follow. A chunk whose position and
+-- text are unchanged keeps its row (and its vectors); the others are replaced and queued.
+CREATE FUNCTION pgrag.documents_sync_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_words   integer;
+    v_overlap integer;
+    v_config  text;
+    v_ords    integer[];
+    v_texts   text[];
+    v_hashes  text[];
+    v_counts  integer[];
+    v_section text;
+    v_ids     bigint[];
+BEGIN
+    IF NEW.body IS NULL THEN
+        IF TG_OP = 'UPDATE' AND OLD.body IS NOT NULL THEN
+            DELETE FROM pgrag.chunks WHERE document_id = NEW.id;  -- no longer synced from SQL
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.body IS NOT DISTINCT FROM NEW.body
+       AND OLD.title IS NOT DISTINCT FROM NEW.title THEN
+        RETURN NULL;
+    END IF;
+    -- Sizes are in the embedding model's tokens; English runs about 1.3 of them to the word.
+    SELECT greatest(1, (c.chunk_tokens * 3) / 4), (c.chunk_overlap * 3) / 4, c.text_config
+      INTO v_words, v_overlap, v_config
+      FROM pgrag.collections c WHERE c.id = NEW.collection_id;
+    v_overlap := least(v_overlap, v_words - 1);
+    v_section := nullif(btrim(NEW.title), '');
+    SELECT coalesce(array_agg(t.ordinal ORDER BY t.ordinal), '{}'),
+           coalesce(array_agg(t.content ORDER BY t.ordinal), '{}'),
+           coalesce(array_agg(encode(sha256(convert_to(
+               CASE WHEN v_section IS NULL THEN t.content
+                    ELSE v_section || E'\n' || t.content END, 'UTF8')), 'hex') ORDER BY t.ordinal), '{}'),
+           coalesce(array_agg(t.words ORDER BY t.ordinal), '{}')
+      INTO v_ords, v_texts, v_hashes, v_counts
+      FROM pgrag.chunk_text_v1(NEW.body, v_words, v_overlap) t;
+    DELETE FROM pgrag.chunks c
+     WHERE c.document_id = NEW.id
+       AND (c.ordinal, c.content_hash, coalesce(c.section, ''))
+           NOT IN (SELECT u.o, u.h, coalesce(v_section, '')
+                     FROM unnest(v_ords, v_hashes) AS u(o, h));
+    WITH added AS (
+        INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, section,
+                                  token_count, content_hash, text_config)
+        SELECT NEW.id, NEW.collection_id, u.o, u.t, v_section, (u.w * 4 + 2) / 3, u.h, v_config
+          FROM unnest(v_ords, v_texts, v_hashes, v_counts) AS u(o, t, h, w)
+         WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunks c
+                            WHERE c.document_id = NEW.id AND c.ordinal = u.o)
+        RETURNING id)
+    SELECT array_agg(id) INTO v_ids FROM added;
+    IF v_ids IS NOT NULL THEN
+        PERFORM pgrag.embedding_enqueue_v1(NEW.collection_id, v_ids);
+    END IF;
+    RETURN NULL;
+END
+$fn$;
+
+-- A trigger function for an application's own table: each row becomes a document of a
+-- collection, kept in step on INSERT, UPDATE and DELETE.
+--
+--   CREATE TRIGGER articles_pgrag AFTER INSERT OR UPDATE OR DELETE ON app.articles
+--       FOR EACH ROW EXECUTE FUNCTION pgrag.sync_row_v1('handbook', 'id', 'body', 'title');
+--
+-- Arguments: the collection (created beforehand, with its model: `pgrag ingest` or
+-- `pgrag models`), the key column, the text column, and optionally the title column and a
+-- column of principals (text[]; NULL or absent: public). The document's source is
+-- "schema.table/key"; its metadata is {"table": "schema.table", "key": "..."}. SECURITY
+-- DEFINER, executable by pgrag_writer (and the owner) only: attaching it takes that grant.
+CREATE FUNCTION pgrag.sync_row_v1() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_collection_id integer;
+    v_table   text := format('%s.%s', TG_TABLE_SCHEMA, TG_TABLE_NAME);
+    v_new     jsonb;
+    v_old     jsonb;
+    v_key     text;
+    v_old_key text;
+    v_principals text[];
+BEGIN
+    IF TG_NARGS < 3 THEN
+        RAISE EXCEPTION 'pgrag.sync_row_v1 needs (collection, key column, text column [, title column [, principals column]]), got % arguments on %',
+            TG_NARGS, v_table USING ERRCODE = '22023';
+    END IF;
+    SELECT c.id INTO v_collection_id FROM pgrag.collections c WHERE c.name = TG_ARGV[0];
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'collection % (named by the pgrag trigger on %) does not exist',
+            quote_literal(TG_ARGV[0]), v_table
+            USING ERRCODE = '42704', HINT = 'Create it first: pgrag models add ... --collection, or pgrag ingest.';
+    END IF;
+    IF TG_OP <> 'INSERT' THEN
+        v_old := to_jsonb(OLD);
+        v_old_key := v_old ->> TG_ARGV[1];
+    END IF;
+    IF TG_OP <> 'DELETE' THEN
+        v_new := to_jsonb(NEW);
+        IF NOT v_new ? TG_ARGV[1] OR NOT v_new ? TG_ARGV[2] THEN
+            RAISE EXCEPTION 'table % has no column % or %, named by its pgrag trigger',
+                v_table, quote_ident(TG_ARGV[1]), quote_ident(TG_ARGV[2]) USING ERRCODE = '42703';
+        END IF;
+        v_key := v_new ->> TG_ARGV[1];
+        IF v_key IS NULL THEN
+            RAISE EXCEPTION 'the key column % of % is NULL', quote_ident(TG_ARGV[1]), v_table
+                USING ERRCODE = '23502';
+        END IF;
+    END IF;
+    IF v_old_key IS NOT NULL AND v_old_key IS DISTINCT FROM v_key THEN
+        DELETE FROM pgrag.documents
+         WHERE collection_id = v_collection_id AND source = v_table || '/' || v_old_key;
+    END IF;
+    IF TG_OP = 'DELETE' THEN
+        RETURN NULL;
+    END IF;
+    IF TG_NARGS > 4 AND jsonb_typeof(v_new -> TG_ARGV[4]) = 'array' THEN
+        v_principals := ARRAY(SELECT jsonb_array_elements_text(v_new -> TG_ARGV[4]));
+    END IF;
+    INSERT INTO pgrag.documents (collection_id, source, title, body, metadata, content_hash,
+                                 principals)
+    VALUES (v_collection_id, v_table || '/' || v_key,
+            CASE WHEN TG_NARGS > 3 AND TG_ARGV[3] <> '' THEN v_new ->> TG_ARGV[3] END,
+            coalesce(v_new ->> TG_ARGV[2], ''),
+            jsonb_build_object('table', v_table, 'key', v_key), '',
+            coalesce(v_principals, '{public}'))
+    ON CONFLICT (collection_id, source) DO UPDATE
+       SET title = EXCLUDED.title, body = EXCLUDED.body, principals = EXCLUDED.principals
+     WHERE pgrag.documents.title IS DISTINCT FROM EXCLUDED.title
+        OR pgrag.documents.body IS DISTINCT FROM EXCLUDED.body
+        OR pgrag.documents.principals IS DISTINCT FROM EXCLUDED.principals;
+    RETURN NULL;
+END
+$fn$;
+
+COMMENT ON FUNCTION pgrag.sync_row_v1() IS
+    'Trigger for an application table: keeps one pgrag document per row (collection, key column, text column [, title column [, principals column]]).';
+
+-- Per collection: documents, chunks, queued work and the active model (pgrag status).
+CREATE FUNCTION pgrag.status_v1()
+RETURNS TABLE (collection text, documents bigint, chunks bigint, pending bigint,
+               failed bigint, active_model text, other_models text[])
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT c.name,
+           (SELECT count(*) FROM pgrag.documents d WHERE d.collection_id = c.id),
+           (SELECT count(*) FROM pgrag.chunks k WHERE k.collection_id = c.id),
+           (SELECT count(*) FROM pgrag.embedding_queue q
+             WHERE q.collection_id = c.id AND q.last_error IS NULL),
+           (SELECT count(*) FROM pgrag.embedding_queue q
+             WHERE q.collection_id = c.id AND q.last_error IS NOT NULL),
+           m.name,
+           ARRAY(SELECT o.name || ' (' || cm.status || ')'
+                   FROM pgrag.collection_models cm
+                   JOIN pgrag.embedding_models o ON o.id = cm.model_id
+                  WHERE cm.collection_id = c.id AND cm.model_id IS DISTINCT FROM c.model_id
+                  ORDER BY cm.added_at, o.name)
+      FROM pgrag.collections c
+      LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id
+     ORDER BY c.name
+$fn$;
+
+-- The query-embedding cache: a question asked again is not embedded again. Entries are keyed
+-- by model and by a hash of the text (sha256, computed by the caller), and scoped to who asks:
+-- the login role and pgrag.principals. So one role cannot learn whether another asked a
+-- question (a cache hit would tell); the table itself is readable by its owner only.
+CREATE FUNCTION pgrag.query_cache_scope_v1() RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT session_user || '|' || coalesce(btrim(current_setting('pgrag.principals', true)), '')
+$fn$;
+
+CREATE FUNCTION pgrag.query_cache_get_v1(p_model_id integer, p_key bytea)
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT q.embedding::text FROM pgrag.query_embedding_cache q
+     WHERE q.model_id = p_model_id AND q.scope = pgrag.query_cache_scope_v1() AND q.key = p_key
+$fn$;
+
+-- Stores an entry (the text form of a vector); entries older than 30 days are dropped now and
+-- then, and at most 100,000 are kept per scope.
+CREATE FUNCTION pgrag.query_cache_put_v1(p_model_id integer, p_key bytea, p_embedding text)
+RETURNS void
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_scope text := pgrag.query_cache_scope_v1();
+BEGIN
+    IF p_key IS NULL OR length(p_key) <> 32 THEN
+        RAISE EXCEPTION 'query_cache_put_v1 needs a 32-byte sha256 key' USING ERRCODE = '22023';
+    END IF;
+    EXECUTE format('INSERT INTO pgrag.query_embedding_cache (model_id, scope, key, embedding)'
+                   ' VALUES ($1, $2, $3, $4::%I.vector) ON CONFLICT DO NOTHING',
+                   (SELECT n.nspname FROM pg_extension e
+                      JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'))
+      USING p_model_id, v_scope, p_key, p_embedding;
+    IF random() < 0.01 THEN
+        DELETE FROM pgrag.query_embedding_cache WHERE created_at < now() - interval '30 days';
+        DELETE FROM pgrag.query_embedding_cache q
+         WHERE q.scope = v_scope
+           AND q.created_at < (SELECT x.created_at FROM pgrag.query_embedding_cache x
+                                WHERE x.scope = v_scope
+                                ORDER BY x.created_at DESC OFFSET 100000 LIMIT 1);
+    END IF;
+END
+$fn$;
+
+-- grant_roles_v3's grants, and migration 0008's: readers search with search_v5 and use the
+-- query cache; writers also queue and embed (pgrag worker), sync rows, and create indexes.
+CREATE FUNCTION pgrag.grant_roles_v4() RETURNS text[]
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_done text[];
+    v_role text;
+    v_fn   regprocedure;
+BEGIN
+    v_done := pgrag.grant_roles_v3();
+    FOR v_fn IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+         WHERE p.pronamespace = 'pgrag'::regnamespace
+           AND p.proname IN ('search_v5', 'query_cache_get_v1', 'query_cache_put_v1')
+    LOOP
+        FOREACH v_role IN ARRAY v_done LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', v_fn, v_role);
+        END LOOP;
+    END LOOP;
+    IF 'pgrag_writer' = ANY (v_done) THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON pgrag.collection_models, pgrag.embedding_queue
+            TO pgrag_writer;
+        GRANT EXECUTE ON FUNCTION pgrag.sync_row_v1(), pgrag.ensure_model_index_v3(integer)
+            TO pgrag_writer;
+    END IF;
+    FOREACH v_role IN ARRAY v_done LOOP
+        CONTINUE WHEN v_role = 'pgrag_writer';
+        EXECUTE format('GRANT SELECT ON pgrag.collection_models TO %I', v_role);
+    END LOOP;
+    RETURN v_done;
+END
+$fn$;
+
+COMMENT ON FUNCTION pgrag.grant_roles_v4() IS
+    'Grants pgrag_reader, pgrag_app and pgrag_writer (those that exist) what they need, search_v5, the query cache, the queue and sync_row_v1 included; returns the roles granted.';

@@ -1,0 +1,294 @@
+"""SQL-first sync: documents written with plain SQL (or through an application table's trigger)
+get chunks and keyword postings at commit and vectors from `pgrag worker`; the query cache."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+import pgrag
+from pgrag import query_cache
+from pgrag.cli import cli
+from pgrag.worker import run as run_worker
+from pgrag.worker import run_once
+
+BODY = (
+    "Refunds for hardware are accepted within 45 days of delivery.\n\n"
+    "The warehouse in Porto ships orders every weekday before noon."
+)
+
+
+def cli_run(dsn: str, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["--dsn", dsn, *args])
+
+
+@pytest.fixture
+def loaded(db: Any, corpus: Path) -> Any:
+    pgrag.ingest(db, [corpus], collection="docs")
+    return db
+
+
+def _insert(conn: psycopg.Connection[Any], source: str, body: str, title: str = "KB") -> int:
+    row = conn.execute(
+        "INSERT INTO pgrag.documents (collection_id, source, title, body, content_hash)"
+        " SELECT id, %s, %s, %s, '' FROM pgrag.collections WHERE name = 'docs' RETURNING id",
+        (source, title, body),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _keyword(dsn: str, query: str) -> list[str]:
+    with psycopg.connect(dsn) as conn:
+        return [
+            r[0]
+            for r in conn.execute(
+                "SELECT source FROM pgrag.search_v5('docs', %s, k => 3)", (query,)
+            ).fetchall()
+        ]
+
+
+def _queued(dsn: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn) as conn:
+        return conn.execute(
+            "SELECT chunk_id, attempts, last_error FROM pgrag.embedding_queue ORDER BY chunk_id"
+        ).fetchall()
+
+
+def test_plain_sql_documents_are_searchable_at_commit_and_embedded_by_the_worker(
+    loaded: Any,
+) -> None:
+    dsn = loaded.dsn
+    with psycopg.connect(dsn) as conn:
+        doc = _insert(conn, "kb/hardware", BODY, "Hardware")
+        # Inside the transaction nobody else sees it yet.
+        assert "kb/hardware" not in _keyword(dsn, "Porto warehouse")
+    # Committed: keyword search finds it at once, before any worker ran.
+    assert _keyword(dsn, "Porto warehouse")[0] == "kb/hardware"
+    with psycopg.connect(dsn) as conn:
+        chunks = conn.execute(
+            "SELECT id, section, content, content_hash FROM pgrag.chunks WHERE document_id = %s",
+            (doc,),
+        ).fetchall()
+        digest = conn.execute(
+            "SELECT content_hash = encode(sha256(convert_to(body, 'UTF8')), 'hex')"
+            " FROM pgrag.documents WHERE id = %s",
+            (doc,),
+        ).fetchone()
+    assert len(chunks) == 1 and chunks[0][1] == "Hardware" and "Porto" in chunks[0][2]
+    assert digest == (True,)
+    assert [q[0] for q in _queued(dsn)] == [chunks[0][0]]
+    status = cli_run(dsn, "status")
+    assert "1 pending" in status.stdout and "0 failed" in status.stdout
+
+    # Vector-only search does not see it until the worker embedded it.
+    def vector_hit() -> bool:
+        got = pgrag.search(loaded, "shipping from Portugal", collection="docs", mode="vector")
+        return any(r.source == "kb/hardware" for r in got[:1])
+
+    assert not vector_hit()
+    worked = cli_run(dsn, "worker", "--once")
+    assert worked.exit_code == 0, worked.output
+    assert "1 embedded, 0 failed" in worked.stdout
+    assert _queued(dsn) == []
+    assert vector_hit()
+    # The vector is the one pgrag ingest would have made for the same section and text.
+    with psycopg.connect(dsn) as conn:
+        from pgvector.psycopg import register_vector
+
+        register_vector(conn)
+        row = conn.execute(
+            "SELECT embedding FROM pgrag.chunk_embeddings WHERE chunk_id = %s", (chunks[0][0],)
+        ).fetchone()
+    assert row is not None
+    expected = loaded.embedder.embed([f"Hardware\n{chunks[0][2]}"])[0]
+    assert abs(float(row[0].to_numpy() @ expected) - 1.0) < 1e-4
+
+
+def test_updates_replace_changed_chunks_only_and_deletes_remove_everything(
+    loaded: Any,
+) -> None:
+    dsn = loaded.dsn
+    paragraphs = [f"Paragraph {i} talks about topic{i} " + "filler " * 100 for i in range(4)]
+    with psycopg.connect(dsn) as conn:
+        doc = _insert(conn, "kb/long", "\n\n".join(paragraphs))
+    run_worker(loaded, once=True)
+    with psycopg.connect(dsn) as conn:
+        before = dict(
+            conn.execute(
+                "SELECT ordinal, id FROM pgrag.chunks WHERE document_id = %s", (doc,)
+            ).fetchall()
+        )
+    assert len(before) == 4  # 150 words each at most: one paragraph per chunk
+    paragraphs[2] = "Paragraph 2 now talks about zebras " + "filler " * 100
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE pgrag.documents SET body = %s WHERE id = %s", ("\n\n".join(paragraphs), doc)
+        )
+        after = dict(
+            conn.execute(
+                "SELECT ordinal, id FROM pgrag.chunks WHERE document_id = %s", (doc,)
+            ).fetchall()
+        )
+    assert [o for o in before if before[o] == after[o]] == [0, 1, 3]
+    assert len(_queued(dsn)) == 1
+    assert _keyword(dsn, "zebras") == ["kb/long"] and _keyword(dsn, "topic2") == []
+    with psycopg.connect(dsn) as conn:
+        conn.execute("DELETE FROM pgrag.documents WHERE id = %s", (doc,))
+    assert _queued(dsn) == [] and _keyword(dsn, "zebras") == []
+
+
+def test_identical_text_reuses_vectors_instead_of_queueing(loaded: Any) -> None:
+    dsn = loaded.dsn
+    with psycopg.connect(dsn) as conn:
+        _insert(conn, "kb/a", BODY)
+    run_worker(loaded, once=True)
+    with psycopg.connect(dsn) as conn:
+        _insert(conn, "kb/b", BODY)  # same title and text: the vector is copied
+    assert _queued(dsn) == []
+
+
+def test_an_application_table_syncs_through_its_trigger(loaded: Any) -> None:
+    dsn = loaded.dsn
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "CREATE SCHEMA app;"
+            " CREATE TABLE app.articles (id int PRIMARY KEY, headline text, body text,"
+            "                            readers text[]);"
+            " CREATE TRIGGER articles_pgrag AFTER INSERT OR UPDATE OR DELETE ON app.articles"
+            " FOR EACH ROW EXECUTE FUNCTION"
+            " pgrag.sync_row_v1('docs', 'id', 'body', 'headline', 'readers')"
+        )
+        conn.execute(
+            "INSERT INTO app.articles VALUES (1, 'Bikes', 'Bicycle repairs happen on Fridays.',"
+            " NULL), (2, 'Secret', 'The quarterly bonus pool is confidential.', '{alice}')"
+        )
+    assert _keyword(dsn, "bicycle repairs")[0] == "app.articles/1"
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT source, title, principals, metadata FROM pgrag.documents"
+            " WHERE source LIKE 'app.articles/%' ORDER BY source"
+        ).fetchall()
+    assert rows[0] == ("app.articles/1", "Bikes", ["public"], {"table": "app.articles", "key": "1"})
+    assert rows[1][2] == ["alice"]
+    # Readers: bob sees nothing of alice's article, alice does.
+    bob = pgrag.search(loaded, "quarterly bonus", collection="docs", principals=["bob"])
+    assert all(r.source != "app.articles/2" for r in bob)
+    alice = pgrag.search(loaded, "quarterly bonus", collection="docs", principals=["alice"])
+    assert alice[0].source == "app.articles/2"
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE app.articles SET body = 'Scooter repairs happen on Mondays.' WHERE id = 1"
+        )
+        conn.execute("UPDATE app.articles SET id = 3 WHERE id = 2")
+    assert _keyword(dsn, "scooter")[0] == "app.articles/1"
+    assert "app.articles/1" not in _keyword(dsn, "bicycle")
+    with psycopg.connect(dsn) as conn:
+        sources = {r[0] for r in conn.execute("SELECT source FROM pgrag.documents").fetchall()}
+        assert "app.articles/3" in sources and "app.articles/2" not in sources
+        conn.execute("DELETE FROM app.articles")
+        sources = {r[0] for r in conn.execute("SELECT source FROM pgrag.documents").fetchall()}
+    assert not any(s.startswith("app.articles/") for s in sources)
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "CREATE TABLE app.bad (id int); CREATE TRIGGER bad_pgrag AFTER INSERT ON app.bad"
+            " FOR EACH ROW EXECUTE FUNCTION pgrag.sync_row_v1('nope', 'id', 'body')"
+        )
+        with pytest.raises(psycopg.errors.UndefinedObject, match="collection 'nope'"):
+            conn.execute("INSERT INTO app.bad VALUES (1)")
+
+
+def test_failed_items_are_kept_with_their_error_and_retried(loaded: Any) -> None:
+    dsn = loaded.dsn
+    with psycopg.connect(dsn) as conn:
+        _insert(conn, "kb/x", BODY)
+
+    def broken(model: Any) -> Any:
+        raise pgrag.PgragError("the embedding server is down")
+
+    report = run_once(loaded, embedders=broken)
+    assert report.failed == 1 and report.embedded == 0
+    [(chunk_id, attempts, error)] = _queued(dsn)
+    assert attempts == 1 and error == "the embedding server is down"
+    with psycopg.connect(dsn) as conn:
+        wait = conn.execute(
+            "SELECT not_before - now() FROM pgrag.embedding_queue WHERE chunk_id = %s",
+            (chunk_id,),
+        ).fetchone()
+    assert wait is not None and wait[0].total_seconds() > 3  # backed off
+    assert "1 failed" in cli_run(dsn, "status").stdout
+    assert run_once(loaded).batches == 0  # not due yet
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE pgrag.embedding_queue SET not_before = now()")
+    assert run_once(loaded).embedded == 1
+    assert _queued(dsn) == []
+
+
+def test_parallel_workers_embed_each_item_once(loaded: Any) -> None:
+    dsn = loaded.dsn
+    with psycopg.connect(dsn) as conn:
+        for i in range(40):
+            _insert(conn, f"kb/{i}", f"Fact number {i}: locker {i} holds item {i * 13}.")
+    assert len(_queued(dsn)) == 40
+    seen: list[str] = []
+    lock = threading.Lock()
+    from pgrag.models import embedder_for
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def embed(self, texts: Any) -> Any:
+            with lock:
+                seen.extend(texts)
+            return self.inner.embed(texts)
+
+    def counting(model: Any) -> Any:
+        return Counting(embedder_for(model))
+
+    def work() -> None:
+        db = pgrag.connect(dsn)
+        try:
+            run_worker(db, once=True, batch_size=3, embedders=counting)
+        finally:
+            db.close()
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == 40 and len(set(seen)) == 40
+    assert _queued(dsn) == []
+
+
+def test_repeated_questions_skip_the_encoder(loaded: Any) -> None:
+    query_cache.clear_memory()
+    start = dict(query_cache.stats)
+    pgrag.search(loaded, "How long is the refund window?", collection="docs")
+    pgrag.search(loaded, "How long is the refund window?", collection="docs")
+    assert query_cache.stats["encoded"] - start["encoded"] == 1
+    assert query_cache.stats["memory"] - start["memory"] == 1
+    query_cache.clear_memory()  # a new process: the database has it
+    pgrag.search(loaded, "How long is the refund window?", collection="docs")
+    assert query_cache.stats["database"] - start["database"] == 1
+    assert query_cache.stats["encoded"] - start["encoded"] == 1
+    # Someone else (other principals) does not get this session's entry.
+    pgrag.search(loaded, "How long is the refund window?", collection="docs", principals=["bob"])
+    assert query_cache.stats["encoded"] - start["encoded"] == 2
+    with psycopg.connect(loaded.dsn) as conn:
+        scopes = [r[0] for r in conn.execute("SELECT scope FROM pgrag.query_embedding_cache")]
+    assert sorted(scopes) == ["postgres|", "postgres|bob"]
+    # Turned off: nothing is read from or written to the table.
+    loaded.query_cache = False
+    query_cache.clear_memory()
+    pgrag.search(loaded, "How long is the refund window?", collection="docs")
+    assert query_cache.stats["encoded"] - start["encoded"] == 3
