@@ -49,7 +49,7 @@ def test_readme_mentions_every_command(readme: str) -> None:
 
 
 def test_readme_mentions_sql_entry_point_and_dsn(readme: str) -> None:
-    assert "pgrag.search_v4(" in readme
+    assert "pgrag.search_v5(" in readme
     assert "PGRAG_DSN" in readme
 
 
