@@ -77,7 +77,9 @@ def _chunks(dsn: str, collection: str = "docs") -> int:
     return int(row[0])
 
 
-def test_switch_to_a_remote_model_of_another_dimension(loaded: Any, hash_server: Any) -> None:
+def test_switch_to_a_remote_model_of_another_dimension(
+    loaded: Any, hash_server: Any, tmp_path: Path
+) -> None:
     dsn = loaded.dsn
     minilm = "sentence-transformers/all-MiniLM-L6-v2"
     _add_remote(dsn, hash_server)
@@ -115,6 +117,15 @@ def test_switch_to_a_remote_model_of_another_dimension(loaded: Any, hash_server:
         assert hash_server.texts[-1] == "refund annual plans purchase"
         assert after[0].source.endswith("refunds.md")
         assert after[0].vector_rank is not None
+        # Ingest writes with the active model now, and queues the standby one.
+        note = tmp_path / "parking.md"
+        note.write_text("# Parking\n\nVisitors park on level minus two.\n")
+        pgrag.ingest(fresh, [note], collection="docs")
+        assert "Visitors park on level minus two." in hash_server.texts[-1]
+        assert _vectors(dsn, REMOTE) == n + 1 and _vectors(dsn, minilm) == n
+        assert run(dsn, "worker", "--once").exit_code == 0
+        assert _vectors(dsn, minilm) == n + 1
+        n += 1
     finally:
         fresh.close()
 

@@ -292,3 +292,103 @@ def test_repeated_questions_skip_the_encoder(loaded: Any) -> None:
     query_cache.clear_memory()
     pgrag.search(loaded, "How long is the refund window?", collection="docs")
     assert query_cache.stats["encoded"] - start["encoded"] == 3
+
+
+def test_a_running_worker_makes_psql_inserts_searchable(loaded: Any) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    dsn = loaded.dsn
+    worker = subprocess.Popen(
+        [str(Path(sys.executable).parent / "pgrag"), "--dsn", dsn, "worker", "--poll", "0.2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+
+        def vector_top(query: str) -> str:
+            got = pgrag.search(loaded, query, collection="docs", mode="vector", k=1)
+            return got[0].source
+
+        with psycopg.connect(dsn) as conn:
+            _insert(conn, "kb/porto", BODY, "Hardware")
+        deadline = time.monotonic() + 60
+        while vector_top("warehouse shipping before noon") != "kb/porto":
+            assert time.monotonic() < deadline, "the worker never embedded the new document"
+            time.sleep(0.2)
+        with psycopg.connect(dsn) as conn:
+            conn.execute(
+                "UPDATE pgrag.documents SET body = 'Lunch is served on the roof terrace at 12:30.'"
+                " WHERE source = 'kb/porto'"
+            )
+        deadline = time.monotonic() + 60
+        while vector_top("where is lunch served") != "kb/porto":
+            assert time.monotonic() < deadline, "the worker never embedded the update"
+            time.sleep(0.2)
+        assert _queued(dsn) == []
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "worker: 2 embedded, 0 failed" in out
+
+
+def test_a_writer_role_syncs_and_works_the_queue_and_a_reader_uses_the_cache(
+    loaded: Any, admin_dsn: str
+) -> None:
+    import uuid
+
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    suffix = uuid.uuid4().hex[:8]
+    writer, reader = f"writer_{suffix}", f"reader_{suffix}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for role, group in ((writer, "pgrag_writer"), (reader, "pgrag_reader")):
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+            conn.execute(
+                sql.SQL("GRANT {} TO {}").format(sql.Identifier(group), sql.Identifier(role))
+            )
+    try:
+        with psycopg.connect(loaded.dsn) as conn:  # the writer's own table
+            conn.execute(
+                sql.SQL("CREATE SCHEMA app AUTHORIZATION {}").format(sql.Identifier(writer))
+            )
+        writer_dsn = make_conninfo(loaded.dsn, user=writer)
+        with psycopg.connect(writer_dsn) as conn:
+            conn.execute(
+                "CREATE TABLE app.notes (id int PRIMARY KEY, body text);"
+                " CREATE TRIGGER notes_pgrag AFTER INSERT OR UPDATE OR DELETE ON app.notes"
+                " FOR EACH ROW EXECUTE FUNCTION pgrag.sync_row_v1('docs', 'id', 'body')"
+            )
+            conn.execute("INSERT INTO app.notes VALUES (1, 'The rooftop garden opens in May.')")
+        wdb = pgrag.connect(writer_dsn)
+        try:
+            assert pgrag.worker.run(wdb, once=True).embedded == 1
+        finally:
+            wdb.close()
+        rdb = pgrag.connect(make_conninfo(loaded.dsn, user=reader))
+        try:
+            query_cache.clear_memory()
+            got = pgrag.search(rdb, "when does the rooftop garden open", collection="docs", k=1)
+            assert got[0].source == "app.notes/1" and got[0].vector_rank == 1
+            with psycopg.connect(make_conninfo(loaded.dsn, user=reader)) as conn:
+                scope = conn.execute("SELECT pgrag.query_cache_scope_v1()").fetchone()
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute("SELECT * FROM pgrag.query_embedding_cache")
+        finally:
+            rdb.close()
+        assert scope == (f"{reader}|",)
+        with psycopg.connect(loaded.dsn) as conn:
+            stored = conn.execute("SELECT scope FROM pgrag.query_embedding_cache").fetchall()
+        assert stored == [(f"{reader}|",)]
+    finally:
+        with psycopg.connect(loaded.dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS app CASCADE")
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            for role in (writer, reader):
+                conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
+                conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
