@@ -594,7 +594,9 @@ def _original(
         rows = conn.execute(
             "SELECT source, principals FROM pgrag.documents"
             " WHERE collection_id = %(c)s AND content_hash = %(h)s"
-            " AND NOT metadata ? 'duplicate_of' ORDER BY id",
+            # (A document written with SQL is chunked from its body, which SQL may change
+            # under a copy: never an original.)
+            " AND NOT metadata ? 'duplicate_of' AND body IS NULL ORDER BY id",
             {"c": coll.id, "h": content_hash},
         ).fetchall()
     return next((source for source, p in rows if frozenset(p) == readers), None)
@@ -897,7 +899,7 @@ def _original_unchanged(
     row = conn.execute(
         "SELECT content_hash, principals FROM pgrag.documents"
         " WHERE collection_id = %(c)s AND source = %(s)s AND NOT metadata ? 'duplicate_of'"
-        " FOR SHARE",
+        " AND body IS NULL FOR SHARE",
         {"c": coll.id, "s": doc.duplicate_of},
     ).fetchone()
     readers = set(principals or ["public"])

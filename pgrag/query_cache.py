@@ -54,7 +54,7 @@ def embed_query(
 
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     scope = (db.conn.info.user, tuple(principals) if principals is not None else None)
-    key = (model.id, model.dimension, scope, digest)
+    key = (db.dsn, model.id, model.dimension, scope, digest)
     with _lock:
         if key in _memory:
             _memory.move_to_end(key)

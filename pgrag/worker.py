@@ -102,7 +102,9 @@ def run_once(
             "   ON cm.collection_id = q.collection_id AND cm.model_id = q.model_id"
             " WHERE q.not_before <= now()"
             " ORDER BY q.not_before, q.chunk_id"
-            " LIMIT %(n)s FOR UPDATE OF q SKIP LOCKED",
+            # The chunk too (lightly: writes to it go on), so that a chunk pgrag models
+            # reembed holds FOR UPDATE is left to it, and the reverse: embedded once.
+            " LIMIT %(n)s FOR UPDATE OF q SKIP LOCKED FOR KEY SHARE OF c SKIP LOCKED",
             {"n": batch_size},
         ).fetchall()
         if not rows:
@@ -138,8 +140,13 @@ def run_once(
                     )
                 report.embedded += len(items)
                 report.collections.update(r[2] for r in items)
-            except (PgragError, psycopg.Error, OSError, ValueError, RuntimeError) as err:
-                message = describe_error(err) if isinstance(err, psycopg.Error) else str(err)
+            except Exception as err:  # noqa: BLE001 - whatever it is, keep the items and go on
+                if isinstance(err, psycopg.Error):
+                    message = describe_error(err)
+                elif isinstance(err, PgragError):
+                    message = str(err)
+                else:
+                    message = f"{type(err).__name__}: {err}"
                 report.failed += len(items)
                 report.errors.append(f"{model.name}: {message}")
                 db.conn.execute(

@@ -392,3 +392,27 @@ def test_a_writer_role_syncs_and_works_the_queue_and_a_reader_uses_the_cache(
             for role in (writer, reader):
                 conn.execute(sql.SQL("DROP OWNED BY {} CASCADE").format(sql.Identifier(role)))
                 conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_file_identical_to_a_sql_body_is_not_stored_as_its_copy(
+    loaded: Any, tmp_path: Path
+) -> None:
+    dsn = loaded.dsn
+    with psycopg.connect(dsn) as conn:
+        _insert(conn, "kb/same", BODY)
+    twin = tmp_path / "same.txt"
+    twin.write_bytes(BODY.encode())
+    pgrag.ingest(loaded, [twin], collection="docs")
+    with psycopg.connect(dsn) as conn:
+        # SQL may rewrite the body at any time: the file keeps chunks of its own.
+        conn.execute(
+            "UPDATE pgrag.documents SET body = 'Something else entirely.' WHERE source = 'kb/same'"
+        )
+        row = conn.execute(
+            "SELECT d.metadata ? 'duplicate_of', count(c.id) FROM pgrag.documents d"
+            " LEFT JOIN pgrag.chunks c ON c.document_id = d.id WHERE d.source = %s"
+            " GROUP BY d.id",
+            (str(twin.resolve()),),
+        ).fetchone()
+    assert row == (False, 1)
+    assert _keyword(dsn, "Porto warehouse")[0] == str(twin.resolve())
