@@ -988,8 +988,15 @@ def models_retire(ctx: click.Context, name: str, collection: str) -> None:
 @click.option("--once", is_flag=True, help="Exit when nothing is left to do.")
 @click.option("--batch-size", default=64, show_default=True, type=click.IntRange(1, 10000))
 @click.option("--poll", default=1.0, show_default=True, type=click.FloatRange(min=0.05))
+@click.option(
+    "--lease",
+    default=300.0,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="Seconds a claimed item is this worker's; a killed worker's items wait this long.",
+)
 @click.pass_context
-def worker(ctx: click.Context, once: bool, batch_size: int, poll: float) -> None:
+def worker(ctx: click.Context, once: bool, batch_size: int, poll: float, lease: float) -> None:
     """Embed what the queue holds (documents written with SQL; new chunks for other models).
 
     Run as many as you like: they share the queue (FOR UPDATE SKIP LOCKED)."""
@@ -1009,6 +1016,7 @@ def worker(ctx: click.Context, once: bool, batch_size: int, poll: float) -> None
         batch_size=batch_size,
         once=once,
         poll=poll,
+        lease=lease,
         should_stop=lambda: stop["now"],
         on_batch=lambda r: click.echo(
             f"embedded {r.embedded}" + (f", failed {r.failed}: {r.errors[-1]}" if r.failed else ""),

@@ -956,7 +956,8 @@ def _replace_document(
         " ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,"
         " metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,"
         " principals = coalesce(%(allow)s::text[], pgrag.documents.principals),"
-        " updated_at = now()"
+        # The file is its source now, not a body once written with SQL (migration 0008).
+        " body = NULL, updated_at = now()"
         " RETURNING id, principals",
         {
             "allow": principals,

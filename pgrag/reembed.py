@@ -73,8 +73,11 @@ def reembed(
     embedder: Embedder | None = None,
     on_batch: Callable[[Backfill], None] | None = None,
     build_index: bool = True,
+    queued: bool = False,
 ) -> Backfill:
-    """Give every chunk of ``collection`` a vector of ``model``; resumable (see the module)."""
+    """Give every chunk of ``collection`` a vector of ``model``; resumable (see the module).
+    Chunks waiting in the embedding queue for the model are left to ``pgrag worker`` unless
+    ``queued``, so the two do not embed the same chunk."""
     from .db import transaction
     from .models import embedder_for
 
@@ -90,22 +93,45 @@ def reembed(
         report.missing_before = int(row[0]) if row else 0
     last = 0
     while True:
-        done = _batch(db, model, embedder, collection_id, last, batch_size, report)
+        done = _batch(db, model, embedder, collection_id, last, batch_size, report, queued)
         if done is None:
             break
         last = done
         if on_batch:
             on_batch(report)
     if build_index:
-        with transaction(db) as conn:
-            conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-            row = conn.execute(
-                "SELECT pgrag.ensure_model_index_v3(%(m)s)", {"m": model.id}
-            ).fetchone()
-            report.index_built = bool(row and row[0])
-        with transaction(db) as conn:
-            conn.execute("ANALYZE pgrag.chunk_embeddings")
+        report.index_built = build_model_index(db, model)
     return report
+
+
+def build_model_index(db: Database, model: Model) -> bool:
+    """Create the model's HNSW index if it is missing, CONCURRENTLY: writes to
+    pgrag.chunk_embeddings (every collection's) go on while it is built. True when built."""
+    import psycopg
+
+    from .db import open_connection, transaction
+
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT pgrag.model_index_ddl_v1(%(m)s, true),"
+            " to_regclass('pgrag.chunk_embeddings_hnsw_' || %(m)s) IS NOT NULL",
+            {"m": model.id},
+        ).fetchone()
+    if row is None or row[0] is None or row[1]:
+        return False
+    with open_connection(db.dsn, autocommit=True) as conn:
+        conn.execute("SET maintenance_work_mem = '512MB'")
+        try:
+            conn.execute(row[0])
+        except psycopg.Error:
+            # A failed concurrent build leaves an invalid index behind: drop it, so that the
+            # next run builds it again rather than skipping it as present.
+            conn.execute(
+                f"DROP INDEX CONCURRENTLY IF EXISTS pgrag.chunk_embeddings_hnsw_{int(model.id)}"
+            )
+            raise
+        conn.execute("ANALYZE pgrag.chunk_embeddings")
+    return True
 
 
 def _batch(
@@ -116,25 +142,28 @@ def _batch(
     after: int,
     size: int,
     report: Backfill,
+    queued: bool = False,
 ) -> int | None:
     """Embed the next ``size`` chunks (by id, after ``after``) that have no vector of the
-    model; returns the last id seen, None when there were none."""
+    model; returns the last id seen, None when there were none. No lock is held while the
+    model runs: writers to the collection never wait for it."""
     from .db import transaction
-    from .worker import embed_text, store_vectors
+    from .worker import embed_chunks, store_vectors
 
     with transaction(db) as conn:
-        # Locked (SKIP LOCKED: a worker or a second reembed has them) so that each chunk is
-        # embedded by one of them.
         rows = conn.execute(
             "SELECT c.id, c.section, c.content, c.content_hash FROM pgrag.chunks c"
             " WHERE c.collection_id = %(c)s AND c.id > %(after)s"
             "   AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e"
             "                    WHERE e.model_id = %(m)s AND e.chunk_id = c.id)"
-            " ORDER BY c.id LIMIT %(n)s FOR UPDATE OF c SKIP LOCKED",
-            {"c": collection_id, "after": after, "m": model.id, "n": size},
+            "   AND (%(queued)s OR NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q"
+            "                    WHERE q.chunk_id = c.id AND q.model_id = %(m)s))"
+            " ORDER BY c.id LIMIT %(n)s",
+            {"c": collection_id, "after": after, "m": model.id, "n": size, "queued": queued},
         ).fetchall()
-        if not rows:
-            return None
+    if not rows:
+        return None
+    with transaction(db) as conn:
         # Texts the collection has this model's vector for already (another copy) are copied.
         hashes = list({r[3] for r in rows})
         known = dict(
@@ -147,21 +176,16 @@ def _batch(
                 {"m": model.id, "c": collection_id, "p": [h[:16] for h in hashes], "h": hashes},
             ).fetchall()
         )
-        todo: dict[str, str] = {}
-        for _, section, content, digest in rows:
-            if digest not in known:
-                todo.setdefault(digest, embed_text(section, content, embedder))
-        if todo:
-            matrix = embedder.embed(list(todo.values()))
-            if matrix.shape != (len(todo), model.dimension):
-                raise PgragError(
-                    f"embedding model {model.name!r} returned vectors of shape {matrix.shape},"
-                    f" expected ({len(todo)}, {model.dimension})"
-                )
-            known.update(zip(todo, matrix, strict=True))
+    todo: dict[str, tuple[str | None, str]] = {}
+    for _, section, content, digest in rows:
+        if digest not in known:
+            todo.setdefault(digest, (section, content))
+    if todo:
+        known.update(zip(todo, embed_chunks(embedder, list(todo.values())), strict=True))
+    with transaction(db) as conn:
         store_vectors(conn, model.id, [(r[0], known[r[3]]) for r in rows])
-        report.embedded += len(rows)
-        report.reused += len(rows) - len(todo)
+    report.embedded += len(rows)
+    report.reused += len(rows) - len(todo)
     return int(rows[-1][0])
 
 
@@ -174,7 +198,7 @@ def activate(
     from .errors import DatabaseError
 
     for _ in range(5):
-        report = reembed(db, model, collection, embedder=embedder)
+        report = reembed(db, model, collection, embedder=embedder, queued=True)
         try:
             with transaction(db) as conn:
                 conn.execute(

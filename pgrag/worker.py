@@ -2,12 +2,15 @@
 
 Chunks land in the queue when a document is written with SQL (``documents.body``, or an
 application table's ``pgrag.sync_row_v1`` trigger), or when ``pgrag ingest`` writes to a
-collection that has more than one model. A worker takes a batch ``FOR UPDATE SKIP LOCKED`` (so
-any number of workers share the queue without taking the same item), embeds it with each
-item's model, and writes the vectors and deletes the items in the same transaction: a worker
-killed half-way leaves its batch queued, and nothing is embedded twice. A batch that fails (the
-model's server is down, a model cannot be loaded) stays queued with its error and is retried
-after a backoff that doubles with each attempt, up to an hour.
+collection that has more than one model. A worker claims a batch of due items ``FOR UPDATE SKIP
+LOCKED`` (so any number of workers share the queue without taking the same item) by moving
+their ``not_before`` a lease ahead, and commits. It embeds them holding no lock, so writers never
+wait for a model, then writes the vectors and deletes the items in one short transaction. A
+worker killed half-way leaves its items to be taken again when the lease ends. An item that
+fails (the model's server is down, a model cannot be loaded, a chunk the server refuses) stays
+queued with its error and is retried after a backoff that doubles with each attempt, up to an
+hour. A batch that fails is retried an item at a time, so one bad chunk does not hold the
+others back.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from .models import Model
 
 BACKOFF_FIRST, BACKOFF_CAP = 5.0, 3600.0  # seconds
+LEASE = 300.0  # seconds a claimed item is a worker's before another may take it
 
 
 @dataclass
@@ -47,17 +51,48 @@ def embed_text(section: str | None, content: str, embedder: Embedder) -> str:
     return f"{pieces[0]}\n{content}" if pieces else content
 
 
+def embed_chunks(embedder: Embedder, chunks: Sequence[tuple[str | None, str]]) -> Any:
+    """Vectors of (section, text) chunks. A chunk longer than the model's input (one written
+    with SQL, chunked in words) is embedded as the mean of its pieces' vectors, each piece
+    within the input, normalised as the model's are: none of its text is left out."""
+    import numpy as np
+
+    budget = max(8, embedder.max_tokens - 2)  # [CLS] and [SEP], or their like
+    counter = embedder.tokens
+    texts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    for section, content in chunks:
+        text = embed_text(section, content, embedder)
+        pieces = [text] if counter.count(text) <= budget else counter.cut(text, budget) or [text]
+        spans.append((len(texts), len(pieces)))
+        texts.extend(pieces)
+    matrix = np.asarray(embedder.embed(texts), dtype=np.float32)
+    if matrix.shape != (len(texts), embedder.dimension):
+        raise PgragError(
+            f"embedding model {embedder.name!r} returned vectors of shape {matrix.shape},"
+            f" expected ({len(texts)}, {embedder.dimension})"
+        )
+    out = np.empty((len(chunks), embedder.dimension), dtype=np.float32)
+    for i, (start, n) in enumerate(spans):
+        vector = matrix[start : start + n].mean(axis=0)
+        if n > 1 and embedder.normalized:
+            vector /= np.linalg.norm(vector) or 1.0
+        out[i] = vector
+    return out
+
+
 def store_vectors(conn: Any, model_id: int, pairs: Sequence[tuple[int, Any]]) -> None:
     """Write (chunk id, vector) pairs of one model, replacing any there are, and take the
-    chunks off the queue for that model: one transaction with the caller's."""
+    chunks off the queue for that model: one transaction with the caller's. A chunk deleted
+    meanwhile is skipped."""
     if not pairs:
         return
     with conn.cursor() as cur:
         cur.executemany(
             "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
-            " VALUES (%s, %s, %s) ON CONFLICT (model_id, chunk_id)"
-            " DO UPDATE SET embedding = EXCLUDED.embedding",
-            [(model_id, chunk_id, vector) for chunk_id, vector in pairs],
+            " SELECT %s, c.id, %s FROM pgrag.chunks c WHERE c.id = %s"
+            " ON CONFLICT (model_id, chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding",
+            [(model_id, vector, chunk_id) for chunk_id, vector in pairs],
         )
     conn.execute(
         "DELETE FROM pgrag.embedding_queue WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
@@ -77,79 +112,100 @@ def _models(db: Database, ids: set[int]) -> dict[int, Model]:
     return {r[0]: _model(r) for r in rows}
 
 
+def _message(err: Exception) -> str:
+    import psycopg
+
+    from .db import describe_error
+
+    if isinstance(err, psycopg.Error):
+        return describe_error(err)
+    if isinstance(err, PgragError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
 def run_once(
     db: Database,
     *,
     batch_size: int = 64,
+    lease: float = LEASE,
     embedders: Callable[[Model], Embedder] | None = None,
 ) -> WorkReport:
-    """One batch: take up to ``batch_size`` due items, embed them, write their vectors.
-    Returns what was done (nothing: the queue has no due item this worker could take)."""
-    import psycopg
+    """One batch: claim up to ``batch_size`` due items, embed them, write their vectors.
+    Returns what was done (nothing: the queue has no due item this worker could take).
 
-    from .db import describe_error
+    Items are claimed by moving their ``not_before`` ``lease`` seconds on, in a transaction of
+    their own; no lock is held while embedding, so writers never wait for the model. A worker
+    killed half-way leaves its items to be taken again when the lease ends."""
+    from .db import transaction
     from .models import embedder_for
 
     build = embedders or embedder_for
     report = WorkReport()
-    with db.conn.transaction():
-        rows = db.conn.execute(
-            "SELECT q.chunk_id, q.model_id, q.collection_id, q.attempts, c.section, c.content,"
-            " cm.status"
-            " FROM pgrag.embedding_queue q"
-            " JOIN pgrag.chunks c ON c.id = q.chunk_id"
-            " LEFT JOIN pgrag.collection_models cm"
-            "   ON cm.collection_id = q.collection_id AND cm.model_id = q.model_id"
-            " WHERE q.not_before <= now()"
-            " ORDER BY q.not_before, q.chunk_id"
-            # The chunk too (lightly: writes to it go on), so that a chunk pgrag models
-            # reembed holds FOR UPDATE is left to it, and the reverse: embedded once.
-            " LIMIT %(n)s FOR UPDATE OF q SKIP LOCKED FOR KEY SHARE OF c SKIP LOCKED",
-            {"n": batch_size},
+    with transaction(db) as conn:
+        claimed = conn.execute(
+            "WITH picked AS ("
+            "  SELECT q.chunk_id, q.model_id FROM pgrag.embedding_queue q"
+            "   WHERE q.not_before <= now()"
+            "   ORDER BY q.not_before, q.chunk_id"
+            "   LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
+            " UPDATE pgrag.embedding_queue q"
+            "    SET not_before = now() + make_interval(secs => %(lease)s)"
+            "   FROM picked p WHERE q.chunk_id = p.chunk_id AND q.model_id = p.model_id"
+            " RETURNING q.chunk_id, q.model_id",
+            {"n": batch_size, "lease": lease},
         ).fetchall()
-        if not rows:
-            return report
-        report.batches = 1
+    if not claimed:
+        return report
+    report.batches = 1
+    with transaction(db) as conn:
+        rows = conn.execute(
+            "SELECT c.id, m.model_id, c.collection_id, c.section, c.content, cm.status"
+            " FROM unnest(%(ids)s::bigint[], %(models)s::int[]) AS m(chunk_id, model_id)"
+            " JOIN pgrag.chunks c ON c.id = m.chunk_id"
+            " LEFT JOIN pgrag.collection_models cm"
+            "   ON cm.collection_id = c.collection_id AND cm.model_id = m.model_id",
+            {"ids": [r[0] for r in claimed], "models": [r[1] for r in claimed]},
+        ).fetchall()
         # Items of a model the collection retired (or dropped) are simply removed.
-        gone = [(r[0], r[1]) for r in rows if r[6] in (None, "retired")]
-        report.removed = len(gone)
+        gone = [(r[0], r[1]) for r in rows if r[5] in (None, "retired")]
         for chunk_id, model_id in gone:
-            db.conn.execute(
+            conn.execute(
                 "DELETE FROM pgrag.embedding_queue WHERE chunk_id = %s AND model_id = %s",
                 (chunk_id, model_id),
             )
-        live = [r for r in rows if r[6] not in (None, "retired")]
-        models = _models(db, {r[1] for r in live})
-        by_model: dict[int, list[Any]] = {}
-        for r in live:
-            by_model.setdefault(r[1], []).append(r)
-        for model_id, items in by_model.items():
-            model = models[model_id]
-            try:
-                with db.conn.transaction():  # a savepoint: one model failing keeps the rest
-                    embedder = build(model)
-                    texts = [embed_text(r[4], r[5], embedder) for r in items]
-                    matrix = embedder.embed(texts)
-                    if matrix.shape != (len(items), model.dimension):
-                        raise PgragError(
-                            f"embedding model {model.name!r} returned vectors of shape"
-                            f" {matrix.shape}, expected ({len(items)}, {model.dimension})"
-                        )
-                    store_vectors(
-                        db.conn, model_id, [(r[0], v) for r, v in zip(items, matrix, strict=True)]
-                    )
-                report.embedded += len(items)
-                report.collections.update(r[2] for r in items)
-            except Exception as err:  # noqa: BLE001 - whatever it is, keep the items and go on
-                if isinstance(err, psycopg.Error):
-                    message = describe_error(err)
-                elif isinstance(err, PgragError):
-                    message = str(err)
-                else:
-                    message = f"{type(err).__name__}: {err}"
-                report.failed += len(items)
-                report.errors.append(f"{model.name}: {message}")
-                db.conn.execute(
+        report.removed = len(gone)
+    live = [r for r in rows if r[5] not in (None, "retired")]
+    models = _models(db, {r[1] for r in live})
+    by_model: dict[int, list[Any]] = {}
+    for r in live:
+        by_model.setdefault(r[1], []).append(r)
+    for model_id, items in by_model.items():
+        model = models[model_id]
+        done: list[tuple[int, Any]] = []
+        failed: dict[str, list[int]] = {}
+        try:
+            embedder = build(model)
+            if embedder.dimension != model.dimension:
+                raise PgragError(
+                    f"embedding model {model.name!r} gives {embedder.dimension} dimensions,"
+                    f" {model.dimension} are recorded"
+                )
+            matrix = embed_chunks(embedder, [(r[3], r[4]) for r in items])
+            done = [(r[0], v) for r, v in zip(items, matrix, strict=True)]
+        except Exception as err:  # noqa: BLE001 - whatever it is, keep the items and go on
+            if len(items) == 1 or "embedder" not in locals():
+                failed[_message(err)] = [r[0] for r in items]
+            else:  # one bad chunk must not hold the others back: one at a time
+                for r in items:
+                    try:
+                        done.append((r[0], embed_chunks(embedder, [(r[3], r[4])])[0]))
+                    except Exception as one:  # noqa: BLE001
+                        failed.setdefault(_message(one), []).append(r[0])
+        with transaction(db) as conn:
+            store_vectors(conn, model_id, done)
+            for message, ids in failed.items():
+                conn.execute(
                     "UPDATE pgrag.embedding_queue SET attempts = attempts + 1,"
                     " last_error = %(e)s,"
                     " not_before = now() + make_interval(secs => least(%(cap)s,"
@@ -160,9 +216,13 @@ def run_once(
                         "cap": BACKOFF_CAP,
                         "first": BACKOFF_FIRST,
                         "m": model_id,
-                        "ids": [r[0] for r in items],
+                        "ids": ids,
                     },
                 )
+        report.embedded += len(done)
+        report.failed += sum(len(ids) for ids in failed.values())
+        report.errors += [f"{model.name}: {message}" for message in failed]
+        report.collections.update(r[2] for r in items)
     return report
 
 
@@ -172,6 +232,7 @@ def run(
     batch_size: int = 64,
     once: bool = False,
     poll: float = 1.0,
+    lease: float = LEASE,
     should_stop: Callable[[], bool] = lambda: False,
     on_batch: Callable[[WorkReport], None] | None = None,
     embedders: Callable[[Model], Embedder] | None = None,
@@ -182,7 +243,7 @@ def run(
     total = WorkReport()
     touched: set[int] = set()
     while not should_stop():
-        report = run_once(db, batch_size=batch_size, embedders=embedders)
+        report = run_once(db, batch_size=batch_size, lease=lease, embedders=embedders)
         total.embedded += report.embedded
         total.failed += report.failed
         total.batches += report.batches
@@ -219,9 +280,21 @@ def _maintain(db: Database, collections: set[int]) -> None:
 
 def status(db: Database) -> list[dict[str, Any]]:
     """Per collection: documents, chunks, pending and failed queue items, models."""
-    from .db import transaction
+    import psycopg
 
-    with transaction(db) as conn:
-        rows = conn.execute("SELECT * FROM pgrag.status_v1()").fetchall()
+    from .db import transaction
+    from .errors import DatabaseError
+
+    try:
+        with transaction(db) as conn:
+            rows = conn.execute("SELECT * FROM pgrag.status_v1()").fetchall()
+    except DatabaseError as err:
+        if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise PgragError(
+                "pgrag status counts every document, chunk and queued item, which only the"
+                " owner of schema pgrag and pgrag_writer may read; `pgrag collections` shows"
+                " what this role may see"
+            ) from err
+        raise
     keys = ("collection", "documents", "chunks", "pending", "failed", "active_model", "others")
     return [dict(zip(keys, r, strict=True)) for r in rows]

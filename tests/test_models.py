@@ -376,3 +376,107 @@ def test_sentence_transformers_model_from_a_directory(loaded: Any, tmp_path: Pat
     entry = next(m for m in __import__("json").loads(listed.stdout) if m["name"] == "tiny")
     assert entry["settings"] == {"path": str(target)}
     assert entry["collections"] == ["docs (building)"]
+
+
+def test_a_search_naming_its_model_never_reads_another_during_switches(loaded: Any) -> None:
+    """Model B has A's vectors negated: ranking a query named A with B's vectors would turn
+    the ranking upside down. Switch A and B back and forth while searching with A."""
+    dsn = loaded.dsn
+    minilm = "sentence-transformers/all-MiniLM-L6-v2"
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO pgrag.embedding_models (name, provider, dimension)"
+            " VALUES ('negated', 'test', 384)"
+        )
+        conn.execute(
+            "INSERT INTO pgrag.collection_models (collection_id, model_id)"
+            " SELECT c.id, m.id FROM pgrag.collections c, pgrag.embedding_models m"
+            " WHERE c.name = 'docs' AND m.name = 'negated'"
+        )
+        conn.execute(
+            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+            " SELECT n.id, e.chunk_id,"
+            "        ARRAY(SELECT -x FROM unnest(e.embedding::real[]) x)::vector"
+            " FROM pgrag.chunk_embeddings e, pgrag.embedding_models n WHERE n.name = 'negated'"
+        )
+        negated = conn.execute(
+            "SELECT id FROM pgrag.embedding_models WHERE name = 'negated'"
+        ).fetchone()
+        assert negated is not None
+        conn.execute("SELECT pgrag.ensure_model_index_v3(%s)", negated)
+    query = loaded.embedder.embed(["two-factor authentication for employees"])[0]
+    statement = (
+        "SELECT array_agg(chunk_id ORDER BY rank) FROM pgrag.search_v5('docs', NULL, %s,"
+        " k => 3, model => %s)"
+    )
+    from pgvector.psycopg import register_vector
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        register_vector(conn)
+        expected = conn.execute(statement, (query, minilm)).fetchone()
+    stop = threading.Event()
+    switches = 0
+
+    def flip() -> None:
+        nonlocal switches
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while not stop.is_set():
+                for model in ("negated", minilm):
+                    conn.execute(
+                        "SELECT pgrag.activate_model_v1('docs', id) FROM pgrag.embedding_models"
+                        " WHERE name = %s",
+                        (model,),
+                    )
+                    switches += 1
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    answers = []
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            register_vector(conn)
+            for _ in range(400):
+                answers.append(conn.execute(statement, (query, minilm)).fetchone())
+    finally:
+        stop.set()
+        flipper.join()
+    assert switches > 10
+    assert answers.count(expected) == len(answers)
+
+
+def test_a_chunk_longer_than_the_model_input_is_embedded_whole(loaded: Any) -> None:
+    """The SQL chunker counts words; 140 long German words are ~4x as many model tokens."""
+    from pgrag.worker import embed_chunks, run
+
+    words = ("Haftpflichtversicherung Versicherungsbedingungen " * 70).split()
+    body = " ".join(words)  # one paragraph: one chunk of 140 words
+    with psycopg.connect(loaded.dsn) as conn:
+        conn.execute(
+            "INSERT INTO pgrag.documents (collection_id, source, title, body, content_hash)"
+            " SELECT id, 'kb/long', NULL, %s, '' FROM pgrag.collections WHERE name = 'docs'",
+            (body,),
+        )
+    counter = loaded.embedder.tokens
+    assert counter.count(body) > 2 * loaded.embedder.max_tokens
+    assert run(loaded, once=True).embedded == 1
+    from pgvector.psycopg import register_vector
+
+    with psycopg.connect(loaded.dsn) as conn:
+        register_vector(conn)
+        row = conn.execute(
+            "SELECT e.embedding FROM pgrag.chunk_embeddings e JOIN pgrag.chunks c"
+            " ON c.id = e.chunk_id JOIN pgrag.documents d ON d.id = c.document_id"
+            " WHERE d.source = 'kb/long'"
+        ).fetchone()
+    assert row is not None
+    import numpy as np
+
+    pieces = counter.cut(body, loaded.embedder.max_tokens - 2)
+    assert len(pieces) >= 3
+    mean = loaded.embedder.embed(pieces).mean(axis=0)
+    mean /= np.linalg.norm(mean)
+    assert float(row[0].to_numpy() @ mean) > 0.9999
+    # Truncation would have given the first piece's vector alone.
+    first = loaded.embedder.embed([pieces[0]])[0]
+    assert float(row[0].to_numpy() @ first) < 0.999
+    assert embed_chunks(loaded.embedder, [(None, "short")]).shape == (1, 384)

@@ -286,7 +286,7 @@ def test_repeated_questions_skip_the_encoder(loaded: Any) -> None:
     assert query_cache.stats["encoded"] - start["encoded"] == 2
     with psycopg.connect(loaded.dsn) as conn:
         scopes = [r[0] for r in conn.execute("SELECT scope FROM pgrag.query_embedding_cache")]
-    assert sorted(scopes) == ["postgres|", "postgres|bob"]
+    assert sorted(scopes) == ["postgres|*", "postgres|bob,public"]
     # Turned off: nothing is read from or written to the table.
     loaded.query_cache = False
     query_cache.clear_memory()
@@ -381,10 +381,10 @@ def test_a_writer_role_syncs_and_works_the_queue_and_a_reader_uses_the_cache(
                     conn.execute("SELECT * FROM pgrag.query_embedding_cache")
         finally:
             rdb.close()
-        assert scope == (f"{reader}|",)
+        assert scope == (f"{reader}|public",)
         with psycopg.connect(loaded.dsn) as conn:
             stored = conn.execute("SELECT scope FROM pgrag.query_embedding_cache").fetchall()
-        assert stored == [(f"{reader}|",)]
+        assert stored == [(f"{reader}|public",)]
     finally:
         with psycopg.connect(loaded.dsn, autocommit=True) as conn:
             conn.execute("DROP SCHEMA IF EXISTS app CASCADE")
@@ -416,3 +416,113 @@ def test_a_file_identical_to_a_sql_body_is_not_stored_as_its_copy(
         ).fetchone()
     assert row == (False, 1)
     assert _keyword(dsn, "Porto warehouse")[0] == str(twin.resolve())
+
+
+def test_a_copy_keeps_its_content_when_sql_rewrites_its_original(
+    loaded: Any, tmp_path: Path
+) -> None:
+    dsn = loaded.dsn
+    folder = tmp_path / "twins"
+    folder.mkdir()
+    for name in ("a.md", "b.md"):
+        (folder / name).write_text("# Garage\n\nThe barrier code for the blue garage is 4711.\n")
+    pgrag.ingest(loaded, [folder], collection="docs")
+    a, b = str((folder / "a.md").resolve()), str((folder / "b.md").resolve())
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE pgrag.documents SET body = 'Visitors use the red lot.' WHERE source = %s",
+            (a,),
+        )
+    hits = _keyword(dsn, "barrier code blue garage")
+    assert hits[0] == b  # b.md still holds its own file's text
+    assert _keyword(dsn, "red lot")[0] == a
+    # Re-ingesting the files: a.md is its file again (the body is cleared), b.md unchanged.
+    pgrag.ingest(loaded, [folder], collection="docs")
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT body FROM pgrag.documents WHERE source = %s", (a,)).fetchone()
+        conn.execute("UPDATE pgrag.documents SET title = 'Renamed' WHERE source = %s", (a,))
+    assert row == (None,)
+    assert set(_keyword(dsn, "barrier code blue garage")[:2]) == {a, b}
+    assert "red" not in " ".join(_keyword(dsn, "red lot"))
+
+
+def test_writers_do_not_wait_for_the_model_and_one_bad_chunk_does_not_block_others(
+    loaded: Any,
+) -> None:
+    from pgrag.models import embedder_for
+
+    dsn = loaded.dsn
+    with psycopg.connect(dsn) as conn:
+        for i in range(4):
+            _insert(conn, f"kb/{i}", f"Shelf {i} holds the blue folders.")
+        _insert(conn, "kb/poison", "POISON chunk the server refuses")
+    embedding = threading.Event()
+    release = threading.Event()
+
+    class Slow:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def embed(self, texts: Any) -> Any:
+            embedding.set()
+            release.wait(30)
+            if any("POISON" in t for t in texts):
+                raise pgrag.PgragError("HTTP 413: input too long")
+            return self.inner.embed(texts)
+
+    def slow(model: Any) -> Any:
+        return Slow(embedder_for(model))
+
+    result: list[Any] = []
+    worker = threading.Thread(
+        target=lambda: result.append(run_once(loaded, batch_size=10, embedders=slow))
+    )
+    worker.start()
+    try:
+        assert embedding.wait(30)
+        # While the model runs, an application rewrites a queued document: no lock waits.
+        with psycopg.connect(dsn) as conn:
+            conn.execute("SET lock_timeout = '2s'")
+            conn.execute(
+                "UPDATE pgrag.documents SET body = 'Shelf 0 holds the red folders.'"
+                " WHERE source = 'kb/0'"
+            )
+    finally:
+        release.set()
+        worker.join()
+    report = result[0]
+    assert report.embedded == 4 and report.failed == 1  # the batch, then one at a time
+    queued = _queued(dsn)
+    errors = [q for q in queued if q[2] is not None]
+    assert len(errors) == 1 and "413" in errors[0][2]
+    assert len(queued) == 2  # the poison chunk, and kb/0's new chunk
+
+
+def test_sync_row_refuses_a_misnamed_or_mistyped_principals_column(loaded: Any) -> None:
+    with psycopg.connect(loaded.dsn, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE public.secrets (id int, body text, readers text[], reader text);"
+            " CREATE TRIGGER typo AFTER INSERT ON public.secrets FOR EACH ROW EXECUTE FUNCTION"
+            " pgrag.sync_row_v1('docs', 'id', 'body', '', 'reeders')"
+        )
+        with pytest.raises(psycopg.errors.UndefinedColumn, match="reeders"):
+            conn.execute("INSERT INTO public.secrets VALUES (1, 'CEO salary', '{alice}', NULL)")
+        conn.execute(
+            "DROP TRIGGER typo ON public.secrets;"
+            " CREATE TRIGGER wrong_type AFTER INSERT ON public.secrets FOR EACH ROW"
+            " EXECUTE FUNCTION pgrag.sync_row_v1('docs', 'id', 'body', '', 'reader')"
+        )
+        with pytest.raises(psycopg.errors.DatatypeMismatch, match="not an array"):
+            conn.execute("INSERT INTO public.secrets VALUES (1, 'CEO salary', NULL, 'alice')")
+        leaked = conn.execute(
+            "SELECT count(*) FROM pgrag.documents WHERE source LIKE 'public.secrets/%'"
+        ).fetchone()
+        assert leaked == (0,)
+        with pytest.raises(psycopg.errors.DataException, match="expected 384 dimensions"):
+            conn.execute(
+                "SELECT pgrag.query_cache_put_v1(1, sha256('x'), %s)",
+                ("[" + ",".join(["0.1"] * 16000) + "]",),
+            )

@@ -64,7 +64,9 @@ CREATE TABLE pgrag.embedding_queue (
     enqueued_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (chunk_id, model_id)
 );
-CREATE INDEX embedding_queue_due_idx ON pgrag.embedding_queue (not_before);
+-- (chunk_id too: a bulk insert queues thousands with one not_before, and the worker's
+-- ORDER BY not_before, chunk_id LIMIT n FOR UPDATE must not sort them all.)
+CREATE INDEX embedding_queue_due_idx ON pgrag.embedding_queue (not_before, chunk_id);
 CREATE INDEX embedding_queue_collection_idx ON pgrag.embedding_queue (collection_id, model_id);
 
 -- The text of a document written with SQL (NULL for documents pgrag ingest chunked itself).
@@ -72,13 +74,15 @@ ALTER TABLE pgrag.documents ADD COLUMN body text;
 
 CREATE TABLE pgrag.query_embedding_cache (
     model_id   integer NOT NULL REFERENCES pgrag.embedding_models (id) ON DELETE CASCADE,
-    scope      text NOT NULL,     -- the login role and pgrag.principals of who asked
+    db_user    text NOT NULL,     -- the login role that asked
+    scope      text NOT NULL,     -- the login role and the principals it read as
     key        bytea NOT NULL,    -- sha256 of the query text
     embedding  vector NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (model_id, scope, key)
 );
-CREATE INDEX query_embedding_cache_created_idx ON pgrag.query_embedding_cache (scope, created_at);
+CREATE INDEX query_embedding_cache_user_idx ON pgrag.query_embedding_cache (db_user, created_at);
+CREATE INDEX query_embedding_cache_created_idx ON pgrag.query_embedding_cache (created_at);
 """
 
 TRIGGERS = """
@@ -164,6 +168,7 @@ def downgrade() -> None:
         DROP FUNCTION pgrag.activate_model_v1(text, integer);
         DROP FUNCTION pgrag.model_missing_v1(integer, integer, bigint);
         DROP FUNCTION pgrag.ensure_model_index_v3(integer);
+        DROP FUNCTION pgrag.model_index_ddl_v1(integer, boolean);
         DROP FUNCTION pgrag.collection_model_changed_v1();
         DROP TABLE pgrag.query_embedding_cache, pgrag.embedding_queue, pgrag.collection_models;
         ALTER TABLE pgrag.documents DROP COLUMN body;

@@ -33,6 +33,45 @@ BEGIN
 END
 $fn$;
 
+-- The statement that creates a model's partial HNSW index (NULL when the model gets none: over
+-- 2,000 dimensions, or 4,000 for halfvec). With p_concurrently, CREATE INDEX CONCURRENTLY, which
+-- pgrag models reembed runs outside any transaction, so that writes to pgrag.chunk_embeddings
+-- (every collection's) go on while a large index is built.
+CREATE FUNCTION pgrag.model_index_ddl_v1(p_model_id integer, p_concurrently boolean DEFAULT false)
+RETURNS text
+LANGUAGE plpgsql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_dimension integer;
+    v_distance  text;
+    v_type      text;
+    v_schema    text;
+BEGIN
+    SELECT m.dimension, m.distance, m.index_type INTO v_dimension, v_distance, v_type
+      FROM pgrag.embedding_models m WHERE m.id = p_model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'embedding model % does not exist', p_model_id USING ERRCODE = '42704';
+    END IF;
+    IF v_dimension > (CASE v_type WHEN 'halfvec' THEN 4000 ELSE 2000 END) THEN
+        RETURN NULL;
+    END IF;
+    SELECT n.nspname INTO v_schema
+      FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+     WHERE e.extname = 'vector';
+    RETURN format(
+        'CREATE INDEX %s IF NOT EXISTS %I ON pgrag.chunk_embeddings USING hnsw ((embedding::%I.%I(%s)) %I.%I) WITH (m = 16, ef_construction = 128) WHERE model_id = %s',
+        CASE WHEN p_concurrently THEN 'CONCURRENTLY' ELSE '' END,
+        'chunk_embeddings_hnsw_' || p_model_id, v_schema, v_type, v_dimension, v_schema,
+        v_type || CASE v_distance WHEN 'cosine' THEN '_cosine_ops'
+                                  WHEN 'l2' THEN '_l2_ops'
+                                  ELSE '_ip_ops' END,
+        p_model_id);
+END
+$fn$;
+
 -- v3: also for models whose vectors are indexed at half precision (embedding_models.index_type
 -- 'halfvec': USING hnsw ((embedding::halfvec(DIM)) halfvec_<distance>_ops), up to 4,000
 -- dimensions), and SECURITY DEFINER, so pgrag_writer may create a model's index (it may not
@@ -43,31 +82,12 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_dimension integer;
-    v_distance  text;
-    v_type      text;
-    v_schema    text;
-    v_index     text := 'chunk_embeddings_hnsw_' || p_model_id;
+    v_ddl text := pgrag.model_index_ddl_v1(p_model_id);
 BEGIN
-    SELECT m.dimension, m.distance, m.index_type INTO v_dimension, v_distance, v_type
-      FROM pgrag.embedding_models m WHERE m.id = p_model_id;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'embedding model % does not exist', p_model_id USING ERRCODE = '42704';
-    END IF;
-    IF v_dimension > (CASE v_type WHEN 'halfvec' THEN 4000 ELSE 2000 END)
-       OR to_regclass('pgrag.' || v_index) IS NOT NULL THEN
+    IF v_ddl IS NULL OR to_regclass('pgrag.chunk_embeddings_hnsw_' || p_model_id) IS NOT NULL THEN
         RETURN false;
     END IF;
-    SELECT n.nspname INTO v_schema
-      FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
-     WHERE e.extname = 'vector';
-    EXECUTE format(
-        'CREATE INDEX IF NOT EXISTS %I ON pgrag.chunk_embeddings USING hnsw ((embedding::%I.%I(%s)) %I.%I) WITH (m = 16, ef_construction = 128) WHERE model_id = %s',
-        v_index, v_schema, v_type, v_dimension, v_schema,
-        v_type || CASE v_distance WHEN 'cosine' THEN '_cosine_ops'
-                                  WHEN 'l2' THEN '_l2_ops'
-                                  ELSE '_ip_ops' END,
-        p_model_id);
+    EXECUTE v_ddl;
     RETURN true;
 END
 $fn$;
@@ -94,8 +114,12 @@ $fn$;
 
 -- Makes a model the collection's active one, atomically: searches that name no model use it
 -- from the next statement on. Refused while any chunk lacks its vector (pgrag models reembed
--- fills them). The collection row is locked, so no pgrag ingest writes in between: an ingest
--- holds it FOR SHARE while it writes. The previous model becomes standby, its vectors kept.
+-- fills them), or while the model's HNSW index is missing (it would be searched exactly; build
+-- it first: pgrag models reembed does, without blocking writes). The collection row is locked,
+-- so nothing is written in between: pgrag ingest holds it FOR SHARE while it writes, and a
+-- chunk or document written with SQL takes a key-share lock on it through its foreign key.
+-- The check for missing vectors reads the collection's chunks (seconds at 10 million, while
+-- writes to this collection wait). The previous model becomes standby, its vectors kept.
 CREATE FUNCTION pgrag.activate_model_v1(p_collection text, p_model_id integer)
 RETURNS integer
 LANGUAGE plpgsql
@@ -124,13 +148,18 @@ BEGIN
     IF v_active = p_model_id THEN
         RETURN p_model_id;
     END IF;
-    v_missing := pgrag.model_missing_v1(v_collection_id, p_model_id);
+    v_missing := pgrag.model_missing_v1(v_collection_id, p_model_id, 1);
     IF v_missing > 0 THEN
-        RAISE EXCEPTION '% chunks of collection % have no vector of embedding model % yet',
-            v_missing, quote_literal(p_collection), p_model_id
+        RAISE EXCEPTION 'chunks of collection % have no vector of embedding model % yet',
+            quote_literal(p_collection), p_model_id
             USING ERRCODE = '55000', HINT = 'Run pgrag models reembed MODEL --collection C again.';
     END IF;
-    PERFORM pgrag.ensure_model_index_v3(p_model_id);
+    IF pgrag.model_index_ddl_v1(p_model_id) IS NOT NULL
+       AND to_regclass('pgrag.chunk_embeddings_hnsw_' || p_model_id) IS NULL THEN
+        RAISE EXCEPTION 'embedding model % has no HNSW index yet', p_model_id
+            USING ERRCODE = '55000',
+                  HINT = 'pgrag models reembed builds it; or SELECT pgrag.ensure_model_index_v3(model_id).';
+    END IF;
     UPDATE pgrag.collections SET model_id = p_model_id WHERE id = v_collection_id;
     RETURN p_model_id;
 END
@@ -198,7 +227,14 @@ BEGIN
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     IF v_deleted = 0 AND NOT EXISTS (SELECT 1 FROM pgrag.collection_models
                                       WHERE model_id = p_model_id AND status <> 'retired') THEN
-        EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', 'chunk_embeddings_hnsw_' || p_model_id);
+        IF EXISTS (SELECT 1 FROM pg_class c
+                    WHERE c.oid = to_regclass('pgrag.chunk_embeddings_hnsw_' || p_model_id)
+                      AND NOT pg_has_role(current_user, c.relowner, 'USAGE')) THEN
+            RAISE NOTICE 'embedding model % is used by no collection; its index pgrag.chunk_embeddings_hnsw_% can be dropped by its owner',
+                p_model_id, p_model_id;
+        ELSE
+            EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', 'chunk_embeddings_hnsw_' || p_model_id);
+        END IF;
     END IF;
     RETURN v_deleted;
 END

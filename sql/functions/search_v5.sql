@@ -17,6 +17,10 @@
 -- vectors are partial until the backfill ends), to compare models before switching.
 -- Vectors of a model indexed at half precision (embedding_models.index_type 'halfvec') are
 -- compared as halfvec, so its HNSW index serves the search.
+-- The model is resolved once, here, and a query with a vector is answered by
+-- search_with_model_v1 with that model: search_v4 (through search_v3) would read the
+-- collection's active model again, and between the two reads pgrag.activate_model_v1 may have
+-- switched it. A keyword-only query needs no model and goes to search_v4.
 CREATE FUNCTION pgrag.search_v5(
     collection        text,
     query_text        text,
@@ -59,7 +63,6 @@ DECLARE
     v_active        integer;
     v_model_id      integer;
     v_status        text;
-    v_index_type    text;
 BEGIN
     IF query_embedding IS NOT NULL OR model IS NOT NULL THEN
         SELECT c.id, c.model_id INTO v_collection_id, v_active
@@ -86,10 +89,7 @@ BEGIN
                               HINT = 'Embed the query with the collection''s active model.';
                 END IF;
             END IF;
-            SELECT m.index_type INTO v_index_type
-              FROM pgrag.embedding_models m WHERE m.id = v_model_id;
-            IF query_embedding IS NOT NULL
-               AND (v_model_id IS DISTINCT FROM v_active OR v_index_type <> 'vector') THEN
+            IF query_embedding IS NOT NULL AND v_model_id IS NOT NULL THEN
                 IF fallback_chunks IS NOT NULL AND fallback_chunks NOT BETWEEN 0 AND 1000000 THEN
                     RAISE EXCEPTION 'fallback_chunks must be between 0 and 1000000 (0 or NULL: no fallback), got %',
                         fallback_chunks USING ERRCODE = '22023';

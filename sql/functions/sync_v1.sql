@@ -12,7 +12,12 @@
 -- for every model of the collection that is not retired, unless a chunk with the same text in
 -- the collection already has that model's vector (then it is copied, nothing is embedded).
 -- Deleting the document deletes its chunks, vectors and queue entries (foreign keys).
--- Documents written by `pgrag ingest` have no body (it chunks files itself) and are left alone.
+-- Documents written by `pgrag ingest` have no body (it chunks files itself) and are left alone;
+-- setting a body on one makes SQL its source (its identical copies, if any, first get copies of
+-- its chunks: they keep their own content). Setting the body back to NULL leaves the chunks as
+-- they are, for pgrag ingest to rewrite (it does so when it rewrites a document).
+-- Chunks are sized in words (chunk_text_v1); `pgrag worker` embeds one longer than its model's
+-- input as the mean of its pieces' vectors, so no text is left out of a vector.
 
 -- Chunks of at most p_words words, packed paragraph by paragraph (a blank line ends one); a
 -- paragraph longer than p_words is cut into windows overlapping by p_overlap words. A "word" is
@@ -135,6 +140,8 @@ $fn$;
 
 -- After a document's body or title was written: its chunks follow. A chunk whose position and
 -- text are unchanged keeps its row (and its vectors); the others are replaced and queued.
+-- Identical copies of the document (metadata.duplicate_of, migration 0005) first get copies of
+-- its current chunks (documents_materialize_v1): their content is their own file's.
 CREATE FUNCTION pgrag.documents_sync_v1() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
@@ -150,17 +157,23 @@ DECLARE
     v_counts  integer[];
     v_section text;
     v_ids     bigint[];
+    v_copy    bigint;
 BEGIN
     IF NEW.body IS NULL THEN
-        IF TG_OP = 'UPDATE' AND OLD.body IS NOT NULL THEN
-            DELETE FROM pgrag.chunks WHERE document_id = NEW.id;  -- no longer synced from SQL
-        END IF;
-        RETURN NULL;
+        RETURN NULL;  -- not (or no longer) written with SQL: its chunks are pgrag ingest's
     END IF;
     IF TG_OP = 'UPDATE' AND OLD.body IS NOT DISTINCT FROM NEW.body
        AND OLD.title IS NOT DISTINCT FROM NEW.title THEN
         RETURN NULL;
     END IF;
+    FOR v_copy IN
+        SELECT d.id FROM pgrag.documents d
+         WHERE d.collection_id = NEW.collection_id
+           AND d.metadata @> jsonb_build_object('duplicate_of', NEW.source)
+         ORDER BY d.id
+    LOOP
+        PERFORM pgrag.documents_materialize_v1(v_copy);
+    END LOOP;
     -- Sizes are in the embedding model's tokens; English runs about 1.3 of them to the word.
     SELECT greatest(1, (c.chunk_tokens * 3) / 4), (c.chunk_overlap * 3) / 4, c.text_config
       INTO v_words, v_overlap, v_config
@@ -229,7 +242,7 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'collection % (named by the pgrag trigger on %) does not exist',
             quote_literal(TG_ARGV[0]), v_table
-            USING ERRCODE = '42704', HINT = 'Create it first: pgrag models add ... --collection, or pgrag ingest.';
+            USING ERRCODE = '42704', HINT = 'Create it first, with pgrag ingest (pgrag collections lists them).';
     END IF;
     IF TG_OP <> 'INSERT' THEN
         v_old := to_jsonb(OLD);
@@ -237,10 +250,14 @@ BEGIN
     END IF;
     IF TG_OP <> 'DELETE' THEN
         v_new := to_jsonb(NEW);
-        IF NOT v_new ? TG_ARGV[1] OR NOT v_new ? TG_ARGV[2] THEN
-            RAISE EXCEPTION 'table % has no column % or %, named by its pgrag trigger',
-                v_table, quote_ident(TG_ARGV[1]), quote_ident(TG_ARGV[2]) USING ERRCODE = '42703';
-        END IF;
+        -- Every column named must exist: a misspelt principals column must never make a
+        -- restricted row public.
+        FOR i IN 1 .. least(TG_NARGS - 1, 4) LOOP
+            IF TG_ARGV[i] <> '' AND NOT v_new ? TG_ARGV[i] OR i < 3 AND TG_ARGV[i] = '' THEN
+                RAISE EXCEPTION 'table % has no column % (named by its pgrag trigger)',
+                    v_table, quote_ident(TG_ARGV[i]) USING ERRCODE = '42703';
+            END IF;
+        END LOOP;
         v_key := v_new ->> TG_ARGV[1];
         IF v_key IS NULL THEN
             RAISE EXCEPTION 'the key column % of % is NULL', quote_ident(TG_ARGV[1]), v_table
@@ -254,8 +271,17 @@ BEGIN
     IF TG_OP = 'DELETE' THEN
         RETURN NULL;
     END IF;
-    IF TG_NARGS > 4 AND jsonb_typeof(v_new -> TG_ARGV[4]) = 'array' THEN
-        v_principals := ARRAY(SELECT jsonb_array_elements_text(v_new -> TG_ARGV[4]));
+    IF TG_NARGS > 4 AND TG_ARGV[4] <> '' THEN
+        CASE jsonb_typeof(v_new -> TG_ARGV[4])
+            WHEN 'array' THEN
+                v_principals := ARRAY(SELECT jsonb_array_elements_text(v_new -> TG_ARGV[4]));
+            WHEN 'null' THEN
+                v_principals := NULL;  -- public, as documented
+            ELSE
+                RAISE EXCEPTION 'column % of % holds %, not an array of principals',
+                    quote_ident(TG_ARGV[4]), v_table, jsonb_typeof(v_new -> TG_ARGV[4])
+                    USING ERRCODE = '42804', HINT = 'Name a text[] column, such as ''{alice,group:billing}''.';
+        END CASE;
     END IF;
     INSERT INTO pgrag.documents (collection_id, source, title, body, metadata, content_hash,
                                  principals)
@@ -305,7 +331,8 @@ $fn$;
 
 -- The query-embedding cache: a question asked again is not embedded again. Entries are keyed
 -- by model and by a hash of the text (sha256, computed by the caller), and scoped to who asks:
--- the login role and pgrag.principals. So one role cannot learn whether another asked a
+-- the login role and the principals it reads as (principals_v1: validated, and narrowed to
+-- its mapping for a restricted role). So one role cannot learn whether another asked a
 -- question (a cache hit would tell); the table itself is readable by its owner only.
 CREATE FUNCTION pgrag.query_cache_scope_v1() RETURNS text
 LANGUAGE sql
@@ -313,7 +340,7 @@ STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT session_user || '|' || coalesce(btrim(current_setting('pgrag.principals', true)), '')
+    SELECT session_user || '|' || coalesce(array_to_string(pgrag.principals_v1(), ','), '*')
 $fn$;
 
 CREATE FUNCTION pgrag.query_cache_get_v1(p_model_id integer, p_key bytea)
@@ -327,8 +354,8 @@ AS $fn$
      WHERE q.model_id = p_model_id AND q.scope = pgrag.query_cache_scope_v1() AND q.key = p_key
 $fn$;
 
--- Stores an entry (the text form of a vector); entries older than 30 days are dropped now and
--- then, and at most 100,000 are kept per scope.
+-- Stores an entry (the text form of a vector of the model's dimension); entries older than 30
+-- days are dropped now and then, and at most 100,000 are kept per login role.
 CREATE FUNCTION pgrag.query_cache_put_v1(p_model_id integer, p_key bytea, p_embedding text)
 RETURNS void
 LANGUAGE plpgsql
@@ -336,22 +363,29 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_scope text := pgrag.query_cache_scope_v1();
+    v_scope     text := pgrag.query_cache_scope_v1();
+    v_dimension integer;
 BEGIN
     IF p_key IS NULL OR length(p_key) <> 32 THEN
         RAISE EXCEPTION 'query_cache_put_v1 needs a 32-byte sha256 key' USING ERRCODE = '22023';
     END IF;
-    EXECUTE format('INSERT INTO pgrag.query_embedding_cache (model_id, scope, key, embedding)'
-                   ' VALUES ($1, $2, $3, $4::%I.vector) ON CONFLICT DO NOTHING',
+    SELECT m.dimension INTO v_dimension FROM pgrag.embedding_models m WHERE m.id = p_model_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'embedding model % does not exist', p_model_id USING ERRCODE = '42704';
+    END IF;
+    -- Cast to the model's dimension: a vector of another size is an error, not an entry.
+    EXECUTE format('INSERT INTO pgrag.query_embedding_cache (model_id, db_user, scope, key, embedding)'
+                   ' VALUES ($1, $2, $3, $4, $5::%I.vector(%s)) ON CONFLICT DO NOTHING',
                    (SELECT n.nspname FROM pg_extension e
-                      JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'))
-      USING p_model_id, v_scope, p_key, p_embedding;
+                      JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'),
+                   v_dimension)
+      USING p_model_id, session_user::text, v_scope, p_key, p_embedding;
     IF random() < 0.01 THEN
         DELETE FROM pgrag.query_embedding_cache WHERE created_at < now() - interval '30 days';
         DELETE FROM pgrag.query_embedding_cache q
-         WHERE q.scope = v_scope
+         WHERE q.db_user = session_user
            AND q.created_at < (SELECT x.created_at FROM pgrag.query_embedding_cache x
-                                WHERE x.scope = v_scope
+                                WHERE x.db_user = session_user
                                 ORDER BY x.created_at DESC OFFSET 100000 LIMIT 1);
     END IF;
 END
