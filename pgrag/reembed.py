@@ -111,16 +111,19 @@ def build_model_index(db: Database, model: Model) -> bool:
 
     from .db import open_connection, transaction
 
+    name = f"pgrag.chunk_embeddings_hnsw_{int(model.id)}"
     with transaction(db) as conn:
         row = conn.execute(
             "SELECT pgrag.model_index_ddl_v1(%(m)s, true),"
-            " to_regclass('pgrag.chunk_embeddings_hnsw_' || %(m)s) IS NOT NULL",
-            {"m": model.id},
+            " (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(i)s))",
+            {"m": model.id, "i": name},
         ).fetchone()
-    if row is None or row[0] is None or row[1]:
+    if row is None or row[0] is None or row[1] is True:
         return False
     with open_connection(db.dsn, autocommit=True) as conn:
         conn.execute("SET maintenance_work_mem = '512MB'")
+        if row[1] is False:  # a concurrent build that was killed left it invalid
+            conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         try:
             conn.execute(row[0])
         except psycopg.Error:

@@ -480,3 +480,34 @@ def test_a_chunk_longer_than_the_model_input_is_embedded_whole(loaded: Any) -> N
     first = loaded.embedder.embed([pieces[0]])[0]
     assert float(row[0].to_numpy() @ first) < 0.999
     assert embed_chunks(loaded.embedder, [(None, "short")]).shape == (1, 384)
+
+
+def test_an_invalid_index_left_by_an_interrupted_build_is_built_again(
+    loaded: Any, hash_server: Any
+) -> None:
+    dsn = loaded.dsn
+    _add_remote(dsn, hash_server)
+    assert run(dsn, "models", "reembed", REMOTE, "-c", "docs").exit_code == 0
+    valid = (
+        "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass("
+        "'pgrag.chunk_embeddings_hnsw_' || (SELECT id FROM pgrag.embedding_models"
+        " WHERE name = %s))"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # What a CREATE INDEX CONCURRENTLY killed half-way leaves behind.
+        conn.execute(
+            "UPDATE pg_index SET indisvalid = false WHERE indexrelid = to_regclass("
+            "'pgrag.chunk_embeddings_hnsw_' || (SELECT id FROM pgrag.embedding_models"
+            " WHERE name = %s))",
+            (REMOTE,),
+        )
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState, match="no valid HNSW"):
+            conn.execute(
+                "SELECT pgrag.activate_model_v1('docs', id) FROM pgrag.embedding_models"
+                " WHERE name = %s",
+                (REMOTE,),
+            )
+    assert run(dsn, "models", "reembed", REMOTE, "-c", "docs").exit_code == 0
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(valid, (REMOTE,)).fetchone() == (True,)
+    assert run(dsn, "models", "activate", REMOTE, "-c", "docs").exit_code == 0

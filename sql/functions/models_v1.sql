@@ -82,11 +82,16 @@ SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_ddl text := pgrag.model_index_ddl_v1(p_model_id);
+    v_ddl   text := pgrag.model_index_ddl_v1(p_model_id);
+    v_index text := 'chunk_embeddings_hnsw_' || p_model_id;
 BEGIN
-    IF v_ddl IS NULL OR to_regclass('pgrag.chunk_embeddings_hnsw_' || p_model_id) IS NOT NULL THEN
+    IF v_ddl IS NULL OR EXISTS (SELECT 1 FROM pg_index i
+                                 WHERE i.indexrelid = to_regclass('pgrag.' || v_index)
+                                   AND i.indisvalid) THEN
         RETURN false;
     END IF;
+    -- An invalid one, left by an interrupted CREATE INDEX CONCURRENTLY, is built again.
+    EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', v_index);
     EXECUTE v_ddl;
     RETURN true;
 END
@@ -154,9 +159,12 @@ BEGIN
             quote_literal(p_collection), p_model_id
             USING ERRCODE = '55000', HINT = 'Run pgrag models reembed MODEL --collection C again.';
     END IF;
+    -- (Valid: a CREATE INDEX CONCURRENTLY that was interrupted leaves an invalid one.)
     IF pgrag.model_index_ddl_v1(p_model_id) IS NOT NULL
-       AND to_regclass('pgrag.chunk_embeddings_hnsw_' || p_model_id) IS NULL THEN
-        RAISE EXCEPTION 'embedding model % has no HNSW index yet', p_model_id
+       AND NOT EXISTS (SELECT 1 FROM pg_index i
+                        WHERE i.indexrelid = to_regclass('pgrag.chunk_embeddings_hnsw_' || p_model_id)
+                          AND i.indisvalid) THEN
+        RAISE EXCEPTION 'embedding model % has no valid HNSW index yet', p_model_id
             USING ERRCODE = '55000',
                   HINT = 'pgrag models reembed builds it; or SELECT pgrag.ensure_model_index_v3(model_id).';
     END IF;
