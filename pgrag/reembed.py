@@ -121,8 +121,16 @@ def build_model_index(db: Database, model: Model) -> bool:
     if row is None or row[0] is None or row[1] is True:
         return False
     with open_connection(db.dsn, autocommit=True) as conn:
+        # One build per model at a time (ensure_model_index_v3 takes the same lock): an index
+        # another session is still building is invalid too, and must not be dropped.
+        conn.execute("SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %s)", (model.id,))
+        again = conn.execute(
+            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)", (name,)
+        ).fetchone()
+        if again is not None and again[0]:
+            return False  # built meanwhile
         conn.execute("SET maintenance_work_mem = '512MB'")
-        if row[1] is False:  # a concurrent build that was killed left it invalid
+        if again is not None:  # a concurrent build that was killed left it invalid
             conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
         try:
             conn.execute(row[0])

@@ -124,6 +124,29 @@ def _message(err: Exception) -> str:
     return f"{type(err).__name__}: {err}"
 
 
+def _item_error(err: Exception) -> bool:
+    """Whether an error may be one chunk's doing (a server refusing an input with a 4xx, a
+    local model failing on a text), rather than the model's or the network's, which retrying
+    item by item would only multiply."""
+    import re
+
+    if isinstance(err, PgragError):
+        return re.search(r"\bHTTP 4\d\d\b", str(err)) is not None
+    return not isinstance(err, (OSError, MemoryError))
+
+
+def _renew(db: Database, model_id: int, chunk_ids: list[int], lease: float) -> None:
+    """Extend the lease of claimed items before working on them one at a time."""
+    from .db import transaction
+
+    with transaction(db) as conn:
+        conn.execute(
+            "UPDATE pgrag.embedding_queue SET not_before = now() + make_interval(secs => %(l)s)"
+            " WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
+            {"l": lease, "m": model_id, "ids": chunk_ids},
+        )
+
+
 def run_once(
     db: Database,
     *,
@@ -184,24 +207,31 @@ def run_once(
         model = models[model_id]
         done: list[tuple[int, Any]] = []
         failed: dict[str, list[int]] = {}
+        embedder: Embedder | None = None  # this model's, once built and checked
         try:
-            embedder = build(model)
-            if embedder.dimension != model.dimension:
+            built = build(model)
+            if built.dimension != model.dimension:
                 raise PgragError(
-                    f"embedding model {model.name!r} gives {embedder.dimension} dimensions,"
+                    f"embedding model {model.name!r} gives {built.dimension} dimensions,"
                     f" {model.dimension} are recorded"
                 )
+            embedder = built
             matrix = embed_chunks(embedder, [(r[3], r[4]) for r in items])
             done = [(r[0], v) for r, v in zip(items, matrix, strict=True)]
         except Exception as err:  # noqa: BLE001 - whatever it is, keep the items and go on
-            if len(items) == 1 or "embedder" not in locals():
+            if embedder is None or len(items) == 1 or not _item_error(err):
+                # The model, its server or the machine: every item alike, no retries here.
                 failed[_message(err)] = [r[0] for r in items]
-            else:  # one bad chunk must not hold the others back: one at a time
-                for r in items:
+            else:  # a chunk the model refuses must not hold the others back: one at a time
+                _renew(db, model_id, [r[0] for r in items], lease)
+                for i, r in enumerate(items):
                     try:
                         done.append((r[0], embed_chunks(embedder, [(r[3], r[4])])[0]))
                     except Exception as one:  # noqa: BLE001
                         failed.setdefault(_message(one), []).append(r[0])
+                        if not _item_error(one):  # the server went away: leave the rest
+                            failed[_message(one)] += [x[0] for x in items[i + 1 :]]
+                            break
         with transaction(db) as conn:
             store_vectors(conn, model_id, done)
             for message, ids in failed.items():
@@ -252,7 +282,7 @@ def run(
         total.collections |= report.collections
         if on_batch and report.batches:
             on_batch(report)
-        if report.embedded or report.removed:
+        if report.batches:  # something was claimed: there may be more (failed ones wait)
             continue
         if touched:
             _maintain(db, touched)

@@ -526,3 +526,111 @@ def test_sync_row_refuses_a_misnamed_or_mistyped_principals_column(loaded: Any) 
                 "SELECT pgrag.query_cache_put_v1(1, sha256('x'), %s)",
                 ("[" + ",".join(["0.1"] * 16000) + "]",),
             )
+
+
+def test_a_failing_model_fails_only_its_own_items(loaded: Any, hash_server: Any) -> None:
+    from pgrag.models import embedder_for
+
+    dsn = loaded.dsn
+    result = cli_run(
+        dsn, "models", "add", "remote", "--provider", "openai", "--url", hash_server.url
+    )
+    assert result.exit_code == 0, result.output
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO pgrag.collection_models (collection_id, model_id)"
+            " SELECT c.id, m.id FROM pgrag.collections c, pgrag.embedding_models m"
+            " WHERE c.name = 'docs' AND m.name = 'remote'"
+        )
+        for i in range(3):
+            _insert(conn, f"kb/{i}", f"Room {i} has a projector and {i + 2} chairs.")
+    assert len(_queued(dsn)) == 6  # three chunks, two models
+    calls: list[str] = []
+
+    class Counting:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def embed(self, texts: Any) -> Any:
+            calls.extend(self.inner.name for _ in texts)
+            if self.inner.name == "remote":
+                raise pgrag.PgragError("cannot reach the embedding server (Connection refused)")
+            return self.inner.embed(texts)
+
+    report = run_worker(
+        loaded, once=True, batch_size=2, embedders=lambda m: Counting(embedder_for(m))
+    )
+    # Every due item was worked on (--once goes on after a failed batch) ...
+    assert report.embedded == 3 and report.failed == 3
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            "SELECT m.name, count(*) FROM pgrag.chunk_embeddings e"
+            " JOIN pgrag.embedding_models m ON m.id = e.model_id"
+            " JOIN pgrag.chunks c ON c.id = e.chunk_id"
+            " JOIN pgrag.documents d ON d.id = c.document_id"
+            " WHERE d.source LIKE 'kb/%' GROUP BY m.name"
+        ).fetchall()
+    # ... no vector was stored under the failing model (none of another model's either) ...
+    assert rows == [("sentence-transformers/all-MiniLM-L6-v2", 3)]
+    failed = [q for q in _queued(dsn) if q[2] is not None]
+    assert len(failed) == 3 and all("cannot reach" in q[2] for q in failed)
+    # ... and a server that is down is not asked again item by item: each text once.
+    assert calls.count("remote") == 3 and len(calls) == 6
+
+
+def test_a_copy_given_a_body_becomes_a_document_of_its_own(loaded: Any, tmp_path: Path) -> None:
+    dsn = loaded.dsn
+    folder = tmp_path / "twins"
+    folder.mkdir()
+    for name in ("a.md", "b.md"):
+        (folder / name).write_text("# Garage\n\nThe barrier code for the blue garage is 4711.\n")
+    pgrag.ingest(loaded, [folder], collection="docs")
+    a, b = str((folder / "a.md").resolve()), str((folder / "b.md").resolve())
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "UPDATE pgrag.documents SET body = 'Bikes go to the cellar.' WHERE source = %s", (b,)
+        )
+        meta = conn.execute("SELECT metadata FROM pgrag.documents WHERE source = %s", (b,))
+        assert "duplicate_of" not in meta.fetchone()[0]  # type: ignore[index]
+        # The original can be deleted and have its access changed as before.
+        conn.execute("UPDATE pgrag.documents SET principals = '{alice}' WHERE source = %s", (a,))
+        conn.execute("DELETE FROM pgrag.documents WHERE source = %s", (a,))
+    assert _keyword(dsn, "bikes cellar")[0] == b
+    assert b not in _keyword(dsn, "barrier code 4711")  # (its title, Garage, stays)
+
+
+def test_copies_materialised_by_a_body_are_queued_for_models_still_waiting(
+    loaded: Any, hash_server: Any, tmp_path: Path
+) -> None:
+    dsn = loaded.dsn
+    result = cli_run(
+        dsn, "models", "add", "remote", "--provider", "openai", "--url", hash_server.url
+    )
+    assert result.exit_code == 0, result.output
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            "INSERT INTO pgrag.collection_models (collection_id, model_id)"
+            " SELECT c.id, m.id FROM pgrag.collections c, pgrag.embedding_models m"
+            " WHERE c.name = 'docs' AND m.name = 'remote'"
+        )
+    folder = tmp_path / "twins"
+    folder.mkdir()
+    for name in ("c.md", "d.md"):
+        (folder / name).write_text("# Lockers\n\nLockers are emptied every Friday evening.\n")
+    pgrag.ingest(loaded, [folder], collection="docs")  # d.md: a copy; c.md's chunk is queued
+    c, d = str((folder / "c.md").resolve()), str((folder / "d.md").resolve())
+    with psycopg.connect(dsn) as conn:
+        conn.execute("UPDATE pgrag.documents SET body = 'Rewritten.' WHERE source = %s", (c,))
+    assert cli_run(dsn, "worker", "--once").exit_code == 0
+    with psycopg.connect(dsn) as conn:
+        models = conn.execute(
+            "SELECT m.name FROM pgrag.chunk_embeddings e"
+            " JOIN pgrag.embedding_models m ON m.id = e.model_id"
+            " JOIN pgrag.chunks k ON k.id = e.chunk_id"
+            " JOIN pgrag.documents x ON x.id = k.document_id WHERE x.source = %s ORDER BY 1",
+            (d,),
+        ).fetchall()
+    assert models == [("remote",), ("sentence-transformers/all-MiniLM-L6-v2",)]

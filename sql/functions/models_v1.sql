@@ -85,6 +85,9 @@ DECLARE
     v_ddl   text := pgrag.model_index_ddl_v1(p_model_id);
     v_index text := 'chunk_embeddings_hnsw_' || p_model_id;
 BEGIN
+    -- One build per model at a time (pgrag models reembed takes the same lock for its
+    -- concurrent build): an index another session is still building is invalid too.
+    PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
     IF v_ddl IS NULL OR EXISTS (SELECT 1 FROM pg_index i
                                  WHERE i.indexrelid = to_regclass('pgrag.' || v_index)
                                    AND i.indisvalid) THEN

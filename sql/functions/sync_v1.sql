@@ -166,6 +166,10 @@ BEGIN
        AND OLD.title IS NOT DISTINCT FROM NEW.title THEN
         RETURN NULL;
     END IF;
+    -- A copy given a body is a document of its own now: it no longer points at its original.
+    IF NEW.metadata ? 'duplicate_of' THEN
+        UPDATE pgrag.documents SET metadata = metadata - 'duplicate_of' WHERE id = NEW.id;
+    END IF;
     FOR v_copy IN
         SELECT d.id FROM pgrag.documents d
          WHERE d.collection_id = NEW.collection_id
@@ -173,6 +177,10 @@ BEGIN
          ORDER BY d.id
     LOOP
         PERFORM pgrag.documents_materialize_v1(v_copy);
+        -- (It copies the vectors there are; chunks still waiting for a model are queued.)
+        PERFORM pgrag.embedding_enqueue_v1(
+            NEW.collection_id,
+            ARRAY(SELECT c.id FROM pgrag.chunks c WHERE c.document_id = v_copy));
     END LOOP;
     -- Sizes are in the embedding model's tokens; English runs about 1.3 of them to the word.
     SELECT greatest(1, (c.chunk_tokens * 3) / 4), (c.chunk_overlap * 3) / 4, c.text_config
