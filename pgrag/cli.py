@@ -501,6 +501,12 @@ def rm(
 )
 @principal_option
 @click.option(
+    "--model",
+    "model_name",
+    help="Search with this model of the collection (default: the active one); e.g. one that"
+    " `pgrag models reembed` is building, to compare before switching.",
+)
+@click.option(
     "--sql",
     "show_sql",
     is_flag=True,
@@ -524,6 +530,7 @@ def search(
     mmr: float | None,
     principals: tuple[str, ...],
     as_json: bool,
+    model_name: str | None = None,
     **tuning: Any,
 ) -> None:
     """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v5)."""
@@ -547,7 +554,15 @@ def search(
                 .as_string(None)
             )
         click.echo(
-            search_sql(query, collection=collection, k=k, mode=mode, filter=filt, settings=settings)
+            search_sql(
+                query,
+                collection=collection,
+                k=k,
+                mode=mode,
+                filter=filt,
+                settings=settings,
+                model=model_name,
+            )
             + ";"
         )
         if principals:
@@ -564,6 +579,7 @@ def search(
         reranker=reranker_from_config(reranker_spec),
         mmr=mmr,
         principals=list(principals) if principals else None,
+        model=model_name,
     )
     if as_json:
         _emit_json([r.to_dict() for r in results])

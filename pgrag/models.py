@@ -257,11 +257,27 @@ def check(model: Model, embedder: Embedder) -> None:
         )
 
 
-def query_model(db: Database, collection: str) -> tuple[Model, Embedder] | None:
-    """The model and embedder a query of ``collection`` is embedded with: the connection's own
-    embedder if one was given to :func:`pgrag.connect` (it must be one of the collection's
-    models that is not retired), else the collection's active model. None: no model yet."""
+def query_model(
+    db: Database, collection: str, name: str | None = None
+) -> tuple[Model, Embedder] | None:
+    """The model and embedder a query of ``collection`` is embedded with: the model ``name``
+    (any of the collection's that is not retired, a building one included, to compare it
+    before switching), else the connection's own embedder if one was given to
+    :func:`pgrag.connect` (it must be one of the collection's models), else the collection's
+    active model. None: no model yet."""
     models = [m for m in collection_models(db, collection) if m.status != "retired"]
+    if name is not None:
+        named = [m for m in models if m.name == name]
+        if not named:
+            raise InputError(
+                f"model {name!r} is not a model of collection {collection!r} (or is retired);"
+                f" `pgrag models list -c {collection}` shows its models"
+            )
+        given = db.given_embedder
+        if given is not None and (given.name, given.dimension) == (name, named[0].dimension):
+            check(named[0], given)
+            return named[0], given
+        return named[0], embedder_for(named[0])
     if not models:
         return None
     given = db.given_embedder

@@ -159,8 +159,13 @@ def search(
     mmr: float | None = None,
     timings: dict[str, float] | None = None,
     principals: Sequence[str] | None = None,
+    model: str | None = None,
 ) -> list[SearchResult]:
     """Ranked chunks for ``query``; ``mode`` is hybrid, keyword or vector.
+
+    ``model`` names the embedding model to search with: by default the collection's active
+    one; another of its models (one still being built by ``pgrag models reembed``, say) to
+    compare before switching.
 
     With a ``reranker`` (see :mod:`pgrag.rerank`), the retriever's top ``candidates(k)`` are
     reordered by it and its best ``k`` kept; ``probability`` is then a softmax over the
@@ -188,17 +193,17 @@ def search(
     from .db import transaction
 
     t0 = time.perf_counter()
-    model = collection_model(db, collection)
-    if mmr is not None and model is None:
+    recorded = collection_model(db, collection)
+    if mmr is not None and recorded is None:
         raise InputError(f"mmr needs embeddings, and collection {collection!r} has none yet")
     embedding = None
     model_name = None
     model_id = None
-    if (mode != "keyword" or mmr is not None) and model is not None:
+    if (mode != "keyword" or mmr is not None) and (recorded is not None or model is not None):
         from .models import query_model
         from .query_cache import embed_query
 
-        resolved = query_model(db, collection)
+        resolved = query_model(db, collection, model)
         if resolved is not None:
             spec, embedder = resolved
             model_name, model_id = spec.name, spec.id

@@ -272,6 +272,9 @@ def run(
     of the collections it touched are folded (``keyword_maintain_v2``)."""
     total = WorkReport()
     touched: set[int] = set()
+    if not once:  # woken by new items (embedding_enqueue_v1 notifies), else every `poll` s
+        with db.conn.transaction():
+            db.conn.execute("LISTEN pgrag_embedding_queue")
     while not should_stop():
         report = run_once(db, batch_size=batch_size, lease=lease, embedders=embedders)
         total.embedded += report.embedded
@@ -289,8 +292,20 @@ def run(
             touched = set()
         if once:
             break
-        time.sleep(poll)
+        _wait(db, poll, should_stop)
     return total
+
+
+def _wait(db: Database, seconds: float, should_stop: Callable[[], bool]) -> None:
+    """Until a notification on pgrag_embedding_queue, ``seconds``, or ``should_stop()``
+    (checked every second: a signal does not interrupt the wait itself)."""
+    deadline = time.monotonic() + seconds
+    while not should_stop():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if any(True for _ in db.conn.notifies(timeout=min(left, 1.0), stop_after=1)):
+            return
 
 
 def _maintain(db: Database, collections: set[int]) -> None:

@@ -101,6 +101,13 @@ def test_switch_to_a_remote_model_of_another_dimension(
         ).fetchone()
     assert index is not None and "vector(64)" in index[0]
 
+    # The building model can be searched by name, to compare before switching.
+    compared = run(dsn, "search", "refund annual plans", "-c", "docs", "--model", REMOTE, "--json")
+    assert compared.exit_code == 0, compared.output
+    assert hash_server.texts[-1] == "refund annual plans"
+    assert __import__("json").loads(compared.stdout)[0]["vector_rank"] is not None
+    wrong = run(dsn, "search", "refund", "-c", "docs", "--model", "nope")
+    assert wrong.exit_code == 1 and "model 'nope' is not a model of collection" in wrong.stderr
     # Still the active model: the query goes through MiniLM, the server sees nothing.
     seen = len(hash_server.texts)
     before = pgrag.search(loaded, "How long is the refund window?", collection="docs", k=3)

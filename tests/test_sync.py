@@ -295,6 +295,8 @@ def test_repeated_questions_skip_the_encoder(loaded: Any) -> None:
 
 
 def test_a_running_worker_makes_psql_inserts_searchable(loaded: Any) -> None:
+    """The worker polls every 600 s here: only the queue's notification (LISTEN
+    pgrag_embedding_queue) can wake it within the test's deadlines."""
     import signal
     import subprocess
     import sys
@@ -302,7 +304,7 @@ def test_a_running_worker_makes_psql_inserts_searchable(loaded: Any) -> None:
 
     dsn = loaded.dsn
     worker = subprocess.Popen(
-        [str(Path(sys.executable).parent / "pgrag"), "--dsn", dsn, "worker", "--poll", "0.2"],
+        [str(Path(sys.executable).parent / "pgrag"), "--dsn", dsn, "worker", "--poll", "600"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

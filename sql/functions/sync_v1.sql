@@ -99,7 +99,8 @@ $fn$;
 
 -- Queues chunks for every model of their collection that is not retired and that they have no
 -- vector of, after copying the vectors of chunks with the same text where there are some.
--- Returns the number of (chunk, model) pairs queued.
+-- Returns the number of (chunk, model) pairs queued. Workers waiting on the channel
+-- pgrag_embedding_queue (LISTEN) are woken when the transaction commits.
 CREATE FUNCTION pgrag.embedding_enqueue_v1(p_collection_id integer, p_chunk_ids bigint[])
 RETURNS bigint
 LANGUAGE plpgsql
@@ -134,6 +135,9 @@ BEGIN
                         WHERE x.model_id = m.model_id AND x.chunk_id = n.id)
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS v_queued = ROW_COUNT;
+    IF v_queued > 0 THEN
+        PERFORM pg_notify('pgrag_embedding_queue', p_collection_id::text);
+    END IF;
     RETURN v_queued;
 END
 $fn$;
