@@ -47,6 +47,7 @@ __all__ = [
     "access",
     "ingest",
     "ingest_documents",
+    "rag_marginals",
     "search",
 ]
 
@@ -57,4 +58,5 @@ from . import access  # noqa: E402
 from .ask import Answer, ask  # noqa: E402
 from .db import Database, connect  # noqa: E402
 from .ingest import ingest, ingest_documents  # noqa: E402
+from .marginals import rag_marginals  # noqa: E402
 from .search import SearchResult, SearchSettings, search  # noqa: E402

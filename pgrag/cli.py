@@ -838,6 +838,42 @@ def collections(ctx: click.Context, as_json: bool) -> None:
         )
 
 
+@cli.command()
+@click.argument("query_id", type=int)
+@click.option("--show-prompt", is_flag=True, help="Print the prompt too.")
+@json_option
+@click.pass_context
+def trace(ctx: click.Context, query_id: int, show_prompt: bool, as_json: bool) -> None:
+    """Show what `pgrag ask` recorded for one question (its query_id)."""
+    from .traces import get_trace
+
+    t = get_trace(_db(ctx), query_id)
+    if as_json:
+        _emit_json(t)
+        return
+    click.echo(
+        f"#{t['id']}  {t['created_at']}  as {t['db_user']}"
+        f"{' (' + ', '.join(t['principals']) + ')' if t['principals'] else ''}"
+    )
+    click.echo(f"collection {t['collection']}, model {t['model']}, generator {t['generator']}")
+    click.echo(f"Q: {t['question']}")
+    click.echo(f"A: {t['answer']}")
+    if t["abstained"]:
+        click.echo(f"abstained: {t['abstain_reason']}")
+    for c in t["citations"]:
+        click.echo(f"  [{c.get('n')}] {c.get('source')}")
+    click.echo("retrieved:")
+    for r in t["retrieved"]:
+        click.echo(
+            f"  {r['rank']}. chunk {r['chunk_id']} (vector #{r.get('vector_rank') or '-'},"
+            f" keyword #{r.get('keyword_rank') or '-'})  {r.get('source') or '(gone)'}"
+        )
+    click.echo("timings: " + ", ".join(f"{k} {v}" for k, v in t["timings"].items()))
+    if show_prompt:
+        click.echo("prompt:")
+        click.echo(t["prompt"] or "")
+
+
 @cli.group()
 def models() -> None:
     """Embedding models: list, add, reembed, activate, retire (zero-downtime switching)."""

@@ -397,3 +397,23 @@ def test_ingest_twice_writes_nothing_the_second_time(loaded: str, corpus: Path) 
     assert "3 unchanged" in result.stderr
     assert "0 chunks written" in result.stderr
     assert result.stdout == ""
+
+
+def test_trace_shows_what_ask_recorded(loaded: str) -> None:
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "--collection", "docs", "--json").stdout)
+    trace = json.loads(ok(loaded, "trace", str(answer["query_id"]), "--json").stdout)
+    assert trace["question"] == MONTHLY and trace["collection"] == "docs"
+    assert trace["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert trace["answer"] == answer["answer"] and trace["abstained"] is False
+    assert [c["chunk_id"] for c in trace["citations"]] == [
+        c["chunk_id"] for c in answer["citations"]
+    ]
+    # (The prompt puts the strongest passages at both ends; the trace keeps retrieval order.)
+    assert {r["chunk_id"] for r in trace["retrieved"]} == {s["chunk_id"] for s in answer["sources"]}
+    assert [r["rank"] for r in trace["retrieved"]] == list(range(1, len(trace["retrieved"]) + 1))
+    assert all(r["source"] for r in trace["retrieved"])
+    assert "retrieve_ms" in trace["timings"] and trace["prompt"]
+    plain = ok(loaded, "trace", str(answer["query_id"]), "--show-prompt").stdout
+    assert f"Q: {MONTHLY}" in plain and "retrieved:" in plain and "prompt:" in plain
+    missing = run(loaded, "trace", "999999")
+    assert_one_error_line(missing, "error: no recorded question has id 999999")
