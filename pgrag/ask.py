@@ -40,6 +40,8 @@ class Answer:
     invalid_citations: list[int] = field(default_factory=list)
     raw_answer: str | None = None
     query_id: int | None = None
+    # Sources whose text reads like an instruction to the model: [{n, chunk_id, phrases}].
+    flagged: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +55,7 @@ class Answer:
             "generator": self.generator,
             "timings": self.timings,
             "query_id": self.query_id,
+            "flagged": self.flagged,
         }
 
 
@@ -151,10 +154,22 @@ def ask(
         prompt=render(messages),
         invalid_citations=invalid,
         raw_answer=raw,
+        flagged=_flagged(sources),
     )
     if log:
         answer.query_id = _log(db, collection, answer, results, principals)
     return answer
+
+
+def _flagged(sources: Sequence[Source]) -> list[dict[str, Any]]:
+    from .injection import instruction_like
+
+    out = []
+    for s in sources:
+        phrases = instruction_like(f"{s.result.section or ''}\n{s.result.text}")
+        if phrases:
+            out.append({"n": s.n, "chunk_id": s.result.chunk_id, "phrases": phrases})
+    return out
 
 
 def _log(
@@ -168,6 +183,7 @@ def _log(
 
     from .db import transaction
 
+    flags = {f["chunk_id"]: f["phrases"] for f in answer.flagged}
     retrieved = [
         {
             "chunk_id": r.chunk_id,
@@ -175,6 +191,7 @@ def _log(
             "score": r.score,
             "vector_rank": r.vector_rank,
             "keyword_rank": r.keyword_rank,
+            **({"instruction_like": flags[r.chunk_id]} if r.chunk_id in flags else {}),
         }
         for r in results
     ]

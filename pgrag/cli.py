@@ -705,6 +705,9 @@ def ask(
     if answer.invalid_citations:
         bad = ", ".join(f"[{n}]" for n in answer.invalid_citations)
         click.echo(f"warning: removed citations of sources not in the prompt: {bad}", err=True)
+    for f in answer.flagged:
+        phrases = "; ".join(repr(p) for p in f["phrases"])
+        click.echo(f"warning: source [{f['n']}] reads like an instruction: {phrases}", err=True)
     if answer.citations:
         click.echo("\nSources:")
         for c in answer.citations:
