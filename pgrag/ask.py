@@ -130,15 +130,7 @@ def ask(
         citations = checked.citations
     else:
         raw = ChatClient(config).complete(messages, on_token=on_token)
-        checked = check_citations(raw, sources)
-        invalid, citations = checked.invalid, checked.citations
-        text, abstained, reason = checked.text, False, None
-        if says_unknown(raw):
-            text, abstained, reason = ABSTAIN_TEXT, True, "the model said it does not know"
-            citations = []
-        elif not citations:
-            text, abstained = ABSTAIN_TEXT, True
-            reason = "the model's answer cites no source that was in the prompt"
+        text, abstained, reason, citations, invalid = judge(raw, sources)
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
 
@@ -159,6 +151,26 @@ def ask(
     if log:
         answer.query_id = _log(db, collection, answer, results, principals)
     return answer
+
+
+def judge(
+    raw: str, sources: Sequence[Source]
+) -> tuple[str, bool, str | None, list[Citation], list[int]]:
+    """A model's answer checked against the sources it was given: (text, abstained, reason,
+    citations, invalid citation numbers). Invalid citations are removed; an answer that says
+    it does not know, or keeps no valid citation, is an abstention with the reason."""
+    checked = check_citations(raw, sources)
+    if says_unknown(raw):
+        return ABSTAIN_TEXT, True, "the model said it does not know", [], checked.invalid
+    if not checked.citations:
+        return (
+            ABSTAIN_TEXT,
+            True,
+            "the model's answer cites no source that was in the prompt",
+            [],
+            checked.invalid,
+        )
+    return checked.text, False, None, checked.citations, checked.invalid
 
 
 def _flagged(sources: Sequence[Source]) -> list[dict[str, Any]]:

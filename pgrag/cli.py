@@ -640,12 +640,25 @@ def _parse_filter(raw: str | None) -> dict[str, Any] | None:
 )
 @click.option("--show-prompt", is_flag=True, help="Print the prompt given to the generator.")
 @click.option("--no-log", is_flag=True, help="Do not record this question in pgrag.queries.")
+@click.option(
+    "--agentic",
+    is_flag=True,
+    help="Let a tool-calling model search again (pgrag_search) before it answers.",
+)
+@click.option(
+    "--max-steps",
+    default=3,
+    show_default=True,
+    type=click.IntRange(0, 10),
+    help="With --agentic: how many searches the model may make.",
+)
 @principal_option
 @json_option
 @reranker_option
 @click.pass_context
 def ask(
     ctx: click.Context,
+    /,
     question: str,
     collection: str,
     k: int,
@@ -656,6 +669,8 @@ def ask(
     principals: tuple[str, ...],
     reranker_spec: str | None,
     as_json: bool,
+    agentic: bool = False,
+    max_steps: int = 3,
 ) -> None:
     """Answer a question, citing numbered sources.
 
@@ -663,6 +678,32 @@ def ask(
     is set, else the offline extractive reader: nothing leaves the machine without a base URL.
     """
     from .ask import ask as run_ask
+
+    if agentic:
+        from .agentic import ask_agentic
+        from .generation import LLMConfig
+
+        config = LLMConfig.from_env()
+        if config is None:
+            raise click.UsageError(
+                "--agentic needs a tool-calling model: set PGRAG_LLM_BASE_URL (or"
+                " OPENAI_BASE_URL) to an OpenAI-compatible endpoint"
+            )
+        if reranker_spec or context != "chunk":
+            raise click.UsageError("--agentic does not take --reranker or --context yet")
+        result = ask_agentic(
+            _db(ctx),
+            question,
+            config=config,
+            collection=collection,
+            k=k,
+            budget_tokens=budget,
+            max_steps=max_steps,
+            log=not no_log,
+            principals=list(principals) if principals else None,
+        )
+        _show_answer(result, as_json=as_json, show_prompt=show_prompt, streamed=False)
+        return
 
     streamed = False
 
@@ -685,6 +726,10 @@ def ask(
         principals=list(principals) if principals else None,
         context=context,
     )
+    _show_answer(answer, as_json=as_json, show_prompt=show_prompt, streamed=streamed)
+
+
+def _show_answer(answer: Any, *, as_json: bool, show_prompt: bool, streamed: bool) -> None:
     if as_json:
         out = answer.to_dict()
         if show_prompt:

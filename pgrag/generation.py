@@ -16,6 +16,7 @@ import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.http_post import Endpoint, Transient, describe, error_excerpt, one_line
@@ -160,6 +161,57 @@ class ChatClient:
             return text
 
         return self.endpoint.post(data, headers, read, sleep=self._sleep)
+
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """The assistant's message for ``messages``, offered ``tools`` (OpenAI's function
+        calling): ``{"content": str | None, "tool_calls": [...]}``, each call with an ``id``
+        and ``function.name`` / ``function.arguments`` (a JSON string). Not streamed."""
+        cfg = self.config
+        body: dict[str, Any] = {"model": cfg.model, "messages": messages, "stream": False}
+        body |= {"temperature": cfg.temperature, "max_tokens": cfg.max_tokens}
+        if tools:
+            body |= {"tools": tools, "tool_choice": "auto"}
+        headers = {"Content-Type": "application/json", "User-Agent": "pgrag"}
+        headers["Accept"] = "application/json"
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        data = json.dumps(body).encode("utf-8")
+
+        def read(response: http.client.HTTPResponse) -> dict[str, Any]:
+            return self._parse_message(self.endpoint.read(response.read))
+
+        return self.endpoint.post(data, headers, read, sleep=self._sleep)
+
+    def _parse_message(self, raw: bytes) -> dict[str, Any]:
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            raise self._malformed("not JSON", raw) from None
+        if isinstance(payload, dict) and "error" in payload:
+            raise GenerationError(
+                f"LLM endpoint {self.url} answered an error: {error_excerpt(raw)}; "
+                "check PGRAG_LLM_MODEL and the server's logs"
+            )
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(message, dict):
+            raise self._malformed("no choices[0].message", raw)
+        content = message.get("content")
+        calls = message.get("tool_calls") or []
+        if content is not None and not isinstance(content, str) or not isinstance(calls, list):
+            raise self._malformed("a message without text or tool calls", raw)
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not (
+                isinstance(function, dict)
+                and isinstance(function.get("name"), str)
+                and isinstance(function.get("arguments", ""), str | dict)
+            ):
+                raise self._malformed("a tool call without function.name", raw)
+        return {"content": content, "tool_calls": calls}
 
     def _read_stream(
         self, response: http.client.HTTPResponse, on_token: Callable[[str], None]

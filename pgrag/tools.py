@@ -18,6 +18,7 @@ from .errors import InputError
 
 if TYPE_CHECKING:
     from .db import Database
+    from .search import SearchResult
 
 NAME = "pgrag_search"
 MAX_K = 20
@@ -61,6 +62,55 @@ def search_tool(collection: str) -> dict[str, Any]:
     }
 
 
+def parse_arguments(arguments: str | dict[str, Any]) -> tuple[str, int, Any] | str:
+    """(query, k, filter) from a call's arguments, or what is wrong with them."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+    except (ValueError, TypeError) as err:
+        return f'the arguments are not a JSON object ({err}); send {{"query": ...}}'
+    if not isinstance(args, dict):
+        return 'the arguments must be a JSON object such as {"query": "refund window"}'
+    unknown = sorted(set(args) - {"query", "k", "filter"})
+    if unknown:
+        return f"unknown arguments {unknown}; use query, k and filter"
+    query, k, filt = args.get("query"), args.get("k", 5), args.get("filter")
+    if not isinstance(query, str) or not query.strip():
+        return "query must be a non-empty string"
+    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
+        return f"k must be an integer from 1 to {MAX_K}"
+    if filt is not None and not isinstance(filt, dict):
+        return 'filter must be a JSON object such as {"team": "billing"}'
+    return query, k, filt
+
+
+def run_search_call(
+    db: Database,
+    collection: str,
+    arguments: str | dict[str, Any],
+    *,
+    principals: Sequence[str] | None = None,
+) -> list[SearchResult] | str:
+    """The results of one call, or (for the model to correct) what is wrong with it."""
+    import psycopg
+
+    from .errors import DatabaseError
+    from .search import search
+
+    parsed = parse_arguments(arguments)
+    if isinstance(parsed, str):
+        return parsed
+    query, k, filt = parsed
+    try:
+        return search(db, query, collection=collection, k=k, filter=filt, principals=principals)
+    except InputError as err:
+        return str(err)
+    except DatabaseError as err:  # a filter the database refused (22023)
+        refused = (psycopg.errors.DataException, psycopg.errors.InvalidParameterValue)
+        if not isinstance(err.__cause__, refused):
+            raise
+        return str(err)
+
+
 def call_search_tool(
     db: Database,
     collection: str,
@@ -71,38 +121,9 @@ def call_search_tool(
 ) -> dict[str, Any]:
     """Run one call of the tool; passages are numbered from ``first_n`` (so that numbers stay
     unique across several calls in one conversation)."""
-    from .search import search
-
-    try:
-        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
-    except (ValueError, TypeError) as err:
-        return {"error": f'the arguments are not a JSON object ({err}); send {{"query": ...}}'}
-    if not isinstance(args, dict):
-        return {"error": 'the arguments must be a JSON object such as {"query": "refund window"}'}
-    unknown = sorted(set(args) - {"query", "k", "filter"})
-    if unknown:
-        return {"error": f"unknown arguments {unknown}; use query, k and filter"}
-    query, k, filt = args.get("query"), args.get("k", 5), args.get("filter")
-    if not isinstance(query, str) or not query.strip():
-        return {"error": "query must be a non-empty string"}
-    if not isinstance(k, int) or isinstance(k, bool) or not 1 <= k <= MAX_K:
-        return {"error": f"k must be an integer from 1 to {MAX_K}"}
-    if filt is not None and not isinstance(filt, dict):
-        return {"error": 'filter must be a JSON object such as {"team": "billing"}'}
-    import psycopg
-
-    from .errors import DatabaseError
-
-    try:
-        results = search(db, query, collection=collection, k=k, filter=filt, principals=principals)
-    except InputError as err:
-        return {"error": str(err)}
-    except DatabaseError as err:  # a filter the database refused (22023), for the model to fix
-        if not isinstance(
-            err.__cause__, psycopg.errors.DataException | psycopg.errors.InvalidParameterValue
-        ):
-            raise
-        return {"error": str(err)}
+    results = run_search_call(db, collection, arguments, principals=principals)
+    if isinstance(results, str):
+        return {"error": results}
     return {
         "results": [
             {

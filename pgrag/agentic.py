@@ -1,0 +1,145 @@
+"""``pgrag ask --agentic``: a tool-calling model that may search again.
+
+The question is answered as ``ask`` does it: retrieve, number the sources, fence them as data.
+The model is also offered the ``pgrag_search`` tool (:mod:`pgrag.tools`). Each call it makes
+runs under the user's principals, and the passages it returns are numbered on from the ones
+the model already has, and fenced the same way. After ``max_steps`` searches the model is
+asked once more without the tool, so it must answer. The answer is checked as ``ask`` checks
+one: citations must name a source the model was given (``judge``). The whole exchange, tool
+calls included, is the recorded prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from .errors import InputError
+from .prompt import SYSTEM, Source, build_messages, fit_budget, number_sources
+
+if TYPE_CHECKING:
+    from .ask import Answer
+    from .db import Database
+    from .generation import LLMConfig
+
+AGENT_SYSTEM = SYSTEM + (
+    "\n- If the sources do not answer the question, call the pgrag_search tool with other"
+    " words: it returns more numbered sources. Search at most {steps} times."
+)
+
+
+def _blocks(sources: Sequence[Source]) -> str:
+    # The same fencing as the first message (pgrag.prompt.build_messages).
+    user = build_messages("", sources)[1]["content"]
+    return user.removeprefix("Sources:\n\n").rsplit("\n\nQuestion:", 1)[0]
+
+
+def _render(messages: Sequence[dict[str, Any]]) -> str:
+    parts = []
+    for m in messages:
+        text = m.get("content") or ""
+        for call in m.get("tool_calls") or []:
+            f = call.get("function", {})
+            text += f"\n(tool call {f.get('name')}: {f.get('arguments')})"
+        parts.append(f"### {m['role']}\n{text.strip()}")
+    return "\n\n".join(parts)
+
+
+def ask_agentic(
+    db: Database,
+    question: str,
+    *,
+    config: LLMConfig,
+    collection: str = "default",
+    k: int = 5,
+    budget_tokens: int = 1500,
+    max_steps: int = 3,
+    log: bool = True,
+    principals: Sequence[str] | None = None,
+) -> Answer:
+    """Answer ``question`` with a model that may search ``collection`` again, at most
+    ``max_steps`` times; cited and checked as :func:`pgrag.ask`'s answers are."""
+    from .ask import Answer, _flagged, _log, judge
+    from .generation import ChatClient
+    from .prompt import ABSTAIN_TEXT
+    from .search import search
+    from .tools import NAME, run_search_call, search_tool
+
+    if not question or not question.strip():
+        raise InputError(
+            'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
+        )
+    if not 0 <= max_steps <= 10:
+        raise InputError(f"--max-steps must be between 0 and 10, got {max_steps}")
+    if principals is None:
+        principals = db.principals
+    t_start = time.perf_counter()
+    timings: dict[str, float] = {}
+    results = search(
+        db, question, collection=collection, k=k, timings=timings, principals=principals
+    )
+    sources = number_sources(fit_budget(results, budget_tokens, db.embedder.tokens.count))
+    retrieved = list(results)
+    messages: list[dict[str, Any]] = build_messages(question, sources)
+    messages[0] = {"role": "system", "content": AGENT_SYSTEM.format(steps=max_steps)}
+    client = ChatClient(config)
+    tools = [search_tool(collection)]
+    steps = 0
+    t_gen = time.perf_counter()
+    while True:
+        reply = client.respond(messages, tools if steps < max_steps else None)
+        calls = reply["tool_calls"]
+        if not calls or steps >= max_steps:
+            raw = reply["content"] or ""
+            break
+        steps += 1
+        messages.append({"role": "assistant", "content": reply["content"], "tool_calls": calls})
+        for call in calls:
+            function = call["function"]
+            found: list[Any] | str
+            if function["name"] != NAME:
+                found = f"there is no tool {function['name']!r}; use {NAME}"
+            else:
+                found = run_search_call(
+                    db, collection, function.get("arguments") or "{}", principals=principals
+                )
+            if isinstance(found, str):
+                content = json.dumps({"error": found})
+            else:
+                known = {s.result.chunk_id for s in sources}
+                fresh = [r for r in found if r.chunk_id not in known]
+                new = [Source(len(sources) + i + 1, r) for i, r in enumerate(fresh)]
+                sources += new
+                retrieved += fresh
+                content = _blocks(new) if new else "(no new sources were found)"
+            messages.append(
+                {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
+            )
+    timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
+    timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
+    timings["searches"] = float(steps)
+    if sources:
+        text, abstained, reason, citations, invalid = judge(raw, sources)
+    else:
+        text, abstained, reason, citations, invalid = (
+            ABSTAIN_TEXT, True, "nothing was retrieved for this question", [], []
+        )  # fmt: skip
+    answer = Answer(
+        question=question,
+        answer=text,
+        abstained=abstained,
+        reason=reason,
+        citations=citations,
+        sources=sources,
+        generator=f"agentic:{config.model}",
+        timings=timings,
+        prompt=_render(messages),
+        invalid_citations=invalid,
+        raw_answer=raw,
+        flagged=_flagged(sources),
+    )
+    if log:
+        answer.query_id = _log(db, collection, answer, retrieved, principals)
+    return answer

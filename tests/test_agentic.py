@@ -1,0 +1,155 @@
+"""pgrag ask --agentic against a real local OpenAI-compatible server that calls tools."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import pgrag
+from pgrag.agentic import ask_agentic
+from pgrag.cli import cli
+from pgrag.generation import LLMConfig
+from pgrag.traces import get_trace
+
+
+class ScriptedLLM:
+    """Answers /v1/chat/completions with the next scripted message (a dict with content and/or
+    tool_calls; a callable gets the request body), and records every request."""
+
+    def __init__(self) -> None:
+        self.script: list[Any] = []
+        self.requests: list[dict[str, Any]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.requests.append(body)
+                step = outer.script.pop(0) if outer.script else {"content": "I don't know."}
+                message = step(body) if callable(step) else step
+                raw = json.dumps(
+                    {"choices": [{"index": 0, "message": {"role": "assistant", **message}}]}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def call(query: str, call_id: str = "c1", name: str = "pgrag_search") -> dict[str, Any]:
+    arguments = json.dumps({"query": query, "k": 2})
+    return {
+        "content": None,
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+        ],
+    }
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLM]:
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    server = ScriptedLLM()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def loaded(db: Any, corpus: Path) -> Any:
+    pgrag.ingest(db, [corpus], collection="docs")
+    return db
+
+
+def test_the_model_searches_again_and_cites_what_it_found(loaded: Any, llm: ScriptedLLM) -> None:
+    def answer(body: dict[str, Any]) -> dict[str, Any]:
+        # Cite the passage the tool returned about the office (numbered after the first ones).
+        tool = next(m for m in body["messages"] if m["role"] == "tool")
+        n = int(tool["content"].split("]", 1)[0].lstrip("["))
+        return {"content": f"The Lisbon office opens at 8:00 [{n}]."}
+
+    llm.script = [call("Lisbon office opening hours"), answer]
+    config = LLMConfig(base_url=llm.url, model="tool-model")
+    got = ask_agentic(
+        loaded, "How long is the refund window?", config=config, collection="docs", k=2
+    )
+    assert len(llm.requests) == 2
+    first, second = llm.requests
+    assert first["tools"][0]["function"]["name"] == "pgrag_search"
+    assert "pgrag_search" in first["messages"][0]["content"]
+    tool = second["messages"][-1]
+    assert tool["role"] == "tool" and tool["tool_call_id"] == "c1"
+    assert "<<<" in tool["content"] and "Lisbon office opens at 8:00" in tool["content"]
+    assert not got.abstained, got.reason
+    [citation] = got.citations
+    assert citation.source.endswith("office.txt") and citation.n > 2
+    assert got.generator == "agentic:tool-model" and got.timings["searches"] == 1
+    assert "(tool call pgrag_search:" in got.prompt
+    trace = get_trace(loaded, got.query_id or 0)
+    assert any(r["source"].endswith("office.txt") for r in trace["retrieved"])
+
+
+def test_the_step_limit_forces_an_answer(loaded: Any, llm: ScriptedLLM) -> None:
+    llm.script = [call("refund", "a"), call("refund again", "b"), call("more"), {"content": "x"}]
+    config = LLMConfig(base_url=llm.url, model="m")
+    got = ask_agentic(
+        loaded, "How long is the refund window?", config=config, collection="docs", max_steps=2
+    )
+    # Two searches, then one last request offered no tools.
+    assert [("tools" in r) for r in llm.requests] == [True, True, False]
+    assert got.timings["searches"] == 2
+    # The forced answer ("x") cites nothing it was given: an abstention, with the reason.
+    assert got.abstained and "cites no source" in (got.reason or "")
+
+
+def test_bad_calls_go_back_to_the_model(loaded: Any, llm: ScriptedLLM) -> None:
+    bad_args = {
+        "content": None,
+        "tool_calls": [
+            {"id": "x", "type": "function", "function": {"name": "pgrag_search", "arguments": "{"}}
+        ],
+    }
+    llm.script = [call("q", name="shell"), bad_args, {"content": "Refunds: 14 days [1]."}]
+    config = LLMConfig(base_url=llm.url, model="m")
+    got = ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs")
+    tools = [m for m in llm.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "there is no tool 'shell'" in tools[0]["content"]
+    assert "not a JSON object" in tools[1]["content"]
+    assert not got.abstained and got.citations[0].n == 1
+
+
+def test_cli_agentic(loaded: Any, llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    llm.script = [{"content": "Monthly plans: 14 days [1]."}]
+    monkeypatch.setenv("PGRAG_LLM_BASE_URL", llm.url)
+    result = CliRunner().invoke(
+        cli, ["--dsn", loaded.dsn, "ask", "Monthly refund window?", "-c", "docs", "--agentic"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "14 days [1]" in result.stdout and "Sources:" in result.stdout
+    monkeypatch.delenv("PGRAG_LLM_BASE_URL")
+    offline = CliRunner().invoke(
+        cli, ["--dsn", loaded.dsn, "ask", "Monthly refund window?", "-c", "docs", "--agentic"]
+    )
+    assert offline.exit_code == 2 and "--agentic needs a tool-calling model" in offline.stderr
