@@ -140,6 +140,7 @@ def ask_agentic(
         raw_answer=raw,
         flagged=_flagged(sources),
     )
+    answer.check_support()
     if log:
         answer.query_id = _log(db, collection, answer, retrieved, principals)
     return answer

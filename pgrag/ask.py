@@ -42,6 +42,24 @@ class Answer:
     query_id: int | None = None
     # Sources whose text reads like an instruction to the model: [{n, chunk_id, phrases}].
     flagged: list[dict[str, Any]] = field(default_factory=list)
+    # Per sentence: its citations, and how much of it its cited passage holds (pgrag.support);
+    # the mean over sentences (an uncited one counting 0) estimates faithfulness.
+    sentences: list[dict[str, Any]] = field(default_factory=list)
+    faithfulness: float | None = None
+
+    @property
+    def uncited(self) -> list[str]:
+        """Sentences of the answer that cite no source."""
+        return [s["text"] for s in self.sentences if not s["citations"]]
+
+    def check_support(self) -> None:
+        from .support import sentence_support
+
+        if self.abstained:
+            self.sentences, self.faithfulness = [], None
+            return
+        scored, self.faithfulness = sentence_support(self.answer, self.sources)
+        self.sentences = [s.to_dict() for s in scored]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -56,6 +74,9 @@ class Answer:
             "timings": self.timings,
             "query_id": self.query_id,
             "flagged": self.flagged,
+            "sentences": self.sentences,
+            "uncited": self.uncited,
+            "faithfulness": self.faithfulness,
         }
 
 
@@ -148,6 +169,7 @@ def ask(
         raw_answer=raw,
         flagged=_flagged(sources),
     )
+    answer.check_support()
     if log:
         answer.query_id = _log(db, collection, answer, results, principals)
     return answer

@@ -750,6 +750,11 @@ def _show_answer(answer: Any, *, as_json: bool, show_prompt: bool, streamed: boo
     if answer.invalid_citations:
         bad = ", ".join(f"[{n}]" for n in answer.invalid_citations)
         click.echo(f"warning: removed citations of sources not in the prompt: {bad}", err=True)
+    if answer.uncited:
+        click.echo(
+            f"warning: {len(answer.uncited)} sentence(s) cite no source: {answer.uncited[0]!r}",
+            err=True,
+        )
     for f in answer.flagged:
         phrases = "; ".join(repr(p) for p in f["phrases"])
         click.echo(f"warning: source [{f['n']}] reads like an instruction: {phrases}", err=True)

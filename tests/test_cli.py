@@ -417,3 +417,19 @@ def test_trace_shows_what_ask_recorded(loaded: str) -> None:
     assert f"Q: {MONTHLY}" in plain and "retrieved:" in plain and "prompt:" in plain
     missing = run(loaded, "trace", "999999")
     assert_one_error_line(missing, "error: no recorded question has id 999999")
+
+
+def test_ask_scores_each_cited_sentence(loaded: str, llm: FakeLLM) -> None:
+    llm.reply = (
+        "Monthly subscriptions can be refunded within 14 days [1]. Refunds also cover"
+        " shipping costs worldwide."
+    )
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env)
+    answer = json.loads(result.stdout)
+    first, second = answer["sentences"]
+    assert first["citations"] == [1] and first["support"] is not None
+    assert second["citations"] == [] and second["support"] is None
+    assert answer["uncited"] == ["Refunds also cover shipping costs worldwide."]
+    assert 0 < answer["faithfulness"] <= 0.5
+    plain = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    assert "warning: 1 sentence(s) cite no source" in plain.stderr
