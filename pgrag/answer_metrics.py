@@ -190,3 +190,26 @@ def _faithfulness(record: RagRecord) -> float | None:
 
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
+
+
+def auroc(scores: Sequence[float], positive: Sequence[bool]) -> float | None:
+    """The area under the ROC curve of ``scores`` for telling positives from negatives: the
+    chance that a random positive scores above a random negative, ties counting one half
+    (Mann-Whitney U). ``None`` when either class is empty."""
+    if len(scores) != len(positive):
+        raise InputError(f"auroc: {len(scores)} scores but {len(positive)} labels")
+    ranked = sorted(zip(scores, positive, strict=True), key=lambda t: t[0])
+    n_pos = sum(1 for p in positive if p)
+    n_neg = len(positive) - n_pos
+    if not n_pos or not n_neg:
+        return None
+    # Mid-ranks over runs of tied scores, then the rank sum of the positives.
+    rank_sum, i = 0.0, 0
+    while i < len(ranked):
+        j = i
+        while j < len(ranked) and ranked[j][0] == ranked[i][0]:
+            j += 1
+        mid = (i + 1 + j) / 2  # ranks i+1 .. j
+        rank_sum += mid * sum(1 for t in ranked[i:j] if t[1])
+        i = j
+    return (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)

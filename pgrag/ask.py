@@ -46,6 +46,11 @@ class Answer:
     # the mean over sentences (an uncited one counting 0) estimates faithfulness.
     sentences: list[dict[str, Any]] = field(default_factory=list)
     faithfulness: float | None = None
+    # The question's similarity to its nearest retrieved chunk (pgrag.confidence), and the
+    # threshold below which the answer is an abstention (None: no threshold) with its origin.
+    confidence: float | None = None
+    threshold: float | None = None
+    threshold_from: str | None = None
 
     @property
     def uncited(self) -> list[str]:
@@ -77,6 +82,19 @@ class Answer:
             "sentences": self.sentences,
             "uncited": self.uncited,
             "faithfulness": self.faithfulness,
+            "confidence": self.confidence,
+            "threshold": self.threshold,
+        }
+
+    def checks(self) -> dict[str, Any]:
+        """What checking the answer found, as recorded in ``pgrag.queries.checks``."""
+        return {
+            "confidence": self.confidence,
+            "threshold": self.threshold,
+            "threshold_from": self.threshold_from,
+            "invalid_citations": self.invalid_citations,
+            "sentences": self.sentences,
+            "faithfulness": self.faithfulness,
         }
 
 
@@ -93,13 +111,19 @@ def ask(
     reranker: Reranker | None = None,
     principals: Sequence[str] | None = None,
     context: str = "chunk",
+    min_confidence: float | None | object = _ENV,
 ) -> Answer:
     """Answer ``question`` from ``collection`` with numbered citations, or abstain.
 
     ``principals`` overrides the connection's for this question (see :func:`pgrag.search`):
     the answer is built only from passages they (or public) may read. ``context="section"``
     is small-to-big retrieval: each retrieved chunk is handed to the prompt as its whole
-    section (:mod:`pgrag.sections`), within the same token budget."""
+    section (:mod:`pgrag.sections`), within the same token budget.
+
+    When the question's similarity to its nearest chunk is below ``min_confidence`` the answer
+    is an abstention and no generator is asked (:mod:`pgrag.confidence`); by default the
+    threshold is ``PGRAG_MIN_CONFIDENCE`` or the one ``pgrag eval answers --save`` calibrated
+    for the collection's model, and None turns it off."""
     from .generation import ChatClient, LLMConfig
 
     if not question or not question.strip():
@@ -112,6 +136,17 @@ def ask(
         raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
     config = LLMConfig.from_env() if llm is _ENV else llm
     assert config is None or isinstance(config, LLMConfig)
+    from .confidence import describe, parse_threshold, retrieval_confidence, threshold_for
+
+    threshold_from: str | None
+    if min_confidence is _ENV:
+        threshold, threshold_from = threshold_for(db, collection)
+    elif min_confidence is None:
+        threshold, threshold_from = None, None
+    else:
+        assert isinstance(min_confidence, int | float)
+        threshold = parse_threshold(min_confidence, "min_confidence")
+        threshold_from = "min_confidence"
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     if principals is None:
@@ -130,6 +165,8 @@ def ask(
         from .sections import widen
 
         passages = widen(db, results, principals=principals)
+    confidence = retrieval_confidence(results, db.embedder.distance)
+    doubtful = threshold is not None and confidence is not None and confidence < threshold
     kept = fit_budget(passages, budget_tokens, db.embedder.tokens.count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
@@ -142,6 +179,9 @@ def ask(
     citations: list[Citation] = []
     if not sources:
         text, abstained, reason = ABSTAIN_TEXT, True, "nothing was retrieved for this question"
+    elif doubtful:
+        text, abstained = ABSTAIN_TEXT, True
+        reason = describe(confidence, threshold, threshold_from)
     elif config is None:
         from .reader import extractive_answer
 
@@ -168,6 +208,9 @@ def ask(
         invalid_citations=invalid,
         raw_answer=raw,
         flagged=_flagged(sources),
+        confidence=confidence,
+        threshold=threshold,
+        threshold_from=threshold_from,
     )
     answer.check_support()
     if log:
@@ -239,9 +282,10 @@ def _log(
         row = conn.execute(
             "INSERT INTO pgrag.queries (collection_id, model_id, question, principals,"
             " retrieved, prompt, generator, answer, citations, abstained, abstain_reason,"
-            " timings)"
+            " timings, checks)"
             " SELECT c.id, c.model_id, %(q)s, pgrag.principals_v1(), %(retrieved)s, %(prompt)s,"
-            " %(generator)s, %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s"
+            " %(generator)s, %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s,"
+            " %(checks)s"
             " FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id",
             {
                 "collection": collection,
@@ -254,6 +298,7 @@ def _log(
                 "abstained": answer.abstained,
                 "reason": answer.reason,
                 "timings": Jsonb(answer.timings),
+                "checks": Jsonb(answer.checks()),
             },
         ).fetchone()
     return int(row[0]) if row else 0

@@ -652,6 +652,12 @@ def _parse_filter(raw: str | None) -> dict[str, Any] | None:
     type=click.IntRange(0, 10),
     help="With --agentic: how many searches the model may make.",
 )
+@click.option(
+    "--min-confidence",
+    metavar="SIMILARITY|off",
+    help="Abstain when the nearest passage is less similar than this (default:"
+    " PGRAG_MIN_CONFIDENCE, else the threshold `pgrag eval answers --save` calibrated).",
+)
 @principal_option
 @json_option
 @reranker_option
@@ -671,6 +677,7 @@ def ask(
     as_json: bool,
     agentic: bool = False,
     max_steps: int = 3,
+    min_confidence: str | None = None,
 ) -> None:
     """Answer a question, citing numbered sources.
 
@@ -714,6 +721,14 @@ def ask(
 
     from .rerank import reranker_from_config
 
+    extra: dict[str, Any] = {}  # without --min-confidence: ask() reads the default
+    if min_confidence is not None:
+        from .confidence import parse_threshold
+
+        off = min_confidence.strip().lower() in ("off", "none")
+        extra["min_confidence"] = (
+            None if off else parse_threshold(min_confidence, "--min-confidence")
+        )
     answer = run_ask(
         _db(ctx),
         question,
@@ -725,6 +740,7 @@ def ask(
         log=not no_log,
         principals=list(principals) if principals else None,
         context=context,
+        **extra,
     )
     _show_answer(answer, as_json=as_json, show_prompt=show_prompt, streamed=streamed)
 
@@ -762,6 +778,23 @@ def _show_answer(answer: Any, *, as_json: bool, show_prompt: bool, streamed: boo
         click.echo("\nSources:")
         for c in answer.citations:
             click.echo(f"  [{c.n}] {_place(c.title, c.section)} — {c.source}")
+
+
+def _checks_line(checks: dict[str, Any]) -> str:
+    def num(value: Any) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    parts = [f"confidence {num(checks.get('confidence'))}"]
+    if checks.get("threshold") is not None:
+        parts[0] += f" (threshold {num(checks['threshold'])}, {checks.get('threshold_from')})"
+    parts.append(f"faithfulness {num(checks.get('faithfulness'))}")
+    uncited = [s for s in checks.get("sentences") or [] if not s.get("citations")]
+    if uncited:
+        parts.append(f"{len(uncited)} uncited sentence(s)")
+    if checks.get("invalid_citations"):
+        removed = ", ".join(f"[{n}]" for n in checks["invalid_citations"])
+        parts.append(f"removed citations {removed}")
+    return "checks: " + "; ".join(parts)
 
 
 @cli.group()
@@ -915,6 +948,9 @@ def trace(ctx: click.Context, query_id: int, show_prompt: bool, as_json: bool) -
         click.echo(f"abstained: {t['abstain_reason']}")
     for c in t["citations"]:
         click.echo(f"  [{c.get('n')}] {c.get('source')}")
+    checks = t["checks"] or {}  # (None for questions asked before migration 0009)
+    if checks:
+        click.echo(_checks_line(checks))
     click.echo("retrieved:")
     for r in t["retrieved"]:
         click.echo(
@@ -1159,7 +1195,7 @@ def _plural(n: int, word: str) -> str:
 
 @cli.group("eval")
 def eval_group() -> None:
-    """Measure retrieval quality on a dataset, beside the usual peers."""
+    """Measure retrieval and answer quality on a dataset."""
 
 
 @eval_group.command("retrieval")
@@ -1253,6 +1289,117 @@ def eval_retrieval(
         _fail(f"--min-ndcg names runs that did not run: {', '.join(missing)}")
     if failed:
         _fail("; ".join(failed))
+
+
+@eval_group.command("answers")
+@click.argument("dataset", type=click.Path(exists=True, dir_okay=False, path_type=str))
+@click.option(
+    "--questions",
+    default=200,
+    show_default=True,
+    type=click.IntRange(min=2),
+    help="Answerable questions to ask, and as many unanswerable ones.",
+)
+@click.option(
+    "--withhold",
+    default=0.5,
+    show_default=True,
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    help="Share of paragraphs left out of the index (their questions are unanswerable).",
+)
+@click.option("--seed", default=0, show_default=True, help="Seed of the split and the sample.")
+@click.option("--k", "-k", default=8, show_default=True, help="Passages to retrieve.")
+@click.option(
+    "--budget",
+    default=1500,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Token budget for passages in the prompt.",
+)
+@click.option(
+    "--max-false-refusal",
+    default=0.1,
+    show_default=True,
+    type=click.FloatRange(0, 1, max_open=True),
+    help="Calibrate the threshold so at most this share of answerable questions is refused.",
+)
+@click.option(
+    "--save",
+    is_flag=True,
+    help="Record the calibrated threshold on the collection's model, where `ask` reads it.",
+)
+@click.option(
+    "--collection", "-c", help="Collection to index into (default: eval-answers-DATASET-…)."
+)
+@click.option("--cases", "with_cases", is_flag=True, help="With --json: every question too.")
+@json_option
+@click.pass_context
+def eval_answers(
+    ctx: click.Context,
+    /,
+    dataset: str,
+    questions: int,
+    withhold: float,
+    seed: int,
+    k: int,
+    budget: int,
+    max_false_refusal: float,
+    save: bool,
+    collection: str | None,
+    with_cases: bool,
+    as_json: bool,
+) -> None:
+    """Evaluate answers on DATASET, a SQuAD v1.1 JSON file: exact match, F1, citation
+    accuracy, and abstention with part of the paragraphs withheld from the index.
+
+    Runs the offline extractive reader, and also the LLM endpoint when PGRAG_LLM_BASE_URL (or
+    OPENAI_BASE_URL) is set. The retrieval-confidence threshold is calibrated on half of the
+    questions and its effect reported on the other half.
+    """
+    from pathlib import Path
+
+    from .answer_eval import evaluate_answers
+    from .datasets import load_squad_answers
+    from .generation import LLMConfig
+
+    config = LLMConfig.from_env()
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None:
+            for other in bars.values():
+                other.render_finish()
+            bar = click.progressbar(length=max(total, 1), label=f"{stage:<12}", file=sys.stderr)
+            bars[stage] = bar
+        bar.update(max(done - bar.pos, 0))
+
+    try:
+        report = evaluate_answers(
+            _db(ctx),
+            load_squad_answers(Path(dataset)),
+            questions=questions,
+            withhold=withhold,
+            seed=seed,
+            k=k,
+            budget_tokens=budget,
+            llms=[None] if config is None else [None, config],
+            collection=collection,
+            max_false_refusal=max_false_refusal,
+            save=save,
+            progress=progress,
+        )
+    finally:
+        for bar in bars.values():
+            bar.render_finish()
+    if as_json:
+        out = report.to_dict()
+        if not with_cases:
+            for r in out["results"]:
+                r.pop("cases")
+        _emit_json(out)
+    else:
+        click.echo(report.table())
 
 
 def _parse_thresholds(values: tuple[str, ...]) -> dict[str, float]:

@@ -193,6 +193,21 @@ def load_squad(path: Path) -> RetrievalDataset:
     ``"<article index>-<paragraph index>"`` and each question's relevant document is its own
     paragraph. Questions marked ``is_impossible`` (SQuAD 2.0) have no answer there and are
     skipped."""
+    return load_squad_answers(path).retrieval
+
+
+@dataclass(frozen=True)
+class AnswerDataset:
+    """A SQuAD-style dataset: the retrieval view (paragraphs, questions, each question's
+    paragraph) and each question's accepted answers."""
+
+    retrieval: RetrievalDataset
+    answers: dict[str, list[str]]
+
+
+def load_squad_answers(path: Path) -> AnswerDataset:
+    """:func:`load_squad`, keeping each question's accepted answers (``answers[].text``;
+    possibly none, and then the question cannot be scored for exact match)."""
     if not path.is_file():
         raise InputError(f"{path}: no such file; pass a SQuAD v1.1 .json file")
     try:
@@ -214,6 +229,7 @@ def load_squad(path: Path) -> RetrievalDataset:
     corpus: dict[str, Doc] = {}
     queries: dict[str, str] = {}
     qrels: dict[str, dict[str, int]] = {}
+    answers: dict[str, list[str]] = {}
     for a, article in enumerate(articles):
         where = f"data[{a}]"
         if not isinstance(article, dict):
@@ -246,7 +262,21 @@ def load_squad(path: Path) -> RetrievalDataset:
                     raise InputError(f"{path}: {qwhere}: duplicate question id {qid!r}; fix it")
                 queries[qid] = _squad_str(qa.get("question"), path, f"{qwhere}.question")
                 qrels[qid] = {doc_id: 1}
-    return RetrievalDataset(name=path.stem, corpus=corpus, queries=queries, qrels=qrels)
+                given = qa.get("answers", [])
+                if not isinstance(given, list):
+                    raise InputError(f"{path}: {qwhere}.answers is not a list; fix the file")
+                answers[qid] = [
+                    _squad_str(
+                        g.get("text") if isinstance(g, dict) else None,
+                        path,
+                        f"{qwhere}.answers[{i}].text",
+                    )
+                    for i, g in enumerate(given)
+                ]
+    return AnswerDataset(
+        retrieval=RetrievalDataset(name=path.stem, corpus=corpus, queries=queries, qrels=qrels),
+        answers=answers,
+    )
 
 
 def _squad_str(value: object, path: Path, where: str) -> str:

@@ -8,20 +8,29 @@
 
 Ranking metrics (``ndcg_at``, ``recall_at``, ``mrr_at``, ``dcg``, ``summarize``) live in
 ``pgrag.metrics``; answer metrics (``normalize``, ``exact_match``, ``token_f1``,
-``rag_report``) in ``pgrag.answer_metrics``. This module only re-exports them, so code written
-against ``pgrag.eval`` keeps working if they move. Nothing here needs a database or imports
-numpy or torch. See docs/metrics.md.
+``rag_report``, ``auroc``) in ``pgrag.answer_metrics``. This module only re-exports them, so
+code written against ``pgrag.eval`` keeps working if they move. Nothing here needs a database
+or imports numpy or torch. See docs/metrics.md.
 """
 
 from __future__ import annotations
 
-from .answer_metrics import RagRecord, RagReport, exact_match, normalize, rag_report, token_f1
+from .answer_metrics import (
+    RagRecord,
+    RagReport,
+    auroc,
+    exact_match,
+    normalize,
+    rag_report,
+    token_f1,
+)
 from .metrics import Summary, dcg, mrr_at, ndcg_at, percentile, recall_at, summarize
 
 __all__ = [
     "RagRecord",
     "RagReport",
     "Summary",
+    "auroc",
     "dcg",
     "exact_match",
     "mrr_at",

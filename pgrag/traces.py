@@ -3,8 +3,10 @@
 Every ``pgrag ask`` (unless ``--no-log``) records a row in ``pgrag.queries``: the question, the
 principals it was asked as, the database role, the collection and model, every retrieved chunk
 with its fused rank and its rank in each arm, the prompt, the generator, the answer, its
-citations, whether and why it abstained, and timings. The table holds retrieved text, so only
-the owner of schema pgrag and pgrag_writer may read it (restricted roles may only add rows).
+citations, whether and why it abstained, timings, and what checking the answer found
+(retrieval confidence and threshold, invalid citations, support per sentence, faithfulness).
+The table holds retrieved text, so only the owner of schema pgrag and pgrag_writer may read
+it (restricted roles may only add rows).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ FIELDS = (
     "abstained",
     "abstain_reason",
     "timings",
+    "checks",
 )
 
 
@@ -48,7 +51,7 @@ def get_trace(db: Database, query_id: int) -> dict[str, Any]:
             row = conn.execute(
                 "SELECT q.id, q.created_at, q.db_user, c.name, m.name, q.question, q.principals,"
                 " q.retrieved, q.prompt, q.generator, q.answer, q.citations, q.abstained,"
-                " q.abstain_reason, q.timings"
+                " q.abstain_reason, q.timings, q.checks"
                 " FROM pgrag.queries q"
                 " LEFT JOIN pgrag.collections c ON c.id = q.collection_id"
                 " LEFT JOIN pgrag.embedding_models m ON m.id = q.model_id"

@@ -51,6 +51,7 @@ def _no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
         "PGRAG_RERANKER",
         "PGRAG_RERANKER_MODEL",
         "PGRAG_RERANKER_API_KEY",
+        "PGRAG_MIN_CONFIDENCE",
     ):
         monkeypatch.delenv(name, raising=False)
 

@@ -312,6 +312,7 @@ def test_pgrag_eval_exposes_the_metrics_api() -> None:
         "RagRecord": answer_metrics.RagRecord,
         "RagReport": answer_metrics.RagReport,
         "rag_report": answer_metrics.rag_report,
+        "auroc": answer_metrics.auroc,
     }
     assert set(pgrag.eval.__all__) == set(expected)
     for name, obj in expected.items():

@@ -198,6 +198,9 @@ def test_cli_db_commands(empty_dsn: str) -> None:
     # A relative revision is an argument, not an unknown option.
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output
+    assert "downgraded pgrag's schema: 0009 -> 0008" in down.stdout
+    down = run("db", "downgrade", "-1")
+    assert down.exit_code == 0, down.output
     assert "downgraded pgrag's schema: 0008 -> 0007" in down.stdout
     down = run("db", "downgrade", "-1")
     assert down.exit_code == 0, down.output

@@ -1,0 +1,395 @@
+"""`pgrag eval answers` and abstention on retrieval confidence, on the real model and database.
+
+The LLM is an oracle at the edge of the system: a real local HTTP server that reads the
+prompt pgrag sent, finds the question's known answer in one of the numbered sources and
+answers it with that source's number, or says it does not know. Whatever pgrag gets wrong
+between the index and the report (which paragraphs were indexed, what reached the prompt,
+how citations map back to paragraphs, how answers are normalised) shows in the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+import pgrag
+from pgrag.answer_eval import calibrate, evaluate_answers, split_paragraphs
+from pgrag.answer_metrics import auroc
+from pgrag.cli import cli
+from pgrag.datasets import load_squad_answers
+from pgrag.db import Database
+from pgrag.errors import ConfigError, InputError
+from pgrag.generation import LLMConfig
+
+# Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
+PARAGRAPHS = [
+    (
+        "Volcanoes",
+        "Mount Tambora erupted in 1815 and caused the year without a summer in Europe. Its"
+        " plume reached the stratosphere.",
+        [
+            ("When did Mount Tambora erupt?", "1815"),
+            ("What did the eruption of Tambora cause in Europe?", "the year without a summer"),
+        ],
+    ),
+    (
+        "Bees",
+        "Honey bees communicate the direction of flowers with a waggle dance. A colony may"
+        " hold about 60,000 workers in summer.",
+        [
+            ("How do honey bees tell others where flowers are?", "a waggle dance"),
+            ("How many workers may a bee colony hold in summer?", "about 60,000"),
+        ],
+    ),
+    (
+        "Chess",
+        "The Sicilian Defence begins with the moves 1.e4 c5. Bobby Fischer played it as"
+        " Black in most of his games against 1.e4.",
+        [
+            ("Which moves begin the Sicilian Defence?", "1.e4 c5"),
+            ("Which player used the Sicilian as Black against 1.e4?", "Bobby Fischer"),
+        ],
+    ),
+    (
+        "Bread",
+        "Sourdough bread rises because of wild yeast and lactic acid bacteria in the starter."
+        " A starter is fed with flour and water every day.",
+        [
+            ("What makes sourdough bread rise?", "wild yeast and lactic acid bacteria"),
+            ("What is a sourdough starter fed with?", "flour and water"),
+        ],
+    ),
+    (
+        "Rivers",
+        "The Danube flows through ten countries and empties into the Black Sea. Vienna and"
+        " Budapest lie on its banks.",
+        [
+            ("Into which sea does the Danube empty?", "the Black Sea"),
+            ("Through how many countries does the Danube flow?", "ten"),
+        ],
+    ),
+    (
+        "Telescopes",
+        "The Hubble Space Telescope was launched in 1990 aboard the shuttle Discovery. Its"
+        " mirror is 2.4 metres across.",
+        [
+            ("When was the Hubble Space Telescope launched?", "1990"),
+            ("How wide is Hubble's mirror?", "2.4 metres"),
+        ],
+    ),
+    (
+        "Cycling",
+        "The Tour de France was first held in 1903. The leader of the general classification"
+        " wears the yellow jersey.",
+        [
+            ("When was the first Tour de France held?", "1903"),
+            ("What does the leader of the Tour de France wear?", "the yellow jersey"),
+        ],
+    ),
+    (
+        "Coffee",
+        "Espresso is made by forcing hot water through finely ground coffee at about nine"
+        " bars of pressure. A ristretto uses less water.",
+        [
+            ("At what pressure is espresso brewed?", "about nine bars"),
+            ("Which espresso drink uses less water?", "a ristretto"),
+        ],
+    ),
+    (
+        "Glaciers",
+        "The Aletsch Glacier in the Swiss Alps is the largest glacier in the Alps. It has"
+        " retreated by more than three kilometres since 1870.",
+        [
+            ("Which is the largest glacier in the Alps?", "the Aletsch Glacier"),
+            ("How far has the Aletsch Glacier retreated since 1870?", "more than three kilometres"),
+        ],
+    ),
+    (
+        "Typography",
+        "Garamond is an old-style serif typeface named after Claude Garamond, a Parisian"
+        " punch-cutter of the sixteenth century.",
+        [
+            ("After whom is the Garamond typeface named?", "Claude Garamond"),
+            ("What kind of typeface is Garamond?", "an old-style serif typeface"),
+        ],
+    ),
+]
+ANSWERS = {q: a for _, _, qas in PARAGRAPHS for q, a in qas}
+
+
+def squad_file(path: Path) -> Path:
+    data = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": title,
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": f"{title}-{i}",
+                                "question": q,
+                                "answers": [{"text": a, "answer_start": context.find(a)}],
+                            }
+                            for i, (q, a) in enumerate(qas)
+                        ],
+                    }
+                ],
+            }
+            for title, context, qas in PARAGRAPHS
+        ],
+    }
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+class OracleLLM:
+    """Answers from the numbered sources in the prompt: the known answer with the number of
+    the source holding it, else "I don't know". ``cite`` overrides the number cited."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.cite: int | None = None
+        oracle = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                oracle.requests.append(body)
+                reply = json.dumps(
+                    {"choices": [{"message": {"role": "assistant", "content": oracle.reply(body)}}]}
+                ).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def reply(self, body: dict[str, Any]) -> str:
+        prompt = body["messages"][-1]["content"]
+        question = prompt.rsplit("Question:", 1)[1].strip()
+        wanted = ANSWERS.get(question)
+        for n, text in re.findall(r"^\[(\d+)\][^\n]*\n<<<\n(.*?)\n>>>", prompt, re.M | re.S):
+            if wanted and wanted in text:
+                return f"{wanted[0].upper() + wanted[1:]} [{self.cite or n}]."
+        return "I don't know based on the sources."
+
+    @property
+    def config(self) -> LLMConfig:
+        host, port = self.server.server_address[:2]
+        return LLMConfig(base_url=f"http://{host}:{port}/v1", model="oracle", max_retries=0)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def oracle() -> Iterator[OracleLLM]:
+    server = OracleLLM()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def squad(tmp_path: Path) -> Path:
+    return squad_file(tmp_path / "tiny-squad.json")
+
+
+# -- pure parts ------------------------------------------------------------------------------
+
+
+def test_auroc_matches_pairwise_counting() -> None:
+    assert auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
+    assert auroc([0.1, 0.2, 0.9, 0.8], [True, True, False, False]) == 0.0
+    # ties count one half: pairs (0.5 vs 0.5) = 0.5, (0.5 vs 0.1) = 1, (0.7 vs both) = 2
+    assert auroc([0.7, 0.5, 0.5, 0.1], [True, True, False, False]) == pytest.approx(3.5 / 4)
+    assert auroc([0.3, 0.4], [True, True]) is None
+    with pytest.raises(InputError, match="2 scores but 1 labels"):
+        auroc([0.1, 0.2], [True])
+
+
+def test_calibrate_refuses_at_most_the_allowed_share() -> None:
+    confidences = [0.1 * i for i in range(1, 11)]  # 0.1 .. 1.0
+    t = calibrate(confidences, 0.2)
+    assert t is not None
+    assert sum(c < t for c in confidences) <= 2
+    assert sum(c < calibrate(confidences, 0.0) for c in confidences) == 0  # type: ignore[operator]
+    assert calibrate([], 0.1) is None
+
+
+def test_split_is_seeded_and_ignores_order() -> None:
+    ids = [f"p{i}" for i in range(10)]
+    withheld = split_paragraphs(ids, 0.5, seed=3)
+    assert len(withheld) == 5
+    assert split_paragraphs(list(reversed(ids)), 0.5, seed=3) == withheld
+    assert split_paragraphs(ids, 0.5, seed=4) != withheld
+
+
+def test_load_squad_answers_keeps_answers(squad: Path) -> None:
+    data = load_squad_answers(squad)
+    assert data.answers["Volcanoes-0"] == ["1815"]
+    assert data.retrieval.qrels["Volcanoes-0"] == {"0-0": 1}
+
+
+# -- the evaluation ---------------------------------------------------------------------------
+
+
+def test_eval_answers_with_the_reader_and_an_llm(
+    db: Database, squad: Path, oracle: OracleLLM
+) -> None:
+    data = load_squad_answers(squad)
+    report = evaluate_answers(db, data, questions=10, seed=1, llms=[None, oracle.config])
+    withheld = split_paragraphs(list(data.retrieval.corpus), 0.5, seed=1)
+
+    # Exactly the other half was indexed.
+    sources = {
+        row[0]
+        for row in db.conn.execute(
+            "SELECT d.source FROM pgrag.documents d JOIN pgrag.collections c"
+            " ON c.id = d.collection_id WHERE c.name = %s",
+            (report.collection,),
+        )
+    }
+    assert sources == {f"tiny-squad:{d}" for d in data.retrieval.corpus if d not in withheld}
+    assert (report.indexed, report.withheld) == (5, 5)
+    assert (report.answerable, report.unanswerable) == (10, 10)
+
+    reader, llm = report.results
+    assert reader.generator == "extractive" and llm.generator == "openai-compatible:oracle"
+    # Five small paragraphs: every answerable question's paragraph reaches the prompt.
+    assert reader.gold_in_prompt == 1.0
+    # The oracle answers exactly when the answer is in the prompt, citing the right source.
+    assert llm.exact_match == 1.0 and llm.f1 == 1.0 and llm.answered == 10
+    assert llm.citation_accuracy == 1.0
+    assert llm.abstain_when_unanswerable == 1.0 and llm.false_refusal_rate == 0.0
+    assert len(oracle.requests) == 20
+    # The reader answers with whole sentences: they hold the answer, and cite its paragraph.
+    assert reader.answer_in_text is not None and reader.answer_in_text >= 0.8
+    assert reader.citation_includes_gold is not None and reader.citation_includes_gold >= 0.8
+    # Unrelated subjects: the confidence tells answerable from unanswerable questions.
+    assert reader.confidence_auroc is not None and reader.confidence_auroc >= 0.9
+    for case in reader.cases:
+        assert case.confidence is not None and -1 <= case.confidence <= 1
+        assert case.answerable == (case.gold not in withheld)
+    # The threshold is calibrated on one half, and refuses at most 10% of its answerable ones.
+    assert reader.threshold is not None
+    calib = [c for c in reader.cases if c.calibration and c.answerable]
+    assert sum(c.confidence < reader.threshold for c in calib) <= 0.1 * len(calib)  # type: ignore[operator]
+    assert reader.threshold_abstain_when_unanswerable is not None
+    assert reader.heldout_abstain_when_unanswerable is not None
+    assert reader.threshold_abstain_when_unanswerable >= reader.heldout_abstain_when_unanswerable
+    assert "confidence AUROC" in report.table()
+
+
+def test_eval_answers_reports_invalid_citations_as_inaccurate(
+    db: Database, squad: Path, oracle: OracleLLM
+) -> None:
+    oracle.cite = 42  # a source that is never in the prompt
+    report = evaluate_answers(db, load_squad_answers(squad), questions=4, llms=[oracle.config])
+    (llm,) = report.results
+    # Every answer cited only a source that was not there: removed, so every answer abstains.
+    assert llm.answered == 0 and llm.false_refusal_rate == 1.0
+    assert all("cites no source" in (c.reason or "") for c in llm.cases if c.answerable)
+
+
+def test_eval_answers_refuses_a_collection_with_other_documents(
+    db: Database, squad: Path, corpus: Path
+) -> None:
+    pgrag.ingest(db, [corpus], collection="mixed")
+    with pytest.raises(InputError, match="evaluate in a collection of its own"):
+        evaluate_answers(db, load_squad_answers(squad), questions=2, collection="mixed")
+
+
+def test_saved_threshold_makes_ask_abstain_without_asking_the_generator(
+    db: Database, squad: Path, oracle: OracleLLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = evaluate_answers(db, load_squad_answers(squad), questions=4, save=True)
+    assert report.saved_threshold is not None
+    (model,) = db.conn.execute(
+        "SELECT m.min_confidence FROM pgrag.embedding_models m"
+        " JOIN pgrag.collections c ON c.model_id = m.id WHERE c.name = %s",
+        (report.collection,),
+    ).fetchone()
+    assert model == pytest.approx(report.saved_threshold)
+
+    far = "Who painted the ceiling of the Sistine Chapel?"
+    answer = pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
+    assert answer.confidence is not None and answer.confidence < report.saved_threshold
+    assert answer.abstained and answer.threshold == pytest.approx(report.saved_threshold)
+    assert answer.reason and "below the threshold" in answer.reason
+    assert "calibrated for model" in answer.reason
+    assert oracle.requests == []  # the generator was never asked
+    row = db.conn.execute(
+        "SELECT checks FROM pgrag.queries WHERE id = %s", (answer.query_id,)
+    ).fetchone()
+    assert row is not None and row[0]["threshold"] == pytest.approx(report.saved_threshold)
+    assert row[0]["confidence"] == answer.confidence
+
+    # With the threshold off, the generator is asked.
+    unchecked = pgrag.ask(
+        db, far, collection=report.collection, llm=oracle.config, min_confidence=None
+    )
+    assert unchecked.threshold is None and len(oracle.requests) == 1
+
+    # PGRAG_MIN_CONFIDENCE wins over the saved value; "off" turns it off; junk is an error.
+    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "-1")
+    low = pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
+    assert low.threshold == -1 and low.reason != answer.reason
+    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "off")
+    assert pgrag.ask(db, far, collection=report.collection, llm=oracle.config).threshold is None
+    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "high")
+    with pytest.raises(ConfigError, match="PGRAG_MIN_CONFIDENCE must be a number"):
+        pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
+
+
+def test_cli_eval_answers_json_and_ask_min_confidence(db: Database, squad: Path) -> None:
+    dsn = db.dsn
+    result = CliRunner().invoke(
+        cli, ["--dsn", dsn, "eval", "answers", str(squad), "--questions", "2", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["answerable"] == 2 and out["unanswerable"] == 2
+    assert [r["generator"] for r in out["results"]] == ["extractive"]
+    assert "cases" not in out["results"][0]
+
+    ask = CliRunner().invoke(
+        cli,
+        [
+            "--dsn",
+            dsn,
+            "ask",
+            "When did Mount Tambora erupt?",
+            "--collection",
+            out["collection"],
+            "--min-confidence",
+            "0.99",
+            "--json",
+        ],
+    )
+    assert ask.exit_code == 0, ask.output
+    answer = json.loads(ask.stdout)
+    assert answer["abstained"] and "below the threshold 0.99" in answer["reason"]
+    trace = CliRunner().invoke(cli, ["--dsn", dsn, "trace", str(answer["query_id"])])
+    assert trace.exit_code == 0, trace.output
+    assert "checks: confidence" in trace.stdout and "threshold 0.99" in trace.stdout
+
+    bad = CliRunner().invoke(cli, ["--dsn", dsn, "ask", "When?", "--min-confidence", "lots"])
+    assert bad.exit_code != 0
+    assert "--min-confidence must be a number" in bad.output
