@@ -62,6 +62,7 @@ def ask_agentic(
     """Answer ``question`` with a model that may search ``collection`` again, at most
     ``max_steps`` times; cited and checked as :func:`pgrag.ask`'s answers are."""
     from .ask import Answer, _flagged, _log, judge
+    from .confidence import retrieval_confidence
     from .generation import ChatClient
     from .prompt import ABSTAIN_TEXT
     from .search import search
@@ -139,6 +140,9 @@ def ask_agentic(
         invalid_citations=invalid,
         raw_answer=raw,
         flagged=_flagged(sources),
+        # The first search's, for the record: the model may search again, so a low value
+        # does not stop it here.
+        confidence=retrieval_confidence(results, db.embedder.distance),
     )
     answer.check_support()
     if log:

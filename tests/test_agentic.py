@@ -109,6 +109,10 @@ def test_the_model_searches_again_and_cites_what_it_found(loaded: Any, llm: Scri
     assert "(tool call pgrag_search:" in got.prompt
     trace = get_trace(loaded, got.query_id or 0)
     assert any(r["source"].endswith("office.txt") for r in trace["retrieved"])
+    # The first search's confidence is recorded with the answer's checks.
+    assert got.confidence is not None and 0 < got.confidence <= 1
+    assert trace["checks"]["confidence"] == got.confidence
+    assert trace["checks"]["sentences"][0]["citations"] == [citation.n]
 
 
 def test_the_step_limit_forces_an_answer(loaded: Any, llm: ScriptedLLM) -> None:
