@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from .citations import Citation, check_citations, says_unknown
 from .errors import InputError
-from .prompt import ABSTAIN_TEXT, Source, build_messages, fit_budget, number_sources, render
+from .prompt import (
+    ABSTAIN_TEXT,
+    BASE_STOP,
+    Source,
+    build_base_prompt,
+    build_messages,
+    fit_budget,
+    number_sources,
+    render,
+)
 from .search import search
 
 if TYPE_CHECKING:
@@ -46,6 +55,9 @@ class Answer:
     # the mean over sentences (an uncited one counting 0) estimates faithfulness.
     sentences: list[dict[str, Any]] = field(default_factory=list)
     faithfulness: float | None = None
+    # What counted the passages' token budget: the embedding model's or the generator's
+    # tokenizer (PGRAG_LLM_TOKENIZER).
+    tokenizer: str = ""
 
     @property
     def uncited(self) -> list[str]:
@@ -77,6 +89,7 @@ class Answer:
             "sentences": self.sentences,
             "uncited": self.uncited,
             "faithfulness": self.faithfulness,
+            "tokenizer": self.tokenizer,
         }
 
 
@@ -130,10 +143,12 @@ def ask(
         from .sections import widen
 
         passages = widen(db, results, principals=principals)
-    kept = fit_budget(passages, budget_tokens, db.embedder.tokens.count)
+    count, tokenizer = _budget_counter(db, config)
+    kept = fit_budget(passages, budget_tokens, count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
-    generator = "extractive" if config is None else f"openai-compatible:{config.model}"
+    prompt = render(messages)
+    generator = "extractive" if config is None else _describe(config)
 
     t_gen = time.perf_counter()
     raw: str | None = None
@@ -150,7 +165,13 @@ def ask(
         text, abstained, reason = checked.text, reader.abstained, reader.reason
         citations = checked.citations
     else:
-        raw = ChatClient(config).complete(messages, on_token=on_token)
+        if config.template == "base":
+            from .completions import CompletionClient
+
+            prompt = build_base_prompt(question, sources)
+            raw = CompletionClient(config).complete(prompt, stop=BASE_STOP, on_token=on_token)
+        else:
+            raw = ChatClient(config).complete(messages, on_token=on_token)
         text, abstained, reason, citations, invalid = judge(raw, sources)
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
@@ -164,10 +185,11 @@ def ask(
         sources=sources,
         generator=generator,
         timings=timings,
-        prompt=render(messages),
+        prompt=prompt,
         invalid_citations=invalid,
         raw_answer=raw,
         flagged=_flagged(sources),
+        tokenizer=tokenizer,
     )
     answer.check_support()
     if log:
@@ -193,6 +215,26 @@ def judge(
             checked.invalid,
         )
     return checked.text, False, None, checked.citations, checked.invalid
+
+
+def _budget_counter(db: Database, config: LLMConfig | None) -> tuple[Callable[[str], int], str]:
+    """What counts the prompt's token budget, and its name: the generator's tokenizer.json
+    when ``PGRAG_LLM_TOKENIZER`` names one, else the embedding model's tokenizer."""
+    if config is not None and config.tokenizer:
+        from .tokens import generator_counter
+
+        return generator_counter(config.tokenizer).count, config.tokenizer
+    return db.embedder.tokens.count, f"embedding model {db.embedder.name}"
+
+
+def _describe(config: LLMConfig) -> str:
+    """The generator as the answer and the query log name it."""
+    out = f"openai-compatible:{config.model}"
+    if config.template == "base":
+        out += " (base template, /v1/completions)"
+    if config.tokenizer:
+        out += f" [budget counted with {config.tokenizer}]"
+    return out
 
 
 def _flagged(sources: Sequence[Source]) -> list[dict[str, Any]]:
