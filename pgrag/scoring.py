@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .completions import NO_LOGPROBS
 from .errors import ConfigError, GenerationError, InputError, PgragError
 from .marginals import logsumexp, rag_marginals
 
@@ -97,23 +98,29 @@ def passage_prompt(question: str, result: SearchResult) -> str:
 
 
 def continuation_logprobs(client: CompletionClient, prefix: str, continuation: str) -> list[float]:
-    """Log-probabilities of the tokens of ``continuation`` after ``prefix``: the echoed tokens
-    that start inside it (and a token that straddles the boundary, if the tokenizer merged the
-    two)."""
-    end = len(prefix) + len(continuation)
+    """Log-probabilities of the tokens of ``continuation`` after ``prefix``, from the server."""
     tokens = client.prompt_logprobs(prefix + continuation)
-    start = next((i for i, (offset, _) in enumerate(tokens) if offset >= len(prefix)), None)
-    if start is None or tokens[start][0] >= end:
-        from .completions import NO_LOGPROBS
-
+    picked = span_logprobs(tokens, len(prefix), len(prefix) + len(continuation))
+    if picked is None:
         raise GenerationError(f"the LLM endpoint {client.url} {NO_LOGPROBS}")
-    if tokens[start][0] > len(prefix) and start > 0:
-        start -= 1  # the token that holds the boundary
-    picked = [value for offset, value in tokens[start:] if offset < end]
+    return picked
+
+
+def span_logprobs(
+    tokens: Sequence[tuple[int, float | None]], start: int, end: int
+) -> list[float] | None:
+    """The log-probabilities of the echoed tokens (``(text_offset, logprob)``) that start in
+    ``[start, end)``, plus the token before them when it straddles ``start`` (the tokenizer
+    merged the prompt's last characters with the answer's first). None when no token starts
+    in the span or one of them has no log-probability: the server did not echo the prompt."""
+    first = next((i for i, (offset, _) in enumerate(tokens) if offset >= start), None)
+    if first is None or tokens[first][0] >= end:
+        return None
+    if tokens[first][0] > start and first > 0:
+        first -= 1
+    picked = [value for offset, value in tokens[first:] if offset < end]
     if any(value is None for value in picked):
-        from .completions import NO_LOGPROBS
-
-        raise GenerationError(f"the LLM endpoint {client.url} {NO_LOGPROBS}")
+        return None
     return [float(v) for v in picked if v is not None]
 
 
