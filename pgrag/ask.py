@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from .citations import Citation, check_citations, says_unknown
 from .errors import InputError
-from .prompt import ABSTAIN_TEXT, Source, build_messages, fit_budget, number_sources, render
+from .prompt import (
+    ABSTAIN_TEXT,
+    BASE_STOP,
+    Source,
+    build_base_prompt,
+    build_messages,
+    fit_budget,
+    number_sources,
+    render,
+)
 from .search import search
 
 if TYPE_CHECKING:
@@ -51,6 +60,9 @@ class Answer:
     confidence: float | None = None
     threshold: float | None = None
     threshold_from: str | None = None
+    # What counted the passages' token budget: the embedding model's or the generator's
+    # tokenizer (PGRAG_LLM_TOKENIZER).
+    tokenizer: str = ""
 
     @property
     def uncited(self) -> list[str]:
@@ -84,6 +96,7 @@ class Answer:
             "faithfulness": self.faithfulness,
             "confidence": self.confidence,
             "threshold": self.threshold,
+            "tokenizer": self.tokenizer,
         }
 
     def checks(self) -> dict[str, Any]:
@@ -95,6 +108,7 @@ class Answer:
             "invalid_citations": self.invalid_citations,
             "sentences": self.sentences,
             "faithfulness": self.faithfulness,
+            "tokenizer": self.tokenizer,
         }
 
 
@@ -167,10 +181,12 @@ def ask(
         passages = widen(db, results, principals=principals)
     confidence = retrieval_confidence(results, db.embedder.distance)
     doubtful = threshold is not None and confidence is not None and confidence < threshold
-    kept = fit_budget(passages, budget_tokens, db.embedder.tokens.count)
+    count, tokenizer = _budget_counter(db, config)
+    kept = fit_budget(passages, budget_tokens, count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
-    generator = "extractive" if config is None else f"openai-compatible:{config.model}"
+    prompt = render(messages)
+    generator = "extractive" if config is None else _describe(config)
 
     t_gen = time.perf_counter()
     raw: str | None = None
@@ -190,7 +206,13 @@ def ask(
         text, abstained, reason = checked.text, reader.abstained, reader.reason
         citations = checked.citations
     else:
-        raw = ChatClient(config).complete(messages, on_token=on_token)
+        if config.template == "base":
+            from .completions import CompletionClient
+
+            prompt = build_base_prompt(question, sources)
+            raw = CompletionClient(config).complete(prompt, stop=BASE_STOP, on_token=on_token)
+        else:
+            raw = ChatClient(config).complete(messages, on_token=on_token)
         text, abstained, reason, citations, invalid = judge(raw, sources)
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
@@ -204,13 +226,14 @@ def ask(
         sources=sources,
         generator=generator,
         timings=timings,
-        prompt=render(messages),
+        prompt=prompt,
         invalid_citations=invalid,
         raw_answer=raw,
         flagged=_flagged(sources),
         confidence=confidence,
         threshold=threshold,
         threshold_from=threshold_from,
+        tokenizer=tokenizer,
     )
     answer.check_support()
     if log:
@@ -236,6 +259,24 @@ def judge(
             checked.invalid,
         )
     return checked.text, False, None, checked.citations, checked.invalid
+
+
+def _budget_counter(db: Database, config: LLMConfig | None) -> tuple[Callable[[str], int], str]:
+    """What counts the prompt's token budget, and its name: the generator's tokenizer.json
+    when ``PGRAG_LLM_TOKENIZER`` names one, else the embedding model's tokenizer."""
+    if config is not None and config.tokenizer:
+        from .tokens import generator_counter
+
+        return generator_counter(config.tokenizer).count, config.tokenizer
+    return db.embedder.tokens.count, f"embedding model {db.embedder.name}"
+
+
+def _describe(config: LLMConfig) -> str:
+    """The generator as the answer and the query log name it."""
+    out = f"openai-compatible:{config.model}"
+    if config.template == "base":
+        out += " (base template, /v1/completions)"
+    return out
 
 
 def _flagged(sources: Sequence[Source]) -> list[dict[str, Any]]:

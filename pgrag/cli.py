@@ -1415,6 +1415,62 @@ def _parse_thresholds(values: tuple[str, ...]) -> dict[str, float]:
     return out
 
 
+@cli.command()
+@click.argument("question")
+@click.option(
+    "--candidate",
+    "candidates",
+    multiple=True,
+    metavar="ANSWER",
+    help="A candidate answer (at least two), e.g. --candidate Yes --candidate No.",
+)
+@collection_option
+@click.option("--k", "-k", default=5, show_default=True, help="Passages to score against.")
+@principal_option
+@json_option
+@click.pass_context
+def score(
+    ctx: click.Context,
+    /,
+    question: str,
+    candidates: tuple[str, ...],
+    collection: str,
+    k: int,
+    principals: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Score candidate answers with the RAG marginal: the generator's token log-probabilities
+    per retrieved passage, weighed by the retriever's probabilities.
+
+    Needs PGRAG_LLM_BASE_URL pointing at a server that returns log-probabilities for
+    /v1/completions with echo (vLLM). See docs/generation.md.
+    """
+    from .scoring import score_answers
+
+    scores = score_answers(
+        _db(ctx),
+        question,
+        list(candidates),
+        collection=collection,
+        k=k,
+        principals=list(principals) if principals else None,
+    )
+    if as_json:
+        _emit_json(scores.to_dict())
+        return
+    for c in sorted(scores.candidates, key=lambda c: -c.rag_sequence):
+        token = "-" if c.rag_token is None else f"{c.rag_token:.4f}"
+        click.echo(
+            f"{c.probability:7.2%}  {c.text}  (RAG-Sequence {c.rag_sequence:.4f},"
+            f" RAG-Token {token})"
+        )
+    click.echo(f"best: {scores.best}")
+    for p in scores.passages:
+        ll = ", ".join(f"{t} {p.loglik(t):.3f}" for t in p.token_logprobs)
+        where = _place(p.title, p.section)
+        click.echo(f"  {p.rank}. p(z|x) {p.prior:.3f}  {where}  {ll}", err=True)
+
+
 def main() -> None:
     cli(prog_name="pgrag")
 

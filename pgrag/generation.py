@@ -24,6 +24,7 @@ from pgrag.http_post import Endpoint, Transient, describe, error_excerpt, one_li
 _OPENAI_NETLOCS = ("api.openai.com", "api.openai.com:443")
 _OFFLINE_HINT = "Set PGRAG_LLM_BASE_URL or unset it to use the offline extractive reader"
 _KEY_HINT = "check PGRAG_LLM_API_KEY"
+TEMPLATES = ("chat", "base")
 _HTTP_HINTS = {401: _KEY_HINT, 403: _KEY_HINT, 404: "check PGRAG_LLM_BASE_URL and PGRAG_LLM_MODEL"}
 
 
@@ -63,16 +64,29 @@ class LLMConfig:
     max_retries: int = 3
     temperature: float = 0.0
     max_tokens: int = 512
+    # "chat": /v1/chat/completions with a system prompt; "base": a few-shot plain-text prompt
+    # to /v1/completions, for base (not instruction-tuned) models.
+    template: str = "chat"
+    tokenizer: str | None = None  # the generator's tokenizer.json, to count the prompt budget
 
     def __post_init__(self) -> None:
         normalize_base_url(self.base_url)
         if not 0 < self.timeout < math.inf or self.max_retries < 0:
             raise ConfigError("the LLM timeout must be positive and max_retries at least 0")
+        if self.template not in TEMPLATES:
+            raise ConfigError(
+                f"PGRAG_LLM_TEMPLATE must be one of {', '.join(TEMPLATES)}, got {self.template!r}"
+            )
 
     @property
     def chat_url(self) -> str:
         """The full URL requests are POSTed to."""
         return normalize_base_url(self.base_url) + "/chat/completions"
+
+    @property
+    def completions_url(self) -> str:
+        """Where plain-text prompts go (the base template, answer scoring)."""
+        return normalize_base_url(self.base_url) + "/completions"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> LLMConfig | None:
@@ -87,7 +101,9 @@ class LLMConfig:
           ``OPENAI_API_KEY`` is the fallback;
         * ``OPENAI_BASE_URL`` is sent ``PGRAG_LLM_API_KEY``, else ``OPENAI_API_KEY``;
         * the model is ``PGRAG_LLM_MODEL``, else ``OPENAI_MODEL``, else ``gpt-4o-mini`` on
-          api.openai.com and ``default`` elsewhere; ``PGRAG_LLM_TIMEOUT`` is in seconds (60).
+          api.openai.com and ``default`` elsewhere; ``PGRAG_LLM_TIMEOUT`` is in seconds (60);
+        * ``PGRAG_LLM_TEMPLATE`` is ``chat`` (default) or ``base``; ``PGRAG_LLM_TOKENIZER`` is
+          the generator's ``tokenizer.json``, to count the prompt's token budget with.
         """
         env = os.environ if env is None else env
         base_url = _first_set(env, "PGRAG_LLM_BASE_URL")
@@ -115,7 +131,16 @@ class LLMConfig:
             ("PGRAG_LLM_API_KEY",) if own_key_only else ("PGRAG_LLM_API_KEY", "OPENAI_API_KEY")
         )
         api_key = _first_set(env, *key_names)
-        return cls(base_url=base_url, model=model, api_key=api_key, timeout=timeout)
+        template = (_first_set(env, "PGRAG_LLM_TEMPLATE") or "chat").lower()
+        tokenizer = _first_set(env, "PGRAG_LLM_TOKENIZER")
+        return cls(
+            base_url=base_url,
+            model=model,
+            api_key=api_key,
+            timeout=timeout,
+            template=template,
+            tokenizer=tokenizer,
+        )
 
 
 class ChatClient:

@@ -89,14 +89,47 @@ def _header(source: Source) -> str:
     return f"[{source.n}] {' — '.join(parts)} ({where})"
 
 
-def build_messages(question: str, sources: Sequence[Source]) -> list[dict[str, str]]:
+def fenced(sources: Sequence[Source]) -> str:
+    """The numbered sources, each under its header and fenced between ``<<<`` and ``>>>``
+    (fence markers inside a passage are broken up, so a passage cannot close its fence)."""
     blocks = []
     for s in sources:
         text = s.result.text.replace("<<<", "< < <").replace(">>>", "> > >")
         blocks.append(f"{_header(s)}\n<<<\n{text}\n>>>")
-    body = "\n\n".join(blocks) if blocks else "(no sources were found)"
-    user = f"Sources:\n\n{body}\n\nQuestion: {question.strip()}"
+    return "\n\n".join(blocks) if blocks else "(no sources were found)"
+
+
+def build_messages(question: str, sources: Sequence[Source]) -> list[dict[str, str]]:
+    user = f"Sources:\n\n{fenced(sources)}\n\nQuestion: {question.strip()}"
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
+# For base (not instruction-tuned) models: the task shown by example, then the real sources
+# and question, ending where the model continues. The stop sequences end the answer before
+# the model invents the next example.
+BASE_INSTRUCTIONS = (
+    "Each question is answered using only the numbered sources above it. Every statement"
+    " cites its source like [1]. When the sources do not contain the answer, the answer is:"
+    f" {ABSTAIN_TEXT}"
+)
+FEW_SHOT = (
+    "Sources:\n\n[1] Opening hours (source: example/library.md)\n<<<\n"
+    "The library opens at 9:00 and closes at 17:00 on weekdays.\n>>>\n\n"
+    "Question: When does the library open on weekdays?\nAnswer: At 9:00 [1].",
+    "Sources:\n\n[1] Parking (source: example/visitors.md)\n<<<\n"
+    "Visitors park in the east lot and sign in at reception.\n>>>\n\n"
+    f"Question: How much does parking cost?\nAnswer: {ABSTAIN_TEXT}",
+)
+BASE_STOP = ["\nQuestion:", "\nSources:"]
+
+
+def build_base_prompt(question: str, sources: Sequence[Source]) -> str:
+    """A few-shot plain-text prompt for ``/v1/completions``, ending in ``Answer:``."""
+    examples = "\n\n".join(FEW_SHOT)
+    return (
+        f"{BASE_INSTRUCTIONS}\n\n{examples}\n\n"
+        f"Sources:\n\n{fenced(sources)}\n\nQuestion: {question.strip()}\nAnswer:"
+    )
 
 
 def render(messages: Sequence[dict[str, str]]) -> str:

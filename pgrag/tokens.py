@@ -11,6 +11,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
 
+from .errors import ConfigError
+
 
 class TokenCounter(Protocol):
     """What the chunker needs from a tokenizer."""
@@ -68,3 +70,22 @@ class HFTokenCounter:
 @lru_cache(maxsize=4)
 def counter_for(tokenizer_json: str) -> HFTokenCounter:
     return HFTokenCounter(Path(tokenizer_json))
+
+
+def generator_counter(tokenizer_json: str, setting: str = "PGRAG_LLM_TOKENIZER") -> HFTokenCounter:
+    """The counter of a generator's ``tokenizer.json``; a one-line ConfigError naming
+    ``setting`` when the file is missing or is not a tokenizer."""
+    path = Path(tokenizer_json).expanduser()
+    if not path.is_file():
+        raise ConfigError(
+            f"{setting} names {tokenizer_json!r}, which is not a file; point it at the"
+            " generator's tokenizer.json or unset it to count with the embedding model's"
+        )
+    try:
+        return counter_for(str(path.resolve()))
+    except Exception as exc:  # tokenizers raises a bare Exception for unparseable files
+        reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        raise ConfigError(
+            f"{setting}: cannot read {tokenizer_json!r} as a Hugging Face tokenizer.json"
+            f" ({reason}); point it at the generator's tokenizer.json"
+        ) from exc

@@ -43,6 +43,8 @@ def _no_ambient_database(monkeypatch: pytest.MonkeyPatch) -> None:
         "PGRAG_LLM_BASE_URL",
         "PGRAG_LLM_MODEL",
         "PGRAG_LLM_API_KEY",
+        "PGRAG_LLM_TEMPLATE",
+        "PGRAG_LLM_TOKENIZER",
         "OPENAI_BASE_URL",
         "OPENAI_API_KEY",
         "OPENAI_MODEL",
@@ -252,5 +254,135 @@ class HashEmbeddingServer:
 @pytest.fixture
 def hash_server() -> Iterator[HashEmbeddingServer]:
     server = HashEmbeddingServer()
+    yield server
+    server.close()
+
+
+# --- an OpenAI-compatible /v1/completions server with token log-probabilities ----------------
+
+
+def toy_logprob(token: str, passage: str) -> float:
+    """The toy model: a word found in the prompt's (first) fenced passage is likely, any other
+    word unlikely."""
+    import re
+
+    word = re.sub(r"\W", "", token.lower())
+    return -0.1 if word and word in set(re.findall(r"\w+", passage.lower())) else -4.0
+
+
+class CompletionsServer:
+    """A real local HTTP server answering ``POST /v1/completions`` like vLLM would.
+
+    Without ``echo`` it generates ``reply`` (streamed as server-sent events when the body says
+    ``stream``, else one JSON body). With ``echo`` and ``logprobs`` it returns the prompt's
+    tokens (whitespace-led words, with their ``text_offset``) and their log-probabilities under
+    :func:`toy_logprob`, the first ``null``, plus one generated token. ``logprobs_mode``
+    "none" answers ``logprobs: null`` and "generated" only the generated token (llama.cpp's
+    server). ``/v1/chat/completions`` answers ``reply`` too, so chat-template asks work.
+    ``fail_next`` answers that many requests with HTTP 503. Every request body is recorded,
+    and every echo answer as ``(prompt, tokens, offsets, logprobs)``."""
+
+    def __init__(self) -> None:
+        import json
+        import re
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.reply = "The answer [1]."
+        self.logprobs_mode = "echo"
+        self.fail_next = 0
+        self.requests: list[dict[str, object]] = []
+        self.paths: list[str] = []
+        self.echoed: list[tuple[str, list[str], list[int], list[float | None]]] = []
+        self.lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def send_json(self, value: object, status: int = 200) -> None:
+                raw = json.dumps(value).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_POST(self) -> None:  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with outer.lock:
+                    outer.requests.append(body)
+                    outer.paths.append(self.path)
+                    failing = outer.fail_next > 0
+                    outer.fail_next -= failing
+                if failing:
+                    self.send_json({"error": {"message": "overloaded"}}, 503)
+                elif self.path == "/v1/chat/completions":
+                    message = {"role": "assistant", "content": outer.reply}
+                    self.send_json({"choices": [{"index": 0, "message": message}]})
+                elif self.path != "/v1/completions":
+                    self.send_json({"error": {"message": "not found"}}, 404)
+                elif body.get("echo"):
+                    self.send_json(outer.echo(body["prompt"]))
+                elif body.get("stream"):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/event-stream")
+                    self.end_headers()
+                    for piece in re.findall(r"\s*\S+", outer.reply):
+                        chunk = {"choices": [{"index": 0, "text": piece}]}
+                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                        self.wfile.flush()
+                    done = {"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}
+                    self.wfile.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+                else:
+                    choice = {"index": 0, "text": outer.reply, "finish_reason": "stop"}
+                    self.send_json({"object": "text_completion", "choices": [choice]})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def echo(self, prompt: str) -> dict[str, object]:
+        import re
+
+        start, end = prompt.find("<<<\n"), prompt.find("\n>>>")
+        passage = prompt[start + 4 : end] if 0 <= start < end else ""
+        found = list(re.finditer(r"\s*\S+", prompt))
+        tokens = [m.group() for m in found] + [" ."]
+        offsets = [m.start() for m in found] + [len(prompt)]
+        values: list[float | None] = [None] + [toy_logprob(t, passage) for t in tokens[1:-1]]
+        values.append(-1.0)
+        with self.lock:
+            self.echoed.append((prompt, tokens, offsets, values))
+        logprobs: dict[str, object] | None = {
+            "tokens": tokens,
+            "token_logprobs": values,
+            "text_offset": offsets,
+            "top_logprobs": None,
+        }
+        if self.logprobs_mode == "none":
+            logprobs = None
+        elif self.logprobs_mode == "generated":
+            logprobs = {"tokens": [" ."], "token_logprobs": [-1.0], "text_offset": [len(prompt)]}
+        text = prompt + " ." if self.logprobs_mode == "echo" else " ."
+        choice = {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": "length"}
+        return {"object": "text_completion", "choices": [choice]}
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def completions_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[CompletionsServer]:
+    for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("ALL_PROXY", raising=False)
+    server = CompletionsServer()
     yield server
     server.close()

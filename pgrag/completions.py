@@ -1,0 +1,174 @@
+"""A client for OpenAI-compatible ``/v1/completions``: plain-text prompts and token log-probs.
+
+Two uses: generating an answer from a base model's few-shot prompt (``PGRAG_LLM_TEMPLATE=base``,
+streamed like the chat client), and reading the log-probabilities of a continuation, with
+``echo`` (the prompt's own tokens scored, in OpenAI's legacy ``logprobs`` format:
+``tokens``, ``token_logprobs``, ``text_offset``), for answer scoring (:mod:`pgrag.scoring`).
+The same retries, timeouts and one-line errors as :class:`pgrag.generation.ChatClient`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import json
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .errors import GenerationError
+from .generation import ChatClient, LLMConfig
+from .http_post import Transient, describe, error_excerpt, one_line
+
+NO_LOGPROBS = (
+    "does not return token log-probabilities for /v1/completions with echo (vLLM does;"
+    " llama.cpp's server returns them for generated tokens only); point PGRAG_LLM_BASE_URL at"
+    " a server that does"
+)
+
+
+class CompletionClient:
+    """Sends plain-text prompts to ``config.completions_url``."""
+
+    def __init__(self, config: LLMConfig, *, sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self.url = config.completions_url
+        self._sleep = sleep
+        # The chat client's endpoint (retries, hints), aimed at /completions.
+        chat = ChatClient(config, sleep=sleep)
+        self.endpoint = dataclasses.replace(chat.endpoint, url=self.url)
+
+    def _headers(self, stream: bool) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", "User-Agent": "pgrag"}
+        headers["Accept"] = "text/event-stream" if stream else "application/json"
+        if self.config.api_key:
+            headers["Authorization"] = f"Bearer {self.config.api_key}"
+        return headers
+
+    def complete(
+        self,
+        prompt: str,
+        *,
+        stop: Sequence[str] = (),
+        on_token: Callable[[str], None] | None = None,
+    ) -> str:
+        """The model's continuation of ``prompt``; streamed piece by piece to ``on_token``."""
+        cfg, stream = self.config, on_token is not None
+        body: dict[str, Any] = {"model": cfg.model, "prompt": prompt}
+        body |= {"max_tokens": cfg.max_tokens, "temperature": cfg.temperature, "stream": stream}
+        if stop:
+            body["stop"] = list(stop)
+        data = json.dumps(body).encode("utf-8")
+
+        def read(response: http.client.HTTPResponse) -> str:
+            if on_token is not None and "event-stream" in response.headers.get("Content-Type", ""):
+                return self._read_stream(response, on_token)
+            text = self._text(self._payload(self.endpoint.read(response.read)), stream=False)
+            if on_token is not None and text:  # the server ignored "stream": true
+                on_token(text)
+            return text
+
+        return self.endpoint.post(data, self._headers(stream), read, sleep=self._sleep)
+
+    def prompt_logprobs(self, text: str) -> list[tuple[int, float | None]]:
+        """``(text_offset, log-probability)`` of every token of ``text`` as the model reads
+        it (``echo``; the first token has no log-probability). One token is generated, because
+        some servers refuse ``max_tokens: 0``; its offset is ``len(text)`` or more."""
+        cfg = self.config
+        body = {"model": cfg.model, "prompt": text, "max_tokens": 1, "temperature": 0.0}
+        body |= {"echo": True, "logprobs": 1, "stream": False}
+        data = json.dumps(body).encode("utf-8")
+
+        def read(response: http.client.HTTPResponse) -> list[tuple[int, float | None]]:
+            return self._logprobs(self._payload(self.endpoint.read(response.read)))
+
+        return self.endpoint.post(data, self._headers(False), read, sleep=self._sleep)
+
+    def _logprobs(self, payload: dict[str, Any]) -> list[tuple[int, float | None]]:
+        choice = self._choice(payload, json.dumps(payload).encode())
+        lp = choice.get("logprobs")
+        offsets = lp.get("text_offset") if isinstance(lp, dict) else None
+        values = lp.get("token_logprobs") if isinstance(lp, dict) else None
+        if not (isinstance(offsets, list) and isinstance(values, list) and offsets):
+            raise GenerationError(f"the LLM endpoint {self.url} {NO_LOGPROBS}")
+        if len(offsets) != len(values) or not all(
+            isinstance(o, int) and (v is None or isinstance(v, int | float))
+            for o, v in zip(offsets, values, strict=False)
+        ):
+            raise self._malformed(
+                "logprobs.text_offset and token_logprobs do not pair up", json.dumps(lp).encode()
+            )
+        return [(o, None if v is None else float(v)) for o, v in zip(offsets, values, strict=True)]
+
+    def _read_stream(
+        self, response: http.client.HTTPResponse, on_token: Callable[[str], None]
+    ) -> str:
+        """Server-sent events: ``data: {chunk}`` lines until ``data: [DONE]``."""
+        pieces: list[str] = []
+        buffer = b""
+        while True:
+            try:  # read1(), not readline(): only read1() reports a cut-off chunked stream
+                data = self.endpoint.read(lambda: response.read1(65536))
+            except Transient as exc:
+                if not pieces:
+                    raise  # nothing emitted yet, so a retry is invisible to the caller
+                raise GenerationError(
+                    f"the LLM endpoint {self.url} dropped the connection mid-answer "
+                    f"({describe(exc.__cause__)}); try again"
+                ) from exc.__cause__
+            lines = (buffer + data).split(b"\n")
+            buffer = lines.pop() if data else b""
+            for raw_line in lines:
+                line = raw_line.decode("utf-8", errors="replace").strip()
+                if not line.startswith("data:"):
+                    continue
+                chunk = line.removeprefix("data:").strip()
+                if chunk == "[DONE]":
+                    return "".join(pieces)
+                piece = self._text(self._payload(chunk.encode("utf-8")), stream=True)
+                if piece:
+                    pieces.append(piece)
+                    on_token(piece)
+            if not data:  # the stream ended without [DONE]: keep what arrived
+                return "".join(pieces)
+
+    def _payload(self, raw: bytes) -> dict[str, Any]:
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            raise self._malformed("not JSON", raw) from None
+        if isinstance(payload, dict) and "error" in payload:
+            raise GenerationError(
+                f"LLM endpoint {self.url} answered an error: {error_excerpt(raw)}; "
+                "check PGRAG_LLM_MODEL and the server's logs"
+            )
+        if not isinstance(payload, dict):
+            raise self._malformed("not a JSON object", raw)
+        return payload
+
+    def _choice(self, payload: dict[str, Any], raw: bytes) -> dict[str, Any]:
+        choices = payload.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if not isinstance(choice, dict):
+            raise self._malformed("no choices[0]", raw)
+        return choice
+
+    def _text(self, payload: dict[str, Any], *, stream: bool) -> str:
+        """``choices[0].text``; stream chunks without text (finish, usage) give ``""``."""
+        if stream and payload.get("choices") == []:
+            return ""
+        choice = self._choice(payload, json.dumps(payload).encode())
+        text = choice.get("text")
+        if isinstance(text, str):
+            return text
+        if stream and text is None:
+            return ""
+        raise self._malformed("no choices[0].text", json.dumps(payload).encode())
+
+    def _malformed(self, what: str, raw: bytes) -> GenerationError:
+        excerpt = one_line(raw.decode("utf-8", errors="replace"), 120)
+        return GenerationError(
+            f"LLM endpoint {self.url} answered something that is not a text completion "
+            f"({what}: {excerpt!r}); check that PGRAG_LLM_BASE_URL points at an OpenAI API"
+            " that serves /v1/completions"
+        )
