@@ -1,7 +1,8 @@
 """Ask: retrieve, assemble the prompt, generate, check the citations, log.
 
 Without an LLM endpoint configured the offline extractive reader answers. With one
-(``PGRAG_LLM_BASE_URL`` or ``OPENAI_BASE_URL``), any OpenAI-compatible chat server does. Either way
+(``PGRAG_LLM_BASE_URL`` or ``OPENAI_BASE_URL``), any OpenAI-compatible chat server does; with
+``PGRAG_LLM_GGUF``, a local GGUF model through llama-cpp-python (:mod:`pgrag.local_llm`). Either way
 the answer comes back with its citations resolved to chunks and documents, or as an
 abstention with a reason.
 """
@@ -21,6 +22,7 @@ from .search import search
 if TYPE_CHECKING:
     from .db import Database
     from .generation import LLMConfig
+    from .local_llm import LocalLLMConfig
     from .rerank import Reranker
 
 _ENV = object()  # "read the LLM endpoint from the environment"
@@ -87,7 +89,7 @@ def ask(
     collection: str = "default",
     k: int = 8,
     budget_tokens: int = 1500,
-    llm: LLMConfig | None | object = _ENV,
+    llm: LLMConfig | LocalLLMConfig | None | object = _ENV,
     on_token: Callable[[str], None] | None = None,
     log: bool = True,
     reranker: Reranker | None = None,
@@ -101,6 +103,7 @@ def ask(
     is small-to-big retrieval: each retrieved chunk is handed to the prompt as its whole
     section (:mod:`pgrag.sections`), within the same token budget."""
     from .generation import ChatClient, LLMConfig
+    from .local_llm import LocalChatClient, LocalLLMConfig, config_from_env
 
     if not question or not question.strip():
         raise InputError(
@@ -110,10 +113,19 @@ def ask(
         raise InputError(f"budget_tokens must be at least 1, got {budget_tokens}")
     if context not in ("chunk", "section"):
         raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
-    config = LLMConfig.from_env() if llm is _ENV else llm
-    assert config is None or isinstance(config, LLMConfig)
+    config = config_from_env() if llm is _ENV else llm
+    assert config is None or isinstance(config, LLMConfig | LocalLLMConfig)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
+    client: ChatClient | LocalChatClient | None = None
+    generator = "extractive"
+    if isinstance(config, LocalLLMConfig):  # loaded first: a missing extra fails fast
+        t_load = time.perf_counter()
+        client = LocalChatClient(config)  # the model is loaded once per process
+        timings["load_model_ms"] = round((time.perf_counter() - t_load) * 1000, 2)
+        generator = config.label
+    elif config is not None:
+        client, generator = ChatClient(config), f"openai-compatible:{config.model}"
     if principals is None:
         principals = db.principals
     results = search(
@@ -130,10 +142,11 @@ def ask(
         from .sections import widen
 
         passages = widen(db, results, principals=principals)
-    kept = fit_budget(passages, budget_tokens, db.embedder.tokens.count)
+    # The budget is counted in the generator's own tokens when known.
+    count = client.count_tokens if isinstance(client, LocalChatClient) else db.embedder.tokens.count
+    kept = fit_budget(passages, budget_tokens, count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
-    generator = "extractive" if config is None else f"openai-compatible:{config.model}"
 
     t_gen = time.perf_counter()
     raw: str | None = None
@@ -142,7 +155,7 @@ def ask(
     citations: list[Citation] = []
     if not sources:
         text, abstained, reason = ABSTAIN_TEXT, True, "nothing was retrieved for this question"
-    elif config is None:
+    elif client is None:
         from .reader import extractive_answer
 
         reader = extractive_answer(question, sources, db.embedder)
@@ -150,7 +163,7 @@ def ask(
         text, abstained, reason = checked.text, reader.abstained, reader.reason
         citations = checked.citations
     else:
-        raw = ChatClient(config).complete(messages, on_token=on_token)
+        raw = client.complete(messages, on_token=on_token)
         text, abstained, reason, citations, invalid = judge(raw, sources)
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)

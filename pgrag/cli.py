@@ -9,6 +9,7 @@ Results go to stdout (``--json`` for machines); progress, warnings and errors to
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -675,7 +676,8 @@ def ask(
     """Answer a question, citing numbered sources.
 
     Uses the OpenAI-compatible endpoint in PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL) when one
-    is set, else the offline extractive reader: nothing leaves the machine without a base URL.
+    is set, a local GGUF model in PGRAG_LLM_GGUF (pip install 'pgrag[local]'), else the offline
+    extractive reader: nothing leaves the machine without a base URL.
     """
     from .ask import ask as run_ask
 
@@ -683,6 +685,11 @@ def ask(
         from .agentic import ask_agentic
         from .generation import LLMConfig
 
+        if os.environ.get("PGRAG_LLM_GGUF", "").strip():
+            raise click.UsageError(
+                "--agentic does not support a local model (PGRAG_LLM_GGUF) yet; unset it and set"
+                " PGRAG_LLM_BASE_URL to a tool-calling endpoint, e.g. llama.cpp's llama-server"
+            )
         config = LLMConfig.from_env()
         if config is None:
             raise click.UsageError(
