@@ -121,6 +121,11 @@ def _llama_class() -> Any:
             f"{ENV_GGUF} is set but llama-cpp-python is not installed ({one_line(str(exc), 80)});"
             f" {_INSTALL_HINT}, or unset {ENV_GGUF}"
         ) from None
+    except Exception as exc:  # e.g. its shared library was built for another CPU
+        raise ConfigError(
+            f"llama-cpp-python is installed but cannot be imported ({one_line(str(exc), 160)});"
+            " reinstall it: pip install --force-reinstall --no-cache-dir llama-cpp-python"
+        ) from None
     return Llama
 
 

@@ -294,3 +294,22 @@ def test_stand_in_load_and_generation_failures_are_one_line(
     )
     with pytest.raises(GenerationError, match=r"^llama.cpp failed on good.gguf \(Requested"):
         client.complete([{"role": "user", "content": "hi"}], on_token=lambda _: None)
+
+
+def test_stand_in_llama_cpp_that_cannot_load_its_library_is_one_line(
+    gguf_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What an installed llama_cpp does when its shared library does not load (e.g. built for
+    # another CPU): a RuntimeError, not an ImportError.
+    def fail(name: str) -> Any:
+        raise RuntimeError("Failed to load shared library 'libllama.so': illegal instruction")
+
+    module = types.ModuleType("llama_cpp")
+    module.__getattr__ = fail  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "llama_cpp", module)
+    with pytest.raises(ConfigError) as err:
+        LocalChatClient(LocalLLMConfig(gguf_file))
+    assert str(err.value).startswith(
+        "llama-cpp-python is installed but cannot be imported (Failed to load shared library"
+    )
+    assert str(err.value).endswith("pip install --force-reinstall --no-cache-dir llama-cpp-python")
