@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,7 +109,10 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
-_models: dict[tuple[str, int, int | None], Any] = {}
+# The loaded model and the lock that keeps its one llama.cpp context to one generation at a
+# time. Only the last configuration loaded is kept: a long-running process that switches
+# models does not hold every one of them in memory.
+_loaded: dict[tuple[str, int, int | None], tuple[Any, threading.Lock]] = {}
 _load_lock = threading.Lock()
 
 
@@ -129,14 +132,16 @@ def _llama_class() -> Any:
     return Llama
 
 
-def load_model(config: LocalLLMConfig) -> Any:
-    """The ``llama_cpp.Llama`` for ``config``, loaded on first use and kept for the process."""
+def load_model(config: LocalLLMConfig) -> tuple[Any, threading.Lock]:
+    """The ``llama_cpp.Llama`` for ``config`` and its generation lock, loaded on first use and
+    kept for the process."""
     key = (str(config.model_path.resolve()), config.n_ctx, config.n_threads)
     with _load_lock:
-        if key not in _models:
+        if key not in _loaded:
             llama = _llama_class()
+            _loaded.clear()
             try:
-                _models[key] = llama(
+                model = llama(
                     model_path=key[0],
                     n_ctx=config.n_ctx,
                     n_threads=config.n_threads,
@@ -148,7 +153,8 @@ def load_model(config: LocalLLMConfig) -> Any:
                     f" ({one_line(str(exc), 160)}); check that the file is complete and its"
                     " architecture is supported by the installed llama-cpp-python"
                 ) from None
-        return _models[key]
+            _loaded[key] = (model, threading.Lock())
+        return _loaded[key]
 
 
 class LocalChatClient:
@@ -157,8 +163,7 @@ class LocalChatClient:
 
     def __init__(self, config: LocalLLMConfig) -> None:
         self.config = config
-        self.model = load_model(config)
-        self._lock = threading.Lock()  # one llama.cpp context: one generation at a time
+        self.model, self._lock = load_model(config)
 
     def count_tokens(self, text: str) -> int:
         """Tokens ``text`` takes in this model's own vocabulary (no BOS)."""
@@ -167,31 +172,39 @@ class LocalChatClient:
     def complete(
         self, messages: list[dict[str, str]], *, on_token: Callable[[str], None] | None = None
     ) -> str:
-        """The model's answer to ``messages``; streamed piece by piece to ``on_token`` if given."""
-        cfg = self.config
+        """The model's answer to ``messages``; streamed piece by piece to ``on_token`` if given.
+        An exception raised by ``on_token`` itself propagates as it is."""
         pieces: list[str] = []
         with self._lock:
             try:
                 result = self.model.create_chat_completion(
                     messages=messages,
-                    temperature=cfg.temperature,
-                    max_tokens=cfg.max_tokens,
+                    temperature=self.config.temperature,
+                    max_tokens=self.config.max_tokens,
                     stream=on_token is not None,
                 )
-                if on_token is None:
-                    return _message_text(result)
-                for piece in _stream_texts(result):
-                    pieces.append(piece)
-                    on_token(piece)
-            except GenerationError:
-                raise
             except Exception as exc:
-                raise GenerationError(
-                    f"llama.cpp failed on {cfg.model_path.name}"
-                    f"{' mid-answer' if pieces else ''} ({one_line(str(exc), 160)}); if the"
-                    " prompt is too long raise PGRAG_LLM_CTX or lower --budget"
-                ) from None
+                raise self._failed(exc, pieces) from None
+            if on_token is None:
+                return _message_text(result)
+            stream = _stream_texts(result)
+            while True:
+                try:
+                    piece = next(stream)
+                except StopIteration:
+                    break
+                except Exception as exc:  # generation is lazy: it fails while streaming
+                    raise self._failed(exc, pieces) from None
+                pieces.append(piece)
+                on_token(piece)
         return "".join(pieces)
+
+    def _failed(self, exc: Exception, pieces: list[str]) -> GenerationError:
+        return GenerationError(
+            f"llama.cpp failed on {self.config.model_path.name}"
+            f"{' mid-answer' if pieces else ''} ({one_line(str(exc), 160)}); if the"
+            " prompt is too long raise PGRAG_LLM_CTX or lower --budget"
+        )
 
 
 def _message_text(result: Any) -> str:
@@ -207,7 +220,7 @@ def _message_text(result: Any) -> str:
     return content
 
 
-def _stream_texts(chunks: Iterable[Any]) -> Iterable[str]:
+def _stream_texts(chunks: Iterable[Any]) -> Iterator[str]:
     """The text of each streamed chunk that has some (role-only and finish chunks have none)."""
     for chunk in chunks:
         try:

@@ -44,7 +44,7 @@ def gguf_file(tmp_path: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def _fresh_model_cache(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(local_llm, "_models", {})
+    monkeypatch.setattr(local_llm, "_loaded", {})
 
 
 def one_error_line(result: Result) -> str:
@@ -204,15 +204,20 @@ class StandInLlama:
 
     def create_chat_completion(self, **kwargs: Any) -> Any:
         self.calls.append(kwargs)
-        if StandInLlama.fail_with is not None:
-            raise StandInLlama.fail_with
         if not kwargs["stream"]:
+            if StandInLlama.fail_with is not None:
+                raise StandInLlama.fail_with
             return {"choices": [{"message": {"role": "assistant", "content": self.reply}}]}
-        pieces = [self.reply[i : i + 3] for i in range(0, len(self.reply), 3)]
-        chunks = [{"choices": [{"delta": {"role": "assistant"}}]}]
-        chunks += [{"choices": [{"delta": {"content": p}}]} for p in pieces]
-        chunks.append({"choices": [{"delta": {}, "finish_reason": "stop"}]})
-        return iter(chunks)
+        return self._chunks()
+
+    def _chunks(self) -> Iterator[dict[str, Any]]:
+        # A generator, like llama-cpp-python's: errors surface while it is iterated.
+        yield {"choices": [{"delta": {"role": "assistant"}}]}
+        for i in range(0, len(self.reply), 3):
+            if StandInLlama.fail_with is not None and i == 6:
+                raise StandInLlama.fail_with
+            yield {"choices": [{"delta": {"content": self.reply[i : i + 3]}}]}
+        yield {"choices": [{"delta": {}, "finish_reason": "stop"}]}
 
 
 @pytest.fixture
@@ -259,7 +264,7 @@ def test_stand_in_ask_streams_counts_with_the_model_tokenizer_and_caches_the_mod
     # A second question reuses the loaded model, and without on_token does not stream.
     again = pgrag.ask(loaded, QUESTION, collection="docs", llm=config, log=False)
     assert again.raw_answer == stand_in.reply and len(stand_in.loads) == 1
-    model = local_llm.load_model(config)
+    model, _ = local_llm.load_model(config)
     assert [c["stream"] for c in model.calls] == [True, False]
     assert {(c["temperature"], c["max_tokens"]) for c in model.calls} == {(0.0, 512)}
 
@@ -293,7 +298,31 @@ def test_stand_in_load_and_generation_failures_are_one_line(
         StandInLlama, "fail_with", ValueError("Requested tokens (5000) exceed context window")
     )
     with pytest.raises(GenerationError, match=r"^llama.cpp failed on good.gguf \(Requested"):
-        client.complete([{"role": "user", "content": "hi"}], on_token=lambda _: None)
+        client.complete([{"role": "user", "content": "hi"}])
+    seen: list[str] = []
+    with pytest.raises(GenerationError, match=r"^llama.cpp failed on good.gguf mid-answer \("):
+        client.complete([{"role": "user", "content": "hi"}], on_token=seen.append)
+    assert seen == ["Mon", "thl"]
+
+
+def test_stand_in_on_token_errors_propagate_and_only_the_last_model_is_kept(
+    tmp_path: Path, stand_in: type[StandInLlama]
+) -> None:
+    first, second = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    for path in (first, second):
+        path.write_bytes(b"GGUF\x03")
+    client = LocalChatClient(LocalLLMConfig(first))
+
+    def hang_up(piece: str) -> None:
+        raise BrokenPipeError("the terminal went away")
+
+    with pytest.raises(BrokenPipeError):
+        client.complete([{"role": "user", "content": "hi"}], on_token=hang_up)
+    LocalChatClient(LocalLLMConfig(second))
+    assert [Path(load["model_path"]).name for load in stand_in.loads] == ["a.gguf", "b.gguf"]
+    assert list(local_llm._loaded) == [(str(second.resolve()), 4096, None)]
+    LocalChatClient(LocalLLMConfig(first))  # loaded again: it was let go
+    assert len(stand_in.loads) == 3
 
 
 def test_stand_in_llama_cpp_that_cannot_load_its_library_is_one_line(

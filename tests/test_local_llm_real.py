@@ -108,7 +108,7 @@ def test_the_same_question_gives_the_same_answer_streamed_or_not(
 def test_pgrag_ask_streams_to_the_terminal(
     loaded: Database, dsn: str, tiny_gguf: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local_llm, "_models", {})
+    monkeypatch.setattr(local_llm, "_loaded", {})
     env = {"PGRAG_LLM_GGUF": str(tiny_gguf), "PGRAG_LLM_THREADS": "1", "PGRAG_LLM_CTX": "2048"}
     result = CliRunner().invoke(
         cli, ["--dsn", dsn, "ask", QUESTION, "-c", "docs", "--json"], env=env
