@@ -231,6 +231,8 @@ def _log(
     from .db import transaction
 
     flags = {f["chunk_id"]: f["phrases"] for f in answer.flagged}
+    # What the generator said; a model may emit a NUL (a byte token), which text cannot hold.
+    logged = answer.raw_answer if answer.raw_answer is not None else answer.answer
     retrieved = [
         {
             "chunk_id": r.chunk_id,
@@ -262,7 +264,7 @@ def _log(
                 "retrieved": Jsonb(retrieved),
                 "prompt": answer.prompt,
                 "generator": answer.generator,
-                "answer": answer.raw_answer if answer.raw_answer is not None else answer.answer,
+                "answer": logged.replace("\x00", "\ufffd"),
                 "citations": Jsonb([c.to_dict() for c in answer.citations]),
                 "abstained": answer.abstained,
                 "reason": answer.reason,
