@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from .ask import Answer
     from .db import Database
     from .generation import LLMConfig
+    from .local_llm import LocalLLMConfig
 
 _CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 
@@ -169,7 +170,7 @@ def evaluate_answers(
     seed: int = 0,
     k: int = 8,
     budget_tokens: int = 1500,
-    llms: Sequence[LLMConfig | None] = (None,),
+    llms: Sequence[LLMConfig | LocalLLMConfig | None] = (None,),
     collection: str | None = None,
     max_false_refusal: float = 0.1,
     save: bool = False,
@@ -226,7 +227,7 @@ def evaluate_answers(
     )
     prefix = f"{data.name}:"
     for llm in llms:
-        label = "extractive" if llm is None else f"openai-compatible:{llm.model}"
+        label = _label(llm)
         done: list[Case] = []
         for i, (qid, gold, is_answerable, calibration) in enumerate(cases):
             done.append(
@@ -254,6 +255,14 @@ def evaluate_answers(
         save_threshold(db, collection, threshold)
         report.saved_threshold = threshold
     return report
+
+
+def _label(llm: LLMConfig | LocalLLMConfig | None) -> str:
+    from .generation import LLMConfig
+
+    if llm is None:
+        return "extractive"
+    return f"openai-compatible:{llm.model}" if isinstance(llm, LLMConfig) else llm.label
 
 
 def _check_collection(db: Database, collection: str, expected: int) -> None:
@@ -313,7 +322,7 @@ def _ask_one(
     collection: str,
     k: int,
     budget_tokens: int,
-    llm: LLMConfig | None,
+    llm: LLMConfig | LocalLLMConfig | None,
     prefix: str,
 ) -> Case:
     from .ask import ask

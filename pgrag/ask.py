@@ -1,7 +1,8 @@
 """Ask: retrieve, assemble the prompt, generate, check the citations, log.
 
 Without an LLM endpoint configured the offline extractive reader answers. With one
-(``PGRAG_LLM_BASE_URL`` or ``OPENAI_BASE_URL``), any OpenAI-compatible chat server does. Either way
+(``PGRAG_LLM_BASE_URL`` or ``OPENAI_BASE_URL``), any OpenAI-compatible chat server does; with
+``PGRAG_LLM_GGUF``, a local GGUF model through llama-cpp-python (:mod:`pgrag.local_llm`). Either way
 the answer comes back with its citations resolved to chunks and documents, or as an
 abstention with a reason.
 """
@@ -30,6 +31,7 @@ from .search import search
 if TYPE_CHECKING:
     from .db import Database
     from .generation import LLMConfig
+    from .local_llm import LocalLLMConfig
     from .rerank import Reranker
 
 _ENV = object()  # "read the LLM endpoint from the environment"
@@ -119,7 +121,7 @@ def ask(
     collection: str = "default",
     k: int = 8,
     budget_tokens: int = 1500,
-    llm: LLMConfig | None | object = _ENV,
+    llm: LLMConfig | LocalLLMConfig | None | object = _ENV,
     on_token: Callable[[str], None] | None = None,
     log: bool = True,
     reranker: Reranker | None = None,
@@ -139,6 +141,7 @@ def ask(
     threshold is ``PGRAG_MIN_CONFIDENCE`` or the one ``pgrag eval answers --save`` calibrated
     for the collection's model, and None turns it off."""
     from .generation import ChatClient, LLMConfig
+    from .local_llm import LocalChatClient, LocalLLMConfig, config_from_env
 
     if not question or not question.strip():
         raise InputError(
@@ -148,8 +151,8 @@ def ask(
         raise InputError(f"budget_tokens must be at least 1, got {budget_tokens}")
     if context not in ("chunk", "section"):
         raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
-    config = LLMConfig.from_env() if llm is _ENV else llm
-    assert config is None or isinstance(config, LLMConfig)
+    config = config_from_env() if llm is _ENV else llm
+    assert config is None or isinstance(config, LLMConfig | LocalLLMConfig)
     from .confidence import describe, parse_threshold, retrieval_confidence, threshold_for
 
     threshold_from: str | None
@@ -163,6 +166,15 @@ def ask(
         threshold_from = "min_confidence"
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
+    client: ChatClient | LocalChatClient | None = None
+    generator = "extractive"
+    if isinstance(config, LocalLLMConfig):  # loaded first: a missing extra fails fast
+        t_load = time.perf_counter()
+        client = LocalChatClient(config)  # the model is loaded once per process
+        timings["load_model_ms"] = round((time.perf_counter() - t_load) * 1000, 2)
+        generator = config.label
+    elif config is not None:
+        client, generator = ChatClient(config), _describe(config)
     if principals is None:
         principals = db.principals
     results = search(
@@ -181,12 +193,12 @@ def ask(
         passages = widen(db, results, principals=principals)
     confidence = retrieval_confidence(results, db.embedder.distance)
     doubtful = threshold is not None and confidence is not None and confidence < threshold
-    count, tokenizer = _budget_counter(db, config)
+    # The budget is counted in the generator's own tokens when known.
+    count, tokenizer = _budget_counter(db, config, client)
     kept = fit_budget(passages, budget_tokens, count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
     prompt = render(messages)
-    generator = "extractive" if config is None else _describe(config)
 
     t_gen = time.perf_counter()
     raw: str | None = None
@@ -198,7 +210,7 @@ def ask(
     elif doubtful:
         text, abstained = ABSTAIN_TEXT, True
         reason = describe(confidence, threshold, threshold_from)
-    elif config is None:
+    elif client is None:
         from .reader import extractive_answer
 
         reader = extractive_answer(question, sources, db.embedder)
@@ -206,13 +218,13 @@ def ask(
         text, abstained, reason = checked.text, reader.abstained, reader.reason
         citations = checked.citations
     else:
-        if config.template == "base":
+        if isinstance(config, LLMConfig) and config.template == "base":
             from .completions import CompletionClient
 
             prompt = build_base_prompt(question, sources)
             raw = CompletionClient(config).complete(prompt, stop=BASE_STOP, on_token=on_token)
         else:
-            raw = ChatClient(config).complete(messages, on_token=on_token)
+            raw = client.complete(messages, on_token=on_token)
         text, abstained, reason, citations, invalid = judge(raw, sources)
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
@@ -261,9 +273,16 @@ def judge(
     return checked.text, False, None, checked.citations, checked.invalid
 
 
-def _budget_counter(db: Database, config: LLMConfig | None) -> tuple[Callable[[str], int], str]:
-    """What counts the prompt's token budget, and its name: the generator's tokenizer.json
-    when ``PGRAG_LLM_TOKENIZER`` names one, else the embedding model's tokenizer."""
+def _budget_counter(
+    db: Database, config: LLMConfig | LocalLLMConfig | None, client: Any
+) -> tuple[Callable[[str], int], str]:
+    """What counts the prompt's token budget, and its name: a local GGUF model's own
+    tokenizer; the generator's tokenizer.json when ``PGRAG_LLM_TOKENIZER`` names one; else the
+    embedding model's tokenizer."""
+    from .local_llm import LocalLLMConfig
+
+    if isinstance(config, LocalLLMConfig):
+        return client.count_tokens, f"{config.label} (its own tokenizer)"
     if config is not None and config.tokenizer:
         from .tokens import generator_counter
 
@@ -302,6 +321,8 @@ def _log(
     from .db import transaction
 
     flags = {f["chunk_id"]: f["phrases"] for f in answer.flagged}
+    # What the generator said; a model may emit a NUL (a byte token), which text cannot hold.
+    logged = answer.raw_answer if answer.raw_answer is not None else answer.answer
     retrieved = [
         {
             "chunk_id": r.chunk_id,
@@ -334,7 +355,7 @@ def _log(
                 "retrieved": Jsonb(retrieved),
                 "prompt": answer.prompt,
                 "generator": answer.generator,
-                "answer": answer.raw_answer if answer.raw_answer is not None else answer.answer,
+                "answer": logged.replace("\x00", "\ufffd"),
                 "citations": Jsonb([c.to_dict() for c in answer.citations]),
                 "abstained": answer.abstained,
                 "reason": answer.reason,

@@ -9,6 +9,7 @@ Results go to stdout (``--json`` for machines); progress, warnings and errors to
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -682,7 +683,8 @@ def ask(
     """Answer a question, citing numbered sources.
 
     Uses the OpenAI-compatible endpoint in PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL) when one
-    is set, else the offline extractive reader: nothing leaves the machine without a base URL.
+    is set, a local GGUF model in PGRAG_LLM_GGUF (pip install 'pgrag[local]'), else the offline
+    extractive reader: nothing leaves the machine without a base URL.
     """
     from .ask import ask as run_ask
 
@@ -690,6 +692,11 @@ def ask(
         from .agentic import ask_agentic
         from .generation import LLMConfig
 
+        if os.environ.get("PGRAG_LLM_GGUF", "").strip():
+            raise click.UsageError(
+                "--agentic does not support a local model (PGRAG_LLM_GGUF) yet; unset it and set"
+                " PGRAG_LLM_BASE_URL to a tool-calling endpoint, e.g. llama.cpp's llama-server"
+            )
         config = LLMConfig.from_env()
         if config is None:
             raise click.UsageError(
@@ -1352,17 +1359,17 @@ def eval_answers(
     """Evaluate answers on DATASET, a SQuAD v1.1 JSON file: exact match, F1, citation
     accuracy, and abstention with part of the paragraphs withheld from the index.
 
-    Runs the offline extractive reader, and also the LLM endpoint when PGRAG_LLM_BASE_URL (or
-    OPENAI_BASE_URL) is set. The retrieval-confidence threshold is calibrated on half of the
-    questions and its effect reported on the other half.
+    Runs the offline extractive reader, and also the configured generator when
+    PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL) or PGRAG_LLM_GGUF is set. The retrieval-confidence
+    threshold is calibrated on half of the questions and its effect reported on the other half.
     """
     from pathlib import Path
 
     from .answer_eval import evaluate_answers
     from .datasets import load_squad_answers
-    from .generation import LLMConfig
+    from .local_llm import config_from_env
 
-    config = LLMConfig.from_env()
+    config = config_from_env()
     bars: dict[str, Any] = {}
 
     def progress(stage: str, done: int, total: int) -> None:

@@ -339,6 +339,19 @@ def test_ask_llm_keeps_valid_citations_and_drops_invalid(loaded: str, llm: FakeL
     assert "14 days" in messages[-1]["content"]
 
 
+def test_ask_llm_answer_with_a_nul_is_logged(loaded: str, llm: FakeLLM) -> None:
+    # Models emit NUL (e.g. a <0x00> byte token; a random-weight GGUF model did), and
+    # PostgreSQL text cannot hold it: the log keeps a replacement character instead.
+    llm.reply = "Monthly refunds are allowed within 14 days [1].\x00"
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
+    assert answer["abstained"] is False
+    with psycopg.connect(loaded) as conn:
+        row = conn.execute(
+            "SELECT answer FROM pgrag.queries WHERE id = %s", (answer["query_id"],)
+        ).fetchone()
+    assert row == ("Monthly refunds are allowed within 14 days [1].\ufffd",)
+
+
 def test_ask_llm_says_it_does_not_know(loaded: str, llm: FakeLLM) -> None:
     llm.reply = ABSTAIN_TEXT
     answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
