@@ -309,6 +309,17 @@ def _flagged(sources: Sequence[Source]) -> list[dict[str, Any]]:
     return out
 
 
+def _no_nul(value: Any) -> Any:
+    """``value`` with NUL characters replaced in every string (jsonb cannot hold \u0000)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {k: _no_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nul(v) for v in value]
+    return value
+
+
 def _log(
     db: Database,
     collection: str,
@@ -360,7 +371,7 @@ def _log(
                 "abstained": answer.abstained,
                 "reason": answer.reason,
                 "timings": Jsonb(answer.timings),
-                "checks": Jsonb(answer.checks()),
+                "checks": Jsonb(_no_nul(answer.checks())),
             },
         ).fetchone()
     return int(row[0]) if row else 0

@@ -347,9 +347,12 @@ def test_ask_llm_answer_with_a_nul_is_logged(loaded: str, llm: FakeLLM) -> None:
     assert answer["abstained"] is False
     with psycopg.connect(loaded) as conn:
         row = conn.execute(
-            "SELECT answer FROM pgrag.queries WHERE id = %s", (answer["query_id"],)
+            "SELECT answer, checks FROM pgrag.queries WHERE id = %s", (answer["query_id"],)
         ).fetchone()
-    assert row == ("Monthly refunds are allowed within 14 days [1].\ufffd",)
+    assert row is not None
+    assert row[0] == "Monthly refunds are allowed within 14 days [1].\ufffd"
+    # The answer's checks (jsonb, which cannot hold \u0000 either) are recorded too.
+    assert "\ufffd" in json.dumps(row[1]["sentences"], ensure_ascii=False)
 
 
 def test_ask_llm_says_it_does_not_know(loaded: str, llm: FakeLLM) -> None:
