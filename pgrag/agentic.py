@@ -62,7 +62,7 @@ def ask_agentic(
     """Answer ``question`` with a model that may search ``collection`` again, at most
     ``max_steps`` times; cited and checked as :func:`pgrag.ask`'s answers are."""
     from .ask import Answer, _flagged, _log, judge
-    from .confidence import retrieval_confidence
+    from .confidence import collection_model, retrieval_confidence
     from .generation import ChatClient
     from .prompt import ABSTAIN_TEXT
     from .search import search
@@ -119,6 +119,8 @@ def ask_agentic(
                 {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
             )
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
+    model = collection_model(db, collection)
+    first = retrieval_confidence(question, results, model[1] if model else db.embedder.distance)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
     timings["searches"] = float(steps)
     if sources:
@@ -142,7 +144,8 @@ def ask_agentic(
         flagged=_flagged(sources),
         # The first search's, for the record: the model may search again, so a low value
         # does not stop it here.
-        confidence=retrieval_confidence(results, db.embedder.distance),
+        confidence=first.value if first else None,
+        confidence_detail=first.to_dict() if first else None,
     )
     answer.check_support()
     if log:

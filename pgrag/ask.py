@@ -60,6 +60,7 @@ class Answer:
     # The question's similarity to its nearest retrieved chunk (pgrag.confidence), and the
     # threshold below which the answer is an abstention (None: no threshold) with its origin.
     confidence: float | None = None
+    confidence_detail: dict[str, float] | None = None  # its parts: similarity, coverage
     threshold: float | None = None
     threshold_from: str | None = None
     # What counted the passages' token budget: the embedding model's or the generator's
@@ -97,7 +98,9 @@ class Answer:
             "uncited": self.uncited,
             "faithfulness": self.faithfulness,
             "confidence": self.confidence,
+            "confidence_detail": self.confidence_detail,
             "threshold": self.threshold,
+            "threshold_from": self.threshold_from,
             "tokenizer": self.tokenizer,
         }
 
@@ -105,6 +108,7 @@ class Answer:
         """What checking the answer found, as recorded in ``pgrag.queries.checks``."""
         return {
             "confidence": self.confidence,
+            "confidence_detail": self.confidence_detail,
             "threshold": self.threshold,
             "threshold_from": self.threshold_from,
             "invalid_citations": self.invalid_citations,
@@ -153,11 +157,18 @@ def ask(
         raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
     config = config_from_env() if llm is _ENV else llm
     assert config is None or isinstance(config, LLMConfig | LocalLLMConfig)
-    from .confidence import describe, parse_threshold, retrieval_confidence, threshold_for
+    from .confidence import (
+        collection_model,
+        describe,
+        parse_threshold,
+        retrieval_confidence,
+        threshold_for,
+    )
 
+    model = collection_model(db, collection)
     threshold_from: str | None
     if min_confidence is _ENV:
-        threshold, threshold_from = threshold_for(db, collection)
+        threshold, threshold_from = threshold_for(model)
     elif min_confidence is None:
         threshold, threshold_from = None, None
     else:
@@ -191,7 +202,8 @@ def ask(
         from .sections import widen
 
         passages = widen(db, results, principals=principals)
-    confidence = retrieval_confidence(results, db.embedder.distance)
+    measured = retrieval_confidence(question, results, model[1] if model else db.embedder.distance)
+    confidence = measured.value if measured else None
     doubtful = threshold is not None and confidence is not None and confidence < threshold
     # The budget is counted in the generator's own tokens when known.
     count, tokenizer = _budget_counter(db, config, client)
@@ -243,6 +255,7 @@ def ask(
         raw_answer=raw,
         flagged=_flagged(sources),
         confidence=confidence,
+        confidence_detail=measured.to_dict() if measured else None,
         threshold=threshold,
         threshold_from=threshold_from,
         tokenizer=tokenizer,

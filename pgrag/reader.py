@@ -48,7 +48,8 @@ class ReaderAnswer:
     best_similarity: float
 
 
-def _content_words(text: str) -> set[str]:
+def content_words(text: str) -> set[str]:
+    """The stems of ``text``'s words, stop words left out."""
     return set(_stems(text))
 
 
@@ -123,7 +124,7 @@ def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedd
     for source in sources:
         r = source.result
         # The title and heading path are part of what a passage says.
-        mentioned |= _content_words(f"{r.title or ''} {r.section or ''} {r.text}")
+        mentioned |= content_words(f"{r.title or ''} {r.section or ''} {r.text}")
         for sentence in split_sentences(_render_tables(source.result.text)):
             if _usable(sentence):
                 candidates.append((source.n, _clean(sentence)))
@@ -149,7 +150,7 @@ def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedd
     wants_quantity = bool(_QUANTITY_QUESTION.match(question))
     scored = []
     for (n, sentence), sim in zip(candidates, similarity, strict=True):
-        overlap = len(q_words & _content_words(sentence)) / len(q_words) if q_words else 0.0
+        overlap = len(q_words & content_words(sentence)) / len(q_words) if q_words else 0.0
         score = float(sim) + KEYWORD_WEIGHT * overlap
         if wants_quantity and _NUMBER.search(sentence):
             score += QUANTITY_BONUS  # "how long/many/much/often", "when": the answer has a number

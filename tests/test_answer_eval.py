@@ -24,10 +24,12 @@ import pgrag
 from pgrag.answer_eval import calibrate, evaluate_answers, split_paragraphs
 from pgrag.answer_metrics import auroc
 from pgrag.cli import cli
+from pgrag.confidence import retrieval_confidence
 from pgrag.datasets import load_squad_answers
 from pgrag.db import Database
 from pgrag.errors import ConfigError, InputError
 from pgrag.generation import LLMConfig
+from pgrag.search import SearchResult
 
 # Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
 PARAGRAPHS = [
@@ -231,6 +233,31 @@ def test_calibrate_refuses_at_most_the_allowed_share() -> None:
     assert sum(c < t for c in confidences) <= 2
     assert sum(c < calibrate(confidences, 0.0) for c in confidences) == 0  # type: ignore[operator]
     assert calibrate([], 0.1) is None
+
+
+def _hit(rank: int, text: str, distance: float | None) -> SearchResult:
+    return SearchResult(
+        rank, 0.1, rank, rank, f"s{rank}", "Volcanoes", None, text, rank, None, distance, None, {}
+    )
+
+
+def test_retrieval_confidence_is_the_mean_of_similarity_and_coverage() -> None:
+    question = "When did Mount Tambora erupt?"  # content words: mount, tambora, erupt
+    top = _hit(1, "Mount Tambora erupted in 1815.", 0.30)
+    other = _hit(2, "Bees dance.", 0.20)  # nearer, but not the top-ranked passage
+    got = retrieval_confidence(question, [other, top], "cosine")
+    assert got is not None
+    assert got.similarity == pytest.approx(0.80)  # the nearest chunk, whatever its rank
+    assert got.coverage == pytest.approx(1.0)  # all three words (stemmed) are in the top one
+    assert got.value == pytest.approx(0.90)
+    partial = retrieval_confidence(question, [_hit(1, "Mount Fuji.", 0.5)], "cosine")
+    assert partial is not None and partial.coverage == pytest.approx(1 / 3, abs=1e-4)
+    # Inner product (pgvector's <#> is its negative) and L2 over unit vectors.
+    ip = retrieval_confidence(question, [_hit(1, "x", -0.6)], "inner_product")
+    assert ip is not None and ip.similarity == pytest.approx(0.6)
+    l2 = retrieval_confidence(question, [_hit(1, "x", 1.0)], "l2")
+    assert l2 is not None and l2.similarity == pytest.approx(0.5)
+    assert retrieval_confidence(question, [_hit(1, "Mount Tambora", None)], "cosine") is None
 
 
 def test_split_is_seeded_and_ignores_order() -> None:
