@@ -271,9 +271,16 @@ def judge(
 ) -> tuple[str, bool, str | None, list[Citation], list[int]]:
     """A model's answer checked against the sources it was given: (text, abstained, reason,
     citations, invalid citation numbers). Invalid citations are removed; an answer that says
-    it does not know, or keeps no valid citation, is an abstention with the reason."""
+    it does not know, or keeps no valid citation, is an abstention with the reason. An answer
+    that says the sources do not cover one point but cites them for another is kept: it is a
+    partial answer, and its cited sentences are checked like any other."""
+    from .citations import without_citations
+
     checked = check_citations(raw, sources)
-    if says_unknown(raw):
+    declined = without_citations(raw).strip().rstrip(".").lower()
+    if declined == ABSTAIN_TEXT.rstrip(".").lower() or (
+        says_unknown(raw) and not checked.citations
+    ):
         return ABSTAIN_TEXT, True, "the model said it does not know", [], checked.invalid
     if not checked.citations:
         return (

@@ -14,7 +14,9 @@ from typing import Any
 
 from .prompt import Source
 
-_CITE = re.compile(r"\[(\s*\d+(?:\s*[,;]\s*\d+)*\s*)\]")
+_CITE = re.compile(r"([ \t]*)\[(\s*\d+(?:\s*[,;]\s*\d+)*\s*)\]")
+# Code is quoted, not cited: `x[1]` and fenced blocks are left exactly as written.
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
 _UNKNOWN = re.compile(
     r"\b(i\s+(?:do\s+not|don'?t|cannot|can'?t)\s+(?:know|find|answer|tell)"
     r"|(?:the\s+)?sources?\s+(?:do(?:es)?\s+not|don'?t)\s+(?:contain|mention|say|provide|include)"
@@ -43,23 +45,55 @@ class CheckedAnswer:
     invalid: list[int]  # numbers cited that were not in the prompt
 
 
+def prose(answer: str) -> list[tuple[bool, str]]:
+    """``answer`` as consecutive (is_prose, text) pieces; code spans and fenced blocks are not
+    prose. Joining the texts gives ``answer`` back."""
+    pieces: list[tuple[bool, str]] = []
+    at = 0
+    for m in _CODE.finditer(answer):
+        if m.start() > at:
+            pieces.append((True, answer[at : m.start()]))
+        pieces.append((False, m.group(0)))
+        at = m.end()
+    if at < len(answer):
+        pieces.append((True, answer[at:]))
+    return pieces
+
+
+def cited_numbers(text: str) -> list[int]:
+    """The source numbers cited in ``text``'s prose, in order, repeats included."""
+    return [
+        int(x)
+        for is_prose, piece in prose(text)
+        if is_prose
+        for m in _CITE.finditer(piece)
+        for x in re.split(r"[,;]", m.group(2))
+    ]
+
+
+def without_citations(text: str) -> str:
+    """``text`` with the citation marks of its prose removed."""
+    return "".join(_CITE.sub("", p) if is_prose else p for is_prose, p in prose(text))
+
+
 def check_citations(answer: str, sources: Sequence[Source]) -> CheckedAnswer:
     by_n = {s.n: s for s in sources}
     cited: list[int] = []
     invalid: list[int] = []
 
     def keep_valid(match: re.Match[str]) -> str:
-        numbers = [int(x) for x in re.split(r"[,;]", match.group(1))]
+        numbers = [int(x) for x in re.split(r"[,;]", match.group(2))]
         good = [n for n in numbers if n in by_n]
         for n in numbers:
             bucket = cited if n in by_n else invalid
             if n not in bucket:
                 bucket.append(n)
-        return "[" + ", ".join(str(n) for n in good) + "]" if good else ""
+        if not good:  # removed, with the space before it: "14 days [9]." -> "14 days."
+            return ""
+        return match.group(1) + "[" + ", ".join(str(n) for n in good) + "]"
 
-    text = _CITE.sub(keep_valid, answer)
-    text = re.sub(r"[ \t]+([.,;:!?])", r"\1", text)
-    text = re.sub(r"[ \t]{2,}", " ", text).strip()
+    text = "".join(_CITE.sub(keep_valid, p) if is_prose else p for is_prose, p in prose(answer))
+    text = text.strip()
     citations = []
     for n in cited:
         r = by_n[n].result

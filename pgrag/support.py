@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from .citations import cited_numbers, prose, without_citations
 from .prompt import ABSTAIN_TEXT, Source
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n+")
 _TRAILING = re.compile(r"([.!?])[ \t]*((?:\[[\d,;\s]+\][ \t]*)+)")
-_CITE = re.compile(r"\[(\s*\d+(?:\s*[,;]\s*\d+)*\s*)\]")
+_LIST_MARK = re.compile(r"^[ \t]*(?:[-*+•]|\d{1,3}[.)])[ \t]+", re.MULTILINE)
 _WORD = re.compile(r"\d+(?:[.,:]\d+)*|[^\W\d_]+(?:['’-][^\W\d_]+)*")
 STOP = frozenset(
     "a an and are as at be been but by can could did do does for from had has have he her his"
@@ -56,8 +57,12 @@ def _stem(word: str) -> str:
 
 
 def split_sentences(answer: str) -> list[str]:
+    """The answer's sentences: list items are sentences (their "1." or "-" dropped), code is
+    left out (it is quoted, not claimed)."""
+    text = "".join(p if is_prose else "\n" for is_prose, p in prose(answer))
+    text = _LIST_MARK.sub("", text)
     # "… 14 days. [1] Annual …": the citation belongs to the sentence before it.
-    moved = _TRAILING.sub(lambda m: " " + m.group(2).strip() + m.group(1) + " ", answer)
+    moved = _TRAILING.sub(lambda m: " " + m.group(2).strip() + m.group(1) + " ", text)
     parts = [p.strip() for p in _SENTENCE.split(moved)]
     return [p for p in parts if p]
 
@@ -73,11 +78,10 @@ def sentence_support(
                 for s in sources}  # fmt: skip
     out: list[SentenceSupport] = []
     for sentence in split_sentences(answer):
-        numbers = [int(x) for m in _CITE.finditer(sentence) for x in re.split(r"[,;]", m.group(1))]
-        cited = [n for n in dict.fromkeys(numbers) if n in passages]
-        words = list(dict.fromkeys(_words(_CITE.sub(" ", sentence))))
-        if not words:
-            continue
+        cited = [n for n in dict.fromkeys(cited_numbers(sentence)) if n in passages]
+        words = list(dict.fromkeys(_words(without_citations(sentence))))
+        if not words or (not cited and sentence.endswith(":")):
+            continue  # nothing to support, or a lead-in ("Two rules apply:")
         if not cited:
             out.append(SentenceSupport(sentence, [], None, words))
             continue

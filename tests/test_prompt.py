@@ -91,3 +91,34 @@ def test_says_unknown() -> None:
     assert says_unknown("I don't know based on the sources.")
     assert says_unknown("The sources do not contain this information.")
     assert not says_unknown("Refunds take 30 days [1].")
+
+
+def test_code_is_not_cited_and_keeps_its_spacing() -> None:
+    sources = number_sources([_result(1), _result(2)])
+    answer = (
+        "Refunds take 14 days [1, 2]. See [ 2 ] and [10]. Use `amount[0] * 0.5`:\n"
+        "```python\ndef f(x):\n    return x[1]  # [7]\n```"
+    )
+    checked = check_citations(answer, sources)
+    assert [c.n for c in checked.citations] == [1, 2]
+    assert checked.invalid == [10]  # not 0 or 7: those are code
+    assert checked.text == (
+        "Refunds take 14 days [1, 2]. See [2] and. Use `amount[0] * 0.5`:\n"
+        "```python\ndef f(x):\n    return x[1]  # [7]\n```"
+    )
+
+
+def test_a_partial_answer_that_names_a_gap_is_kept() -> None:
+    from pgrag.ask import judge
+
+    sources = number_sources([_result(1), _result(2)])
+    text, abstained, reason, citations, _ = judge(
+        "Refunds are issued within 14 days [2]. The sources do not mention weekends.", sources
+    )
+    assert not abstained and reason is None and [c.n for c in citations] == [2]
+    assert text.startswith("Refunds are issued within 14 days [2].")
+    # A decline with nothing cited, or the abstain sentence with a stray citation, abstains.
+    for declined in ("The sources do not mention weekends.", f"{ABSTAIN_TEXT} [1]"):
+        text, abstained, reason, citations, _ = judge(declined, sources)
+        assert abstained and reason == "the model said it does not know" and citations == []
+        assert text == ABSTAIN_TEXT

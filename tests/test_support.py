@@ -72,3 +72,20 @@ def test_abstentions_and_empty_answers_have_no_estimate() -> None:
     assert sentence_support(ABSTAIN_TEXT, SOURCES) == ([], None)
     assert sentence_support("  ", SOURCES) == ([], None)
     assert sentence_support("[1].", SOURCES) == ([], None)
+
+
+def test_list_items_are_sentences_and_lead_ins_and_code_are_not() -> None:
+    answer = (
+        "Two rules apply:\n1. Monthly subscriptions are refunded within 14 days [1].\n"
+        "2. The office opens at 8:00 [2].\n- It closes at 18:00 [2].\n"
+        "```\nrefund(days=14)  # [1]\n```"
+    )
+    assert split_sentences(answer) == [
+        "Two rules apply:",
+        "Monthly subscriptions are refunded within 14 days [1].",
+        "The office opens at 8:00 [2].",
+        "It closes at 18:00 [2].",
+    ]
+    scored, faithfulness = sentence_support(answer, SOURCES)
+    assert [s.citations for s in scored] == [[1], [2], [2]]  # no "1." / "2." / lead-in
+    assert faithfulness == 1.0
