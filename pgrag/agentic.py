@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError
+from .errors import ConfigError, InputError
 from .prompt import SYSTEM, Source, build_messages, fit_budget, number_sources
 
 if TYPE_CHECKING:
@@ -47,6 +47,15 @@ def _render(messages: Sequence[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
+def _normalised(call: dict[str, Any], fallback_id: str) -> dict[str, Any]:
+    """A tool call as the API expects it back: an id, and ``arguments`` as a JSON string
+    (some servers send an object, or no id)."""
+    function = dict(call["function"])
+    if not isinstance(function.get("arguments"), str):
+        function["arguments"] = json.dumps(function.get("arguments") or {})
+    return {**call, "id": call.get("id") or fallback_id, "type": "function", "function": function}
+
+
 def ask_agentic(
     db: Database,
     question: str,
@@ -61,7 +70,7 @@ def ask_agentic(
 ) -> Answer:
     """Answer ``question`` with a model that may search ``collection`` again, at most
     ``max_steps`` times; cited and checked as :func:`pgrag.ask`'s answers are."""
-    from .ask import Answer, _flagged, _log, judge
+    from .ask import Answer, _budget_counter, _flagged, _log, judge
     from .confidence import collection_model, retrieval_confidence
     from .generation import ChatClient
     from .prompt import ABSTAIN_TEXT
@@ -74,6 +83,10 @@ def ask_agentic(
         )
     if not 0 <= max_steps <= 10:
         raise InputError(f"--max-steps must be between 0 and 10, got {max_steps}")
+    if config.template != "chat":
+        raise ConfigError(
+            "--agentic needs a chat model that calls tools; unset PGRAG_LLM_TEMPLATE=base"
+        )
     if principals is None:
         principals = db.principals
     t_start = time.perf_counter()
@@ -81,7 +94,8 @@ def ask_agentic(
     results = search(
         db, question, collection=collection, k=k, timings=timings, principals=principals
     )
-    sources = number_sources(fit_budget(results, budget_tokens, db.embedder.tokens.count))
+    count, tokenizer = _budget_counter(db, config, None)
+    sources = number_sources(fit_budget(results, budget_tokens, count))
     retrieved = list(results)
     messages: list[dict[str, Any]] = build_messages(question, sources)
     messages[0] = {"role": "system", "content": AGENT_SYSTEM.format(steps=max_steps)}
@@ -96,6 +110,7 @@ def ask_agentic(
             raw = reply["content"] or ""
             break
         steps += 1
+        calls = [_normalised(call, f"call_{steps}_{i}") for i, call in enumerate(calls)]
         messages.append({"role": "assistant", "content": reply["content"], "tool_calls": calls})
         for call in calls:
             function = call["function"]
@@ -115,9 +130,7 @@ def ask_agentic(
                 sources += new
                 retrieved += fresh
                 content = _blocks(new) if new else "(no new sources were found)"
-            messages.append(
-                {"role": "tool", "tool_call_id": call.get("id", ""), "content": content}
-            )
+            messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     model = collection_model(db, collection)
     first = retrieval_confidence(question, results, model[1] if model else db.embedder.distance)
@@ -146,6 +159,7 @@ def ask_agentic(
         # does not stop it here.
         confidence=first.value if first else None,
         confidence_detail=first.to_dict() if first else None,
+        tokenizer=tokenizer,
     )
     answer.check_support()
     if log:

@@ -703,8 +703,11 @@ def ask(
                 "--agentic needs a tool-calling model: set PGRAG_LLM_BASE_URL (or"
                 " OPENAI_BASE_URL) to an OpenAI-compatible endpoint"
             )
-        if reranker_spec or context != "chunk":
-            raise click.UsageError("--agentic does not take --reranker or --context yet")
+        if reranker_spec or context != "chunk" or min_confidence is not None:
+            raise click.UsageError(
+                "--agentic does not take --reranker, --context or --min-confidence: the model"
+                " may search again, so a weak first search does not stop it"
+            )
         result = ask_agentic(
             _db(ctx),
             question,

@@ -157,3 +157,27 @@ def test_cli_agentic(loaded: Any, llm: ScriptedLLM, monkeypatch: pytest.MonkeyPa
         cli, ["--dsn", loaded.dsn, "ask", "Monthly refund window?", "-c", "docs", "--agentic"]
     )
     assert offline.exit_code == 2 and "--agentic needs a tool-calling model" in offline.stderr
+    monkeypatch.setenv("PGRAG_LLM_BASE_URL", llm.url)
+    args = ["--dsn", loaded.dsn, "ask", "Monthly refund window?", "-c", "docs", "--agentic"]
+    refused = CliRunner().invoke(cli, [*args, "--min-confidence", "0.9"])
+    assert refused.exit_code == 2 and "does not take" in refused.stderr
+    monkeypatch.setenv("PGRAG_LLM_TEMPLATE", "base")
+    base = CliRunner().invoke(cli, args)
+    assert base.exit_code == 1 and "unset PGRAG_LLM_TEMPLATE=base" in base.stderr
+
+
+def test_tool_calls_go_back_with_an_id_and_string_arguments(loaded: Any, llm: ScriptedLLM) -> None:
+    # Some servers send arguments as an object and no id; the API wants both as strings.
+    odd = {
+        "content": None,
+        "tool_calls": [{"function": {"name": "pgrag_search", "arguments": {"query": "office"}}}],
+    }
+    llm.script = [odd, {"content": "Refunds: 14 days [1]."}]
+    config = LLMConfig(base_url=llm.url, model="m")
+    ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs", log=False)
+    sent = llm.requests[-1]["messages"]
+    assistant = next(m for m in sent if m["role"] == "assistant")
+    (echoed,) = assistant["tool_calls"]
+    assert echoed["id"] and json.loads(echoed["function"]["arguments"]) == {"query": "office"}
+    tool = next(m for m in sent if m["role"] == "tool")
+    assert tool["tool_call_id"] == echoed["id"] and "error" not in tool["content"]
