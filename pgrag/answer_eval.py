@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from .answer_metrics import auroc, exact_match, normalize, token_f1
 from .datasets import AnswerDataset
-from .errors import InputError
+from .errors import InputError, PgragError
 from .metrics import percentile
 
 if TYPE_CHECKING:
@@ -103,6 +103,7 @@ class AnswerReport:
     max_false_refusal: float
     results: list[GeneratorResult]
     saved_threshold: float | None = None
+    errors: dict[str, str] = field(default_factory=dict)  # generators that could not finish
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
@@ -146,6 +147,8 @@ class AnswerReport:
             lines.append(f"{label:34}" + "".join(cells))
         if self.saved_threshold is not None:
             lines.append(f"\nsaved threshold {self.saved_threshold:.4g} on the collection's model")
+        for label, error in self.errors.items():
+            lines.append(f"\n{label}: {error}")
         return "\n".join(lines)
 
 
@@ -196,6 +199,8 @@ def evaluate_answers(
             " share and index the rest"
         )
     collection = collection or collection_name(dataset, seed, withhold)
+    sources = [f"{data.name}:{d.id}" for d in indexed]
+    _check_collection(db, collection, sources)  # before writing anything into it
 
     def on_plan(total: int) -> None:
         if progress:
@@ -210,7 +215,7 @@ def evaluate_answers(
         collection=collection,
         on_plan=on_plan,
     )
-    _check_collection(db, collection, len(indexed))
+    _check_collection(db, collection, sources)
 
     cases = _sample(dataset, withheld, questions, seed)
     answerable = sum(1 for c in cases if c[2])
@@ -230,8 +235,8 @@ def evaluate_answers(
         label = _label(llm)
         done: list[Case] = []
         for i, (qid, gold, is_answerable, calibration) in enumerate(cases):
-            done.append(
-                _ask_one(
+            try:
+                case = _ask_one(
                     db,
                     dataset,
                     qid,
@@ -244,10 +249,18 @@ def evaluate_answers(
                     llm=llm,
                     prefix=prefix,
                 )
-            )
+            except PgragError as err:
+                if llm is None:
+                    raise
+                # An endpoint that fails (unreachable, out of credit) must not cost the
+                # results already measured: report them, and this generator's error.
+                report.errors[label] = f"stopped after {i} of {len(cases)} questions: {err}"
+                break
+            done.append(case)
             if progress and (i % 20 == 0 or i == len(cases) - 1):
                 progress(label, i + 1, len(cases))
-        report.results.append(_measure(label, done, max_false_refusal))
+        if label not in report.errors:
+            report.results.append(_measure(label, done, max_false_refusal))
     if save:
         threshold = report.results[0].threshold
         if threshold is None:
@@ -265,22 +278,23 @@ def _label(llm: LLMConfig | LocalLLMConfig | None) -> str:
     return f"openai-compatible:{llm.model}" if isinstance(llm, LLMConfig) else llm.label
 
 
-def _check_collection(db: Database, collection: str, expected: int) -> None:
-    """The collection must hold the indexed paragraphs and nothing else, or the unanswerable
-    questions might be answerable after all."""
+def _check_collection(db: Database, collection: str, sources: list[str]) -> None:
+    """The collection must hold nothing but the indexed paragraphs (``sources``), or an
+    unanswerable question might be answerable after all."""
     from .db import transaction
 
     with transaction(db) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pgrag.documents d JOIN pgrag.collections c"
-            " ON c.id = d.collection_id WHERE c.name = %(c)s",
-            {"c": collection},
+            " ON c.id = d.collection_id WHERE c.name = %(c)s AND d.source <> ALL (%(s)s)",
+            {"c": collection, "s": sources},
         ).fetchone()
-    held = int(row[0]) if row else 0
-    if held != expected:
+    other = int(row[0]) if row else 0
+    if other:
         raise InputError(
-            f"collection {collection!r} holds {held} documents, not the {expected} paragraphs"
-            " of this split; evaluate in a collection of its own (the default --collection)"
+            f"collection {collection!r} holds {other} documents that are not this split's"  # noqa: S608 - a message
+            " paragraphs (another file, seed or --withhold); pass another --collection, or"
+            " delete that collection first (DELETE FROM pgrag.collections WHERE name = ...)"
         )
 
 

@@ -1318,7 +1318,14 @@ def eval_retrieval(
     help="Share of paragraphs left out of the index (their questions are unanswerable).",
 )
 @click.option("--seed", default=0, show_default=True, help="Seed of the split and the sample.")
-@click.option("--k", "-k", default=8, show_default=True, help="Passages to retrieve.")
+@click.option(
+    "--k",
+    "-k",
+    default=8,
+    show_default=True,
+    type=click.IntRange(1, 100),
+    help="Passages to retrieve.",
+)
 @click.option(
     "--budget",
     default=1500,
@@ -1410,6 +1417,8 @@ def eval_answers(
         _emit_json(out)
     else:
         click.echo(report.table())
+    if report.errors:
+        _fail("; ".join(f"{label} {error}" for label, error in report.errors.items()))
 
 
 def _parse_thresholds(values: tuple[str, ...]) -> dict[str, float]:

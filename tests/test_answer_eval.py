@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -339,8 +340,18 @@ def test_eval_answers_refuses_a_collection_with_other_documents(
     db: Database, squad: Path, corpus: Path
 ) -> None:
     pgrag.ingest(db, [corpus], collection="mixed")
-    with pytest.raises(InputError, match="evaluate in a collection of its own"):
+
+    def held() -> int:
+        row = db.conn.execute(
+            "SELECT count(*) FROM pgrag.documents d JOIN pgrag.collections c"
+            " ON c.id = d.collection_id WHERE c.name = 'mixed'"
+        ).fetchone()
+        return int(row[0]) if row else -1
+
+    before = held()
+    with pytest.raises(InputError, match="are not this split.s paragraphs"):
         evaluate_answers(db, load_squad_answers(squad), questions=2, collection="mixed")
+    assert held() == before == 3  # refused before anything was written into it
 
 
 def test_saved_threshold_makes_ask_abstain_without_asking_the_generator(
@@ -420,3 +431,19 @@ def test_cli_eval_answers_json_and_ask_min_confidence(db: Database, squad: Path)
     bad = CliRunner().invoke(cli, ["--dsn", dsn, "ask", "When?", "--min-confidence", "lots"])
     assert bad.exit_code != 0
     assert "--min-confidence must be a number" in bad.output
+
+
+def test_an_unreachable_endpoint_keeps_the_readers_results(db: Database, squad: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = CliRunner().invoke(
+        cli,
+        ["--dsn", db.dsn, "eval", "answers", str(squad), "--questions", "2", "--save"],
+        env={"PGRAG_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1"},
+    )
+    assert result.exit_code == 1
+    assert "confidence AUROC" in result.stdout  # the reader's table is printed
+    assert "saved threshold" in result.stdout
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert "openai-compatible:default stopped after 0 of 4 questions" in error
