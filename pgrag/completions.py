@@ -27,6 +27,45 @@ NO_LOGPROBS = (
 )
 
 
+class _Stopper:
+    """Passes text on until the first stop sequence, holding back a tail that may be the
+    start of one; :meth:`finish` gives the text before the stop."""
+
+    def __init__(self, stops: Sequence[str], emit: Callable[[str], None] | None) -> None:
+        self.stops = [s for s in stops if s]
+        self.emit = emit
+        self.text = ""
+        self.sent = 0
+        self.cut: int | None = None
+
+    def feed(self, piece: str) -> None:
+        if self.cut is not None:
+            return
+        self.text += piece
+        found = [i for s in self.stops if (i := self.text.find(s)) >= 0]
+        if found:
+            self.cut = min(found)
+            self._send(self.cut)
+            return
+        hold = max(
+            (k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])),
+            default=0,
+        )
+        self._send(len(self.text) - hold)
+
+    def _send(self, upto: int) -> None:
+        if upto > self.sent:
+            if self.emit is not None:
+                self.emit(self.text[self.sent : upto])
+            self.sent = upto
+
+    def finish(self) -> str:
+        if self.cut is None:
+            self._send(len(self.text))
+            return self.text
+        return self.text[: self.cut]
+
+
 class CompletionClient:
     """Sends plain-text prompts to ``config.completions_url``."""
 
@@ -61,12 +100,16 @@ class CompletionClient:
         data = json.dumps(body).encode("utf-8")
 
         def read(response: http.client.HTTPResponse) -> str:
+            # Servers that ignore "stop" are cut here, so a base model's next invented
+            # example never reaches the terminal or the answer.
+            stopper = _Stopper(stop, on_token)
             if on_token is not None and "event-stream" in response.headers.get("Content-Type", ""):
-                return self._read_stream(response, on_token)
-            text = self._text(self._payload(self.endpoint.read(response.read)), stream=False)
-            if on_token is not None and text:  # the server ignored "stream": true
-                on_token(text)
-            return text
+                self._read_stream(response, stopper.feed)
+            else:  # not streamed, or the server ignored "stream": true
+                stopper.feed(
+                    self._text(self._payload(self.endpoint.read(response.read)), stream=False)
+                )
+            return stopper.finish()
 
         return self.endpoint.post(data, self._headers(stream), read, sleep=self._sleep)
 

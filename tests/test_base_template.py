@@ -85,6 +85,21 @@ def test_base_template_streams(loaded: Database, completions_llm: CompletionsSer
     assert [c.n for c in answer.citations] == [1]
 
 
+def test_a_server_that_ignores_stop_is_cut_at_the_stop(
+    loaded: Database, completions_llm: CompletionsServer
+) -> None:
+    # The server streams on past "\nQuestion:" into a made-up next example.
+    completions_llm.reply = " Within 14 days [1].\nQuestion: And pets?\nAnswer: No [2]."
+    pieces: list[str] = []
+    answer = pgrag.ask(
+        loaded, MONTHLY, collection="docs", llm=base(completions_llm), on_token=pieces.append
+    )
+    assert "".join(pieces) == answer.raw_answer == " Within 14 days [1]."
+    assert [c.n for c in answer.citations] == [1]
+    answer = pgrag.ask(loaded, MONTHLY, collection="docs", llm=base(completions_llm))
+    assert answer.raw_answer == " Within 14 days [1]."
+
+
 def test_base_template_abstention(loaded: Database, completions_llm: CompletionsServer) -> None:
     completions_llm.reply = f" {ABSTAIN_TEXT}"
     answer = pgrag.ask(loaded, MONTHLY, collection="docs", llm=base(completions_llm))
