@@ -22,6 +22,7 @@ makes these hard cases). A sample of each goes through ``ask`` with the threshol
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import time
@@ -389,7 +390,8 @@ def calibrate(confidences: Sequence[float], max_false_refusal: float) -> float |
     ordered = sorted(confidences)
     if not ordered:
         return None
-    return ordered[int(max_false_refusal * len(ordered))]
+    # (+1e-9: 0.29 * 100 is 28.999… in floating point, and 29 of 100 may be refused)
+    return ordered[min(math.floor(max_false_refusal * len(ordered) + 1e-9), len(ordered) - 1)]
 
 
 def _measure(label: str, cases: list[Case], max_false_refusal: float) -> GeneratorResult:

@@ -234,6 +234,8 @@ def test_calibrate_refuses_at_most_the_allowed_share() -> None:
     assert sum(c < t for c in confidences) <= 2
     assert sum(c < calibrate(confidences, 0.0) for c in confidences) == 0  # type: ignore[operator]
     assert calibrate([], 0.1) is None
+    hundred = [i / 100 for i in range(100)]
+    assert calibrate(hundred, 0.29) == 0.29  # exactly 29 of 100 below it, not 28
 
 
 def _hit(rank: int, text: str, distance: float | None) -> SearchResult:
