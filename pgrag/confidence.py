@@ -38,6 +38,10 @@ if TYPE_CHECKING:
     from .search import SearchResult
 
 ENV = "PGRAG_MIN_CONFIDENCE"
+# The bundled model's threshold until one is calibrated for it: what `pgrag eval answers
+# --max-false-refusal 0.02` calibrated on SQuAD v1.1 dev (docs/benchmarks.md). Questions off
+# the collection's subject score near 0; answerable ones rarely below this.
+BUNDLED_DEFAULT = 0.36
 
 
 def similarity(distance: float, kind: str) -> float:
@@ -90,21 +94,35 @@ def parse_threshold(value: str | float, where: str) -> float:
     return number
 
 
-def collection_model(db: Database, collection: str) -> tuple[str, str, float | None] | None:
-    """(name, distance, calibrated threshold) of ``collection``'s active model, or None."""
+Model = tuple[str, str, float | None, str | None]
+
+
+def collection_model(db: Database, collection: str) -> Model | None:
+    """(name, distance, threshold, where the threshold comes from) of ``collection``'s active
+    model, or None. The threshold is the calibrated one, else :data:`BUNDLED_DEFAULT` for the
+    bundled model, else None."""
     from .db import transaction
+    from .models import BUNDLED
 
     with transaction(db) as conn:
         row = conn.execute(
-            "SELECT m.name, m.distance, m.min_confidence FROM pgrag.collections c"
+            "SELECT m.name, m.distance, m.min_confidence, m.settings ->> 'package'"
+            " FROM pgrag.collections c"
             " JOIN pgrag.embedding_models m ON m.id = c.model_id WHERE c.name = %(c)s",
             {"c": collection},
         ).fetchone()
-    return None if row is None else (str(row[0]), str(row[1]), row[2])
+    if row is None:
+        return None
+    name, distance = str(row[0]), str(row[1])
+    if row[2] is not None:
+        return name, distance, float(row[2]), f"calibrated for model {name}"
+    if row[3] == BUNDLED:
+        return name, distance, BUNDLED_DEFAULT, "the bundled model's default"
+    return name, distance, None, None
 
 
 def threshold_for(
-    model: tuple[str, str, float | None] | None, env: Mapping[str, str] | None = None
+    model: Model | None, env: Mapping[str, str] | None = None
 ) -> tuple[float | None, str | None]:
     """The abstention threshold in effect and where it comes from: ``PGRAG_MIN_CONFIDENCE``,
     else the value calibrated for ``model`` (see :func:`collection_model`), else (None, None)."""
@@ -114,9 +132,9 @@ def threshold_for(
         if raw.lower() in ("off", "none"):
             return None, None
         return parse_threshold(raw, ENV), ENV
-    if model is None or model[2] is None:
+    if model is None:
         return None, None
-    return float(model[2]), f"calibrated for model {model[0]}"
+    return model[2], model[3]
 
 
 def describe(confidence: float | None, threshold: float | None, origin: str | None) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from .chunking import split_sentences
 from .embeddings import Embedder
 from .prompt import ABSTAIN_TEXT, Source
+from .stemming import stem
 
 MIN_SIMILARITY = 0.40  # below this, no sentence is taken to answer the question
 MIN_COVERAGE = 0.5  # share of the question's content words the sources must mention
@@ -56,14 +57,7 @@ def content_words(text: str) -> set[str]:
 def _stems(text: str) -> dict[str, str]:
     """Content words of ``text`` by stem, each with the word as written (for messages)."""
     words = (re.sub(r"['’]s$", "", w) for w in _WORD.findall(text.lower()))
-    return {_stem(w): w for w in words if w not in _STOPWORDS}
-
-
-def _stem(word: str) -> str:
-    for suffix in ("ing", "ed", "es", "s"):
-        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
-            return word[: -len(suffix)]
-    return word
+    return {stem(w): w for w in words if w not in _STOPWORDS}
 
 
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")

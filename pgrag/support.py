@@ -19,6 +19,7 @@ from typing import Any
 
 from .citations import cited_numbers, prose, without_citations
 from .prompt import ABSTAIN_TEXT, Source
+from .stemming import stem
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])|\n+")
 _TRAILING = re.compile(r"([.!?])[ \t]*((?:\[[\d,;\s]+\][ \t]*)+)")
@@ -48,14 +49,6 @@ def _words(text: str) -> list[str]:
     return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in STOP]
 
 
-def _stem(word: str) -> str:
-    # Enough to match "refunds" with "refund", "requested" with "request".
-    for suffix in ("ing", "ed", "es", "s"):
-        if len(word) > len(suffix) + 2 and word.endswith(suffix):
-            return word[: -len(suffix)]
-    return word
-
-
 def split_sentences(answer: str) -> list[str]:
     """The answer's sentences: list items are sentences (their "1." or "-" dropped), code is
     left out (it is quoted, not claimed)."""
@@ -74,7 +67,7 @@ def sentence_support(
     answer without content words)."""
     if not answer.strip() or answer.strip() == ABSTAIN_TEXT:
         return [], None
-    passages = {s.n: {_stem(w) for w in _words(f"{s.result.section or ''} {s.result.text}")}
+    passages = {s.n: {stem(w) for w in _words(f"{s.result.section or ''} {s.result.text}")}
                 for s in sources}  # fmt: skip
     out: list[SentenceSupport] = []
     for sentence in split_sentences(answer):
@@ -87,7 +80,7 @@ def sentence_support(
             continue
         best, missing = -1.0, words
         for n in cited:
-            absent = [w for w in words if _stem(w) not in passages[n]]
+            absent = [w for w in words if stem(w) not in passages[n]]
             score = 1 - len(absent) / len(words)
             if score > best:
                 best, missing = score, absent

@@ -25,7 +25,7 @@ import pgrag
 from pgrag.answer_eval import calibrate, evaluate_answers, split_paragraphs
 from pgrag.answer_metrics import auroc
 from pgrag.cli import cli
-from pgrag.confidence import retrieval_confidence
+from pgrag.confidence import BUNDLED_DEFAULT, retrieval_confidence
 from pgrag.datasets import load_squad_answers
 from pgrag.db import Database
 from pgrag.errors import ConfigError, InputError
@@ -449,3 +449,21 @@ def test_an_unreachable_endpoint_keeps_the_readers_results(db: Database, squad: 
     assert "saved threshold" in result.stdout
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert "openai-compatible:default stopped after 0 of 4 questions" in error
+
+
+def test_the_bundled_model_has_a_default_threshold(
+    db: Database, corpus: Path, oracle: OracleLLM
+) -> None:
+    pgrag.ingest(db, [corpus], collection="docs")
+    off_topic = pgrag.ask(db, "Who wrote Hamlet?", collection="docs", llm=oracle.config)
+    assert off_topic.abstained and off_topic.threshold == BUNDLED_DEFAULT
+    assert off_topic.reason and "the bundled model's default" in off_topic.reason
+    assert oracle.requests == []
+    on_topic = pgrag.ask(db, "How long must passwords be?", collection="docs", llm=oracle.config)
+    assert on_topic.confidence is not None and on_topic.confidence > BUNDLED_DEFAULT
+    assert len(oracle.requests) == 1
+    # A calibrated value (here 0: never abstain on confidence) replaces the default.
+    db.conn.execute("UPDATE pgrag.embedding_models SET min_confidence = 0")
+    db.conn.commit()
+    again = pgrag.ask(db, "Who wrote Hamlet?", collection="docs", llm=oracle.config)
+    assert again.threshold == 0 and len(oracle.requests) == 2

@@ -89,3 +89,12 @@ def test_list_items_are_sentences_and_lead_ins_and_code_are_not() -> None:
     scored, faithfulness = sentence_support(answer, SOURCES)
     assert [s.citations for s in scored] == [[1], [2], [2]]  # no "1." / "2." / lead-in
     assert faithfulness == 1.0
+
+
+def test_the_light_stemmer_matches_inflections() -> None:
+    from pgrag.stemming import stem
+
+    pairs = [("bicycles", "bicycle"), ("parked", "parking"), ("policies", "policy"),
+             ("charges", "charged"), ("boxes", "box"), ("classes", "class")]  # fmt: skip
+    assert all(stem(a) == stem(b) for a, b in pairs)
+    assert stem("refund") != stem("fund") and stem("us") == "us"
