@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .answer_metrics import auroc, exact_match, normalize, token_f1
+from .citations import without_citations
 from .datasets import AnswerDataset
 from .errors import InputError, PgragError
 from .metrics import percentile
@@ -40,8 +41,6 @@ if TYPE_CHECKING:
     from .db import Database
     from .generation import LLMConfig
     from .local_llm import LocalLLMConfig
-
-_CITATION = re.compile(r"\s*\[\d+(?:\s*,\s*\d+)*\]")
 
 
 @dataclass
@@ -136,8 +135,7 @@ class AnswerReport:
             ("  with threshold", "threshold_false_refusal_rate"),
             ("p50 ms per question", "p50_ms"),
         ]
-        width = max(len(r.generator) for r in self.results)
-        width = max(width, 10)
+        width = max([10, *(len(r.generator) for r in self.results)])
         head = f"{'':34}" + "".join(f"{r.generator:>{width + 2}}" for r in self.results)
         lines.append(head)
         for label, key in rows:
@@ -255,17 +253,21 @@ def evaluate_answers(
                     raise
                 # An endpoint that fails (unreachable, out of credit) must not cost the
                 # results already measured: report them, and this generator's error.
-                report.errors[label] = f"stopped after {i} of {len(cases)} questions: {err}"
+                report.errors[label] = (
+                    f"stopped after {i} of {len(cases)} questions (its column is over those): {err}"
+                )
                 break
             done.append(case)
             if progress and (i % 20 == 0 or i == len(cases) - 1):
                 progress(label, i + 1, len(cases))
-        if label not in report.errors:
+        if done:
             report.results.append(_measure(label, done, max_false_refusal))
     if save:
-        threshold = report.results[0].threshold
+        threshold = report.results[0].threshold if report.results else None
         if threshold is None:
-            raise InputError("no threshold could be calibrated (no answerable question answered)")
+            raise InputError(
+                "no threshold could be calibrated: no answerable question got a confidence"
+            )
         save_threshold(db, collection, threshold)
         report.saved_threshold = threshold
     return report
@@ -399,7 +401,7 @@ def _measure(label: str, cases: list[Case], max_false_refusal: float) -> Generat
     unanswerable = [c for c in cases if not c.answerable]
     answered = [c for c in answerable if not c.abstained]
     scored = [c for c in answered if c.references]
-    plain = {c.qid: _CITATION.sub("", c.answer).strip() for c in answered}
+    plain = {c.qid: without_citations(c.answer).strip() for c in answered}
     with_conf = [c for c in cases if c.confidence is not None]
     threshold = calibrate(
         [c.confidence for c in answerable if c.calibration and c.confidence is not None],

@@ -274,13 +274,20 @@ def judge(
     it does not know, or keeps no valid citation, is an abstention with the reason. An answer
     that says the sources do not cover one point but cites them for another is kept: it is a
     partial answer, and its cited sentences are checked like any other."""
-    from .citations import without_citations
+    from .citations import cited_numbers, without_citations
+    from .support import split_sentences
 
     checked = check_citations(raw, sources)
     declined = without_citations(raw).strip().rstrip(".").lower()
-    if declined == ABSTAIN_TEXT.rstrip(".").lower() or (
-        says_unknown(raw) and not checked.citations
-    ):
+    given = {s.n for s in sources}
+    # Grounded: a sentence that does not decline cites a source that was in the prompt.
+    grounded = any(
+        n in given
+        for sentence in split_sentences(raw)
+        if not says_unknown(sentence)
+        for n in cited_numbers(sentence)
+    )
+    if declined == ABSTAIN_TEXT.rstrip(".").lower() or (says_unknown(raw) and not grounded):
         return ABSTAIN_TEXT, True, "the model said it does not know", [], checked.invalid
     if not checked.citations:
         return (
@@ -382,9 +389,9 @@ def _log(
             " FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id",
             {
                 "collection": collection,
-                "q": answer.question,
+                "q": _no_nul(answer.question),
                 "retrieved": Jsonb(retrieved),
-                "prompt": answer.prompt,
+                "prompt": _no_nul(answer.prompt),  # an agentic prompt holds the model's turns
                 "generator": answer.generator,
                 "answer": logged.replace("\x00", "\ufffd"),
                 "citations": Jsonb([c.to_dict() for c in answer.citations]),

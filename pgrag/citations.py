@@ -15,11 +15,13 @@ from typing import Any
 from .prompt import Source
 
 _CITE = re.compile(r"([ \t]*)\[(\s*\d+(?:\s*[,;]\s*\d+)*\s*)\]")
-# Code is quoted, not cited: `x[1]` and fenced blocks are left exactly as written.
-_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
+# Code is quoted, not cited: `x[1]` and fenced blocks are left exactly as written. A fence
+# must close, and an inline span must not open right after a letter ("customer`s" is a typo
+# for an apostrophe), so a stray backtick cannot hide the citations that follow it.
+_CODE = re.compile(r"```.*?```|~~~.*?~~~|(?<![^\W_])`[^`\n]+`", re.DOTALL)
 _UNKNOWN = re.compile(
-    r"\b(i\s+(?:do\s+not|don'?t|cannot|can'?t)\s+(?:know|find|answer|tell)"
-    r"|(?:the\s+)?sources?\s+(?:do(?:es)?\s+not|don'?t)\s+(?:contain|mention|say|provide|include)"
+    r"\b(i\s+(?:do\s+not|don['’]?t|cannot|can['’]?t)\s+(?:know|find|answer|tell)"
+    r"|(?:the\s+)?sources?\s+(?:do(?:es)?\s+not|don['’]?t)\s+(?:contain|mention|say|provide|include)"
     r"|not\s+(?:mentioned|covered|stated)\s+in\s+the\s+sources?)\b",
     re.IGNORECASE,
 )

@@ -792,9 +792,14 @@ def _show_answer(answer: Any, *, as_json: bool, show_prompt: bool, streamed: boo
 
 def _checks_line(checks: dict[str, Any]) -> str:
     def num(value: Any) -> str:
-        return "-" if value is None else f"{value:.2f}"
+        return "-" if value is None else f"{value:.3f}"
 
     parts = [f"confidence {num(checks.get('confidence'))}"]
+    detail = checks.get("confidence_detail") or {}
+    if detail:
+        parts[0] += (
+            f" [similarity {num(detail.get('similarity'))}, coverage {num(detail.get('coverage'))}]"
+        )
     if checks.get("threshold") is not None:
         parts[0] += f" (threshold {num(checks['threshold'])}, {checks.get('threshold_from')})"
     parts.append(f"faithfulness {num(checks.get('faithfulness'))}")

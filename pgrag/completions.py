@@ -27,6 +27,10 @@ NO_LOGPROBS = (
 )
 
 
+class _Stopped(Exception):
+    """The stop sequence arrived: read no more of the stream."""
+
+
 class _Stopper:
     """Passes text on until the first stop sequence, holding back a tail that may be the
     start of one; :meth:`finish` gives the text before the stop."""
@@ -46,7 +50,7 @@ class _Stopper:
         if found:
             self.cut = min(found)
             self._send(self.cut)
-            return
+            raise _Stopped
         hold = max(
             (k for s in self.stops for k in range(1, len(s)) if self.text.endswith(s[:k])),
             default=0,
@@ -103,12 +107,17 @@ class CompletionClient:
             # Servers that ignore "stop" are cut here, so a base model's next invented
             # example never reaches the terminal or the answer.
             stopper = _Stopper(stop, on_token)
-            if on_token is not None and "event-stream" in response.headers.get("Content-Type", ""):
-                self._read_stream(response, stopper.feed)
-            else:  # not streamed, or the server ignored "stream": true
-                stopper.feed(
-                    self._text(self._payload(self.endpoint.read(response.read)), stream=False)
-                )
+            try:  # (reading stops at the stop sequence: the rest is never waited for)
+                if on_token is not None and "event-stream" in response.headers.get(
+                    "Content-Type", ""
+                ):
+                    self._read_stream(response, stopper.feed)
+                else:  # not streamed, or the server ignored "stream": true
+                    stopper.feed(
+                        self._text(self._payload(self.endpoint.read(response.read)), stream=False)
+                    )
+            except _Stopped:
+                pass
             return stopper.finish()
 
         return self.endpoint.post(data, self._headers(stream), read, sleep=self._sleep)

@@ -8,8 +8,9 @@ without asking the generator at all. The confidence is the mean of two numbers i
   the vector arm's distance under the collection's active model (cosine similarity for cosine
   distance, the inner product for inner-product distance, 1 - d²/2 for L2 over normalised
   vectors);
-- **coverage**: the share of the question's content words (stop words dropped, light stemming)
-  that the top-ranked passage (its title, section and text) contains.
+- **coverage**: the share of the question's content words (words in any script, English stop
+  words dropped, light stemming) that the top-ranked passage (its title, section and text)
+  contains; 0 for a question with none ("Who is he?").
 
 Similarity alone tells a question on the collection's subject from one off it; coverage also
 catches a question on the subject whose particular fact is missing. On SQuAD with half of the
@@ -68,16 +69,17 @@ def retrieval_confidence(
 ) -> Confidence | None:
     """The confidence of ``results`` (in rank order) for ``question``; None without a vector
     hit. ``kind`` is the distance of the model that searched."""
-    from .reader import content_words
+    from .stemming import content_stems
 
     distances = [r.vector_distance for r in results if r.vector_distance is not None]
     if not distances:
         return None
     near = max(0.0, min(1.0, similarity(min(distances), kind)))
-    asked = content_words(question)
+    asked = content_stems(question)
     top = min(results, key=lambda r: r.rank)
-    held = content_words(f"{top.title or ''} {top.section or ''} {top.text}")
-    coverage = len(asked & held) / len(asked) if asked else 1.0
+    held = content_stems(f"{top.title or ''} {top.section or ''} {top.text}")
+    # A question of stop words only ("Who is he?") names nothing a passage could hold.
+    coverage = len(asked & held) / len(asked) if asked else 0.0
     return Confidence(round((near + coverage) / 2, 4), round(near, 4), round(coverage, 4))
 
 
@@ -86,10 +88,10 @@ def parse_threshold(value: str | float, where: str) -> float:
         number = float(value)
     except (TypeError, ValueError):
         number = math.nan
-    if not math.isfinite(number):
+    if not 0 <= number <= 1:  # (NaN too)
         raise ConfigError(
-            f"{where} must be a number (a similarity such as 0.35), got {value!r};"
-            " `pgrag eval answers` suggests one"
+            f"{where} must be a number between 0 and 1 (a confidence such as 0.36), got"
+            f" {value!r}; `pgrag eval answers` calibrates one"
         )
     return number
 
@@ -102,21 +104,31 @@ def collection_model(db: Database, collection: str) -> Model | None:
     model, or None. The threshold is the calibrated one, else :data:`BUNDLED_DEFAULT` for the
     bundled model, else None."""
     from .db import transaction
+    from .embeddings import DEFAULT_MODEL_NAME
     from .models import BUNDLED
 
     with transaction(db) as conn:
         row = conn.execute(
-            "SELECT m.name, m.distance, m.min_confidence, m.settings ->> 'package'"
+            "SELECT m.name, m.distance, m.min_confidence, m.provider,"
+            " m.settings ->> 'package', m.settings ? 'path'"
             " FROM pgrag.collections c"
             " JOIN pgrag.embedding_models m ON m.id = c.model_id WHERE c.name = %(c)s",
             {"c": collection},
         ).fetchone()
     if row is None:
         return None
-    name, distance = str(row[0]), str(row[1])
-    if row[2] is not None:
-        return name, distance, float(row[2]), f"calibrated for model {name}"
-    if row[3] == BUNDLED:
+    name, distance, calibrated, provider, package, has_path = row
+    if calibrated is not None:
+        return name, distance, float(calibrated), f"calibrated for model {name}"
+    # Rows registered before migration 0008 record no package: the bundled model is then the
+    # one with its name and no path, as pgrag.models builds it.
+    bundled = package == BUNDLED or (
+        package is None
+        and not has_path
+        and provider == "sentence-transformers"
+        and name == DEFAULT_MODEL_NAME
+    )
+    if bundled:
         return name, distance, BUNDLED_DEFAULT, "the bundled model's default"
     return name, distance, None, None
 

@@ -236,7 +236,19 @@ def config_from_env(
 ) -> LLMConfig | LocalLLMConfig | None:
     """The generator the environment names: a local GGUF model (``PGRAG_LLM_GGUF``), an
     OpenAI-compatible endpoint (:meth:`LLMConfig.from_env`), or None for the offline reader.
-    Both ``PGRAG_LLM_GGUF`` and ``PGRAG_LLM_BASE_URL`` set is a :class:`ConfigError`."""
+    Both ``PGRAG_LLM_GGUF`` and ``PGRAG_LLM_BASE_URL`` set is a :class:`ConfigError`, and so
+    is a GGUF model with ``PGRAG_LLM_TEMPLATE`` or ``PGRAG_LLM_TOKENIZER``: the model brings
+    its own chat template and tokenizer, and a setting that would be ignored is a mistake."""
     from .generation import LLMConfig
 
-    return LocalLLMConfig.from_env(env) or LLMConfig.from_env(env)
+    local = LocalLLMConfig.from_env(env)
+    if local is not None:
+        values = os.environ if env is None else env
+        for name in ("PGRAG_LLM_TEMPLATE", "PGRAG_LLM_TOKENIZER"):
+            if values.get(name, "").strip():
+                raise ConfigError(
+                    f"{name} does not apply to PGRAG_LLM_GGUF (a GGUF model uses its own chat"
+                    f" template and tokenizer); unset {name}"
+                )
+        return local
+    return LLMConfig.from_env(env)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from .chunking import split_sentences
 from .embeddings import Embedder
 from .prompt import ABSTAIN_TEXT, Source
-from .stemming import stem
+from .stemming import STOPWORDS, stem
 
 MIN_SIMILARITY = 0.40  # below this, no sentence is taken to answer the question
 MIN_COVERAGE = 0.5  # share of the question's content words the sources must mention
@@ -31,14 +31,7 @@ _QUANTITY_QUESTION = re.compile(
 _NUMBER = re.compile(r"\d")
 
 _WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
-_STOPWORDS = frozenset(
-    """a an the and or but if of to in on at by for with from as is are was were be been being
-    do does did doing have has had having i you he she it we they me him her us them my your his
-    its our their this that these those what which who whom whose when where why how can could
-    should would will shall may might must not no nor so than too very just about into over
-    after before under again there here all any both each few more most other some such only
-    own same s t don't isn't aren't much many often long""".split()
-)
+_STOPWORDS = STOPWORDS
 
 
 @dataclass(frozen=True)

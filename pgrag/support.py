@@ -52,11 +52,15 @@ def _words(text: str) -> list[str]:
 def split_sentences(answer: str) -> list[str]:
     """The answer's sentences: list items are sentences (their "1." or "-" dropped), code is
     left out (it is quoted, not claimed)."""
-    text = "".join(p if is_prose else "\n" for is_prose, p in prose(answer))
+    # A fenced block ends a sentence; inline code is a word of it, left out of the scoring.
+    text = "".join(
+        p if is_prose else "\n" if p.startswith(("```", "~~~")) else " "
+        for is_prose, p in prose(answer)
+    )
     text = _LIST_MARK.sub("", text)
     # "… 14 days. [1] Annual …": the citation belongs to the sentence before it.
     moved = _TRAILING.sub(lambda m: " " + m.group(2).strip() + m.group(1) + " ", text)
-    parts = [p.strip() for p in _SENTENCE.split(moved)]
+    parts = [re.sub(r"[ \t]{2,}", " ", p).strip() for p in _SENTENCE.split(moved)]
     return [p for p in parts if p]
 
 

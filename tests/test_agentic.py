@@ -181,3 +181,15 @@ def test_tool_calls_go_back_with_an_id_and_string_arguments(loaded: Any, llm: Sc
     assert echoed["id"] and json.loads(echoed["function"]["arguments"]) == {"query": "office"}
     tool = next(m for m in sent if m["role"] == "tool")
     assert tool["tool_call_id"] == echoed["id"] and "error" not in tool["content"]
+
+
+def test_a_nul_in_the_models_turns_is_logged_as_a_replacement(
+    loaded: Any, llm: ScriptedLLM
+) -> None:
+    first = call("office")
+    first["content"] = "let me search\x00"
+    llm.script = [first, {"content": "Refunds are issued within 14 days [1]."}]
+    config = LLMConfig(base_url=llm.url, model="m")
+    got = ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs")
+    trace = get_trace(loaded, got.query_id or 0)
+    assert "let me search\ufffd" in trace["prompt"] and "\x00" not in trace["prompt"]

@@ -162,6 +162,7 @@ class OracleLLM:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.cite: int | None = None
+        self.fail_after: int | None = None  # answer 500 from this request on
         oracle = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -171,6 +172,11 @@ class OracleLLM:
             def do_POST(self) -> None:  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 oracle.requests.append(body)
+                if oracle.fail_after is not None and len(oracle.requests) > oracle.fail_after:
+                    self.send_response(500)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 reply = json.dumps(
                     {"choices": [{"message": {"role": "assistant", "content": oracle.reply(body)}}]}
                 ).encode()
@@ -261,6 +267,13 @@ def test_retrieval_confidence_is_the_mean_of_similarity_and_coverage() -> None:
     l2 = retrieval_confidence(question, [_hit(1, "x", 1.0)], "l2")
     assert l2 is not None and l2.similarity == pytest.approx(0.5)
     assert retrieval_confidence(question, [_hit(1, "Mount Tambora", None)], "cosine") is None
+    # A question of stop words names nothing: coverage 0. Words in any script count.
+    stop_words = retrieval_confidence("Who is he?", [top], "cosine")
+    assert stop_words is not None and stop_words.coverage == 0.0
+    russian = retrieval_confidence(
+        "Какая столица Перу?", [_hit(1, "Столица Перу Лима.", 0.9)], "cosine"
+    )
+    assert russian is not None and russian.coverage == pytest.approx(2 / 3, abs=1e-4)
 
 
 def test_split_is_seeded_and_ignores_order() -> None:
@@ -388,14 +401,15 @@ def test_saved_threshold_makes_ask_abstain_without_asking_the_generator(
     assert unchecked.threshold is None and len(oracle.requests) == 1
 
     # PGRAG_MIN_CONFIDENCE wins over the saved value; "off" turns it off; junk is an error.
-    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "-1")
+    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "0")
     low = pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
-    assert low.threshold == -1 and low.reason != answer.reason
+    assert low.threshold == 0 and low.reason != answer.reason
     monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "off")
     assert pgrag.ask(db, far, collection=report.collection, llm=oracle.config).threshold is None
-    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "high")
-    with pytest.raises(ConfigError, match="PGRAG_MIN_CONFIDENCE must be a number"):
-        pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
+    for junk in ("high", "36", "nan"):  # 36: a percentage, not a confidence
+        monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", junk)
+        with pytest.raises(ConfigError, match="PGRAG_MIN_CONFIDENCE must be a number between"):
+            pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
 
 
 def test_cli_eval_answers_json_and_ask_min_confidence(db: Database, squad: Path) -> None:
@@ -428,7 +442,8 @@ def test_cli_eval_answers_json_and_ask_min_confidence(db: Database, squad: Path)
     assert answer["abstained"] and "below the threshold 0.99" in answer["reason"]
     trace = CliRunner().invoke(cli, ["--dsn", dsn, "trace", str(answer["query_id"])])
     assert trace.exit_code == 0, trace.output
-    assert "checks: confidence" in trace.stdout and "threshold 0.99" in trace.stdout
+    assert "checks: confidence" in trace.stdout and "threshold 0.990" in trace.stdout
+    assert "similarity" in trace.stdout and "coverage" in trace.stdout
 
     bad = CliRunner().invoke(cli, ["--dsn", dsn, "ask", "When?", "--min-confidence", "lots"])
     assert bad.exit_code != 0
@@ -467,3 +482,21 @@ def test_the_bundled_model_has_a_default_threshold(
     db.conn.commit()
     again = pgrag.ask(db, "Who wrote Hamlet?", collection="docs", llm=oracle.config)
     assert again.threshold == 0 and len(oracle.requests) == 2
+    # A row registered before migration 0008 records no package; it is the bundled model still.
+    db.conn.execute("UPDATE pgrag.embedding_models SET min_confidence = NULL, settings = '{}'")
+    db.conn.commit()
+    legacy = pgrag.ask(db, "Who wrote Hamlet?", collection="docs", llm=oracle.config)
+    assert legacy.threshold == BUNDLED_DEFAULT and legacy.abstained
+
+
+def test_an_endpoint_failing_half_way_keeps_what_it_answered(
+    db: Database, squad: Path, oracle: OracleLLM
+) -> None:
+    oracle.fail_after = 3
+    report = evaluate_answers(
+        db, load_squad_answers(squad), questions=4, llms=[None, oracle.config]
+    )
+    reader, llm = report.results
+    assert len(reader.cases) == 8 and len(llm.cases) == 3
+    assert "stopped after 3 of 8 questions" in report.errors["openai-compatible:oracle"]
+    assert "stopped after 3 of 8" in report.table()

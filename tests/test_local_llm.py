@@ -94,6 +94,16 @@ def test_gguf_and_pgrag_base_url_together_are_an_error(gguf_file: Path) -> None:
         config_from_env(env)
 
 
+@pytest.mark.parametrize(
+    ("name", "value"), [("PGRAG_LLM_TEMPLATE", "base"), ("PGRAG_LLM_TOKENIZER", "/x.json")]
+)
+def test_endpoint_only_settings_with_a_gguf_are_an_error(
+    gguf_file: Path, name: str, value: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"{name} does not apply to PGRAG_LLM_GGUF"):
+        config_from_env({"PGRAG_LLM_GGUF": str(gguf_file), name: value})
+
+
 def test_gguf_wins_over_the_generic_openai_base_url(gguf_file: Path) -> None:
     env = {"PGRAG_LLM_GGUF": str(gguf_file), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
     assert isinstance(config_from_env(env), LocalLLMConfig)

@@ -122,3 +122,25 @@ def test_a_partial_answer_that_names_a_gap_is_kept() -> None:
         text, abstained, reason, citations, _ = judge(declined, sources)
         assert abstained and reason == "the model said it does not know" and citations == []
         assert text == ABSTAIN_TEXT
+
+
+def test_a_stray_backtick_or_an_open_fence_hides_no_citation() -> None:
+    from pgrag.ask import judge
+
+    sources = number_sources([_result(1), _result(2)])
+    text, abstained, _, citations, _ = judge(
+        "The customer`s refund takes 14 days [1]. Set `k` to change it.", sources
+    )
+    assert not abstained and [c.n for c in citations] == [1]
+    assert [c.n for c in check_citations("Run ```\nrm -rf [2]", sources).citations] == [2]
+
+
+def test_a_decline_with_a_citation_is_still_a_decline() -> None:
+    from pgrag.ask import judge
+
+    sources = number_sources([_result(1), _result(2)])
+    for declined in ("I don't know [1].", "I cannot find the refund period in the sources [1]."):
+        _, abstained, reason, _, _ = judge(declined, sources)
+        assert abstained and reason == "the model said it does not know", declined
+    _, abstained, reason, _, _ = judge("I don’t know.", sources)  # a typographic apostrophe
+    assert abstained and reason == "the model said it does not know"

@@ -98,3 +98,11 @@ def test_the_light_stemmer_matches_inflections() -> None:
              ("charges", "charged"), ("boxes", "box"), ("classes", "class")]  # fmt: skip
     assert all(stem(a) == stem(b) for a, b in pairs)
     assert stem("refund") != stem("fund") and stem("us") == "us"
+
+
+def test_inline_code_stays_inside_its_sentence() -> None:
+    assert split_sentences("Run `pgrag ask` to ask about refunds [1].") == [
+        "Run to ask about refunds [1]."
+    ]
+    scored, faithfulness = sentence_support("Monthly `plans` refunded within 14 days [1].", SOURCES)
+    assert len(scored) == 1 and faithfulness == 1.0
