@@ -140,10 +140,10 @@ def ask(
     is small-to-big retrieval: each retrieved chunk is handed to the prompt as its whole
     section (:mod:`pgrag.sections`), within the same token budget.
 
-    When the question's similarity to its nearest chunk is below ``min_confidence`` the answer
-    is an abstention and no generator is asked (:mod:`pgrag.confidence`); by default the
-    threshold is ``PGRAG_MIN_CONFIDENCE`` or the one ``pgrag eval answers --save`` calibrated
-    for the collection's model, and None turns it off."""
+    When the retrieval confidence (:mod:`pgrag.confidence`) is below ``min_confidence`` the
+    answer is an abstention and no generator is asked. By default the threshold is
+    ``PGRAG_MIN_CONFIDENCE``, else the one ``pgrag eval answers --save`` calibrated for the
+    collection's model, else the bundled model's default; None turns it off."""
     from .generation import ChatClient, LLMConfig
     from .local_llm import LocalChatClient, LocalLLMConfig, config_from_env
 
