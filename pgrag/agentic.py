@@ -96,6 +96,12 @@ def ask_agentic(
     )
     count, tokenizer = _budget_counter(db, config, None)
     sources = number_sources(fit_budget(results, budget_tokens, count))
+
+    def cost(r: Any) -> int:
+        return count(r.text) + 16  # as fit_budget counts a passage
+
+    # What the searches add shares the one budget, so the prompt stays within it.
+    spent = sum(cost(s.result) for s in sources)
     retrieved = list(results)
     messages: list[dict[str, Any]] = build_messages(question, sources)
     messages[0] = {"role": "system", "content": AGENT_SYSTEM.format(steps=max_steps)}
@@ -126,10 +132,23 @@ def ask_agentic(
             else:
                 known = {s.result.chunk_id for s in sources}
                 fresh = [r for r in found if r.chunk_id not in known]
-                new = [Source(len(sources) + i + 1, r) for i, r in enumerate(fresh)]
+                fitting = []
+                for r in fresh:
+                    if spent + cost(r) <= budget_tokens:
+                        fitting.append(r)
+                        spent += cost(r)
+                new = [Source(len(sources) + i + 1, r) for i, r in enumerate(fitting)]
                 sources += new
                 retrieved += fresh
-                content = _blocks(new) if new else "(no new sources were found)"
+                if new:
+                    content = _blocks(new)
+                elif fresh:
+                    content = (
+                        f"(the prompt's budget of {budget_tokens} tokens is spent: answer with"
+                        " the sources you have)"
+                    )
+                else:
+                    content = "(no new sources were found)"
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     model = collection_model(db, collection)

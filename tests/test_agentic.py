@@ -193,3 +193,24 @@ def test_a_nul_in_the_models_turns_is_logged_as_a_replacement(
     got = ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs")
     trace = get_trace(loaded, got.query_id or 0)
     assert "let me search\ufffd" in trace["prompt"] and "\x00" not in trace["prompt"]
+
+
+def test_searches_share_the_prompts_token_budget(loaded: Any, llm: ScriptedLLM) -> None:
+    llm.script = [call("Lisbon office opening hours"), {"content": "Refunds: 14 days [1]."}]
+    config = LLMConfig(base_url=llm.url, model="m")
+    # A budget the first passage alone overruns (the best passage is always kept).
+    got = ask_agentic(
+        loaded, "Monthly refund window?", config=config, collection="docs", budget_tokens=5
+    )
+    tool = next(m for m in llm.requests[-1]["messages"] if m["role"] == "tool")
+    assert "budget of 5 tokens is spent" in tool["content"] and "<<<" not in tool["content"]
+    assert len(got.sources) == 1
+    # With room, the search's passages are added, and the whole stays within the budget.
+    llm.requests.clear()
+    llm.script = [call("Lisbon office opening hours"), {"content": "Refunds: 14 days [1]."}]
+    got = ask_agentic(
+        loaded, "Monthly refund window?", config=config, collection="docs", k=1, budget_tokens=400
+    )
+    count = loaded.embedder.tokens.count
+    assert len(got.sources) > 1
+    assert sum(count(s.result.text) + 16 for s in got.sources) <= 400
