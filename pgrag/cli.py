@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -1213,6 +1214,28 @@ def eval_group() -> None:
     """Measure retrieval and answer quality on a dataset."""
 
 
+@contextmanager
+def _stage_progress() -> Iterator[Callable[[str, int, int], None]]:
+    """``progress(stage, done, total)`` drawing one bar per stage on stderr, each finished
+    when the next stage starts; all are finished on the way out."""
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        bar = bars.get(stage)
+        if bar is None:
+            for other in bars.values():
+                other.render_finish()
+            bar = click.progressbar(length=max(total, 1), label=f"{stage:<12}", file=sys.stderr)
+            bars[stage] = bar
+        bar.update(max(done - bar.pos, 0))
+
+    try:
+        yield progress
+    finally:
+        for bar in bars.values():
+            bar.render_finish()
+
+
 @eval_group.command("retrieval")
 @click.argument("dataset", type=click.Path(exists=True, path_type=str))
 @click.option("--split", default="test", show_default=True, help="BEIR qrels split.")
@@ -1265,18 +1288,7 @@ def eval_retrieval(
 
     limits = _parse_thresholds(thresholds)
     data = sample_queries(load_dataset(Path(dataset), split=split), n_queries)
-    bars: dict[str, Any] = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        bar = bars.get(stage)
-        if bar is None:
-            for other in bars.values():
-                other.render_finish()
-            bar = click.progressbar(length=max(total, 1), label=f"{stage:<12}", file=sys.stderr)
-            bars[stage] = bar
-        bar.update(max(done - bar.pos, 0))
-
-    try:
+    with _stage_progress() as progress:
         report = evaluate_retrieval(
             _db(ctx),
             data,
@@ -1287,9 +1299,6 @@ def eval_retrieval(
             reranker=reranker_from_config(reranker_spec),
             progress=progress,
         )
-    finally:
-        for bar in bars.values():
-            bar.render_finish()
     if as_json:
         _emit_json(report.to_dict())
     else:
@@ -1385,18 +1394,7 @@ def eval_answers(
     from .local_llm import config_from_env
 
     config = config_from_env()
-    bars: dict[str, Any] = {}
-
-    def progress(stage: str, done: int, total: int) -> None:
-        bar = bars.get(stage)
-        if bar is None:
-            for other in bars.values():
-                other.render_finish()
-            bar = click.progressbar(length=max(total, 1), label=f"{stage:<12}", file=sys.stderr)
-            bars[stage] = bar
-        bar.update(max(done - bar.pos, 0))
-
-    try:
+    with _stage_progress() as progress:
         report = evaluate_answers(
             _db(ctx),
             load_squad_answers(Path(dataset)),
@@ -1411,9 +1409,6 @@ def eval_answers(
             save=save,
             progress=progress,
         )
-    finally:
-        for bar in bars.values():
-            bar.render_finish()
     if as_json:
         out = report.to_dict()
         if not with_cases:

@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .errors import GenerationError
-from .generation import ChatClient, LLMConfig
-from .http_post import Transient, describe, error_excerpt, one_line
+from .generation import ChatClient, LLMConfig, json_payload, read_stream
+from .http_post import one_line
 
 NO_LOGPROBS = (
     "does not return token log-probabilities for /v1/completions with echo (vLLM does;"
@@ -155,45 +155,13 @@ class CompletionClient:
     def _read_stream(
         self, response: http.client.HTTPResponse, on_token: Callable[[str], None]
     ) -> str:
-        """Server-sent events: ``data: {chunk}`` lines until ``data: [DONE]``."""
-        pieces: list[str] = []
-        buffer = b""
-        while True:
-            try:  # read1(), not readline(): only read1() reports a cut-off chunked stream
-                data = self.endpoint.read(lambda: response.read1(65536))
-            except Transient as exc:
-                if not pieces:
-                    raise  # nothing emitted yet, so a retry is invisible to the caller
-                raise GenerationError(
-                    f"the LLM endpoint {self.url} dropped the connection mid-answer "
-                    f"({describe(exc.__cause__)}); try again"
-                ) from exc.__cause__
-            lines = (buffer + data).split(b"\n")
-            buffer = lines.pop() if data else b""
-            for raw_line in lines:
-                line = raw_line.decode("utf-8", errors="replace").strip()
-                if not line.startswith("data:"):
-                    continue
-                chunk = line.removeprefix("data:").strip()
-                if chunk == "[DONE]":
-                    return "".join(pieces)
-                piece = self._text(self._payload(chunk.encode("utf-8")), stream=True)
-                if piece:
-                    pieces.append(piece)
-                    on_token(piece)
-            if not data:  # the stream ended without [DONE]: keep what arrived
-                return "".join(pieces)
+        def parse(raw: bytes) -> str:
+            return self._text(self._payload(raw), stream=True)
+
+        return read_stream(self.endpoint, response, parse, on_token)
 
     def _payload(self, raw: bytes) -> dict[str, Any]:
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            raise self._malformed("not JSON", raw) from None
-        if isinstance(payload, dict) and "error" in payload:
-            raise GenerationError(
-                f"LLM endpoint {self.url} answered an error: {error_excerpt(raw)}; "
-                "check PGRAG_LLM_MODEL and the server's logs"
-            )
+        payload = json_payload(raw, self.url, self._malformed)
         if not isinstance(payload, dict):
             raise self._malformed("not a JSON object", raw)
         return payload

@@ -143,6 +143,68 @@ class LLMConfig:
         )
 
 
+def json_payload(
+    raw: bytes, url: str, bad: Callable[[str, bytes], GenerationError] | None = None
+) -> Any:
+    """The JSON of an endpoint's answer; an error object, or something not JSON (worded by
+    ``bad``), is a one-line :class:`GenerationError`."""
+    try:
+        payload = json.loads(raw)
+    except ValueError:
+        raise (bad or (lambda what, b: malformed(url, what, b)))("not JSON", raw) from None
+    if isinstance(payload, dict) and "error" in payload:
+        raise GenerationError(
+            f"LLM endpoint {url} answered an error: {error_excerpt(raw)}; "
+            "check PGRAG_LLM_MODEL and the server's logs"
+        )
+    return payload
+
+
+def malformed(url: str, what: str, raw: bytes) -> GenerationError:
+    excerpt = one_line(raw.decode("utf-8", errors="replace"), 120)
+    return GenerationError(
+        f"LLM endpoint {url} answered something that is not a chat completion "
+        f"({what}: {excerpt!r}); check that PGRAG_LLM_BASE_URL points at an OpenAI API"
+    )
+
+
+def read_stream(
+    endpoint: Endpoint,
+    response: http.client.HTTPResponse,
+    parse: Callable[[bytes], str],
+    on_token: Callable[[str], None],
+) -> str:
+    """Server-sent events: ``data: {chunk}`` lines until ``data: [DONE]``, each chunk's text
+    (``parse``) passed to ``on_token``; the whole text."""
+    pieces: list[str] = []
+    buffer = b""
+    while True:
+        try:  # read1(), not readline(): only read1() reports a cut-off chunked stream
+            data = endpoint.read(lambda: response.read1(65536))
+        except Transient as exc:
+            if not pieces:
+                raise  # nothing emitted yet, so a retry is invisible to the caller
+            raise GenerationError(
+                f"the LLM endpoint {endpoint.url} dropped the connection mid-answer "
+                f"({describe(exc.__cause__)}); try again"
+            ) from exc.__cause__
+        lines = (buffer + data).split(b"\n")
+        buffer = lines.pop() if data else b""
+        for raw_line in lines:
+            line = raw_line.decode("utf-8", errors="replace").strip()
+            if not line.startswith("data:"):
+                continue  # blank separators, ": keep-alive" comments, event:/id: fields
+            chunk = line.removeprefix("data:").strip()
+            if chunk == "[DONE]":
+                return "".join(pieces)
+            piece = parse(chunk.encode("utf-8"))
+            if piece:
+                pieces.append(piece)
+                on_token(piece)
+        if not data:  # the stream ended without [DONE]: keep what arrived
+            return "".join(pieces)
+
+
 class ChatClient:
     """Sends chat requests to ``config.chat_url``; see :meth:`complete`."""
 
@@ -210,15 +272,7 @@ class ChatClient:
         return self.endpoint.post(data, headers, read, sleep=self._sleep)
 
     def _parse_message(self, raw: bytes) -> dict[str, Any]:
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            raise self._malformed("not JSON", raw) from None
-        if isinstance(payload, dict) and "error" in payload:
-            raise GenerationError(
-                f"LLM endpoint {self.url} answered an error: {error_excerpt(raw)}; "
-                "check PGRAG_LLM_MODEL and the server's logs"
-            )
+        payload = json_payload(raw, self.url)
         choices = payload.get("choices") if isinstance(payload, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices else None
         message = choice.get("message") if isinstance(choice, dict) else None
@@ -241,48 +295,13 @@ class ChatClient:
     def _read_stream(
         self, response: http.client.HTTPResponse, on_token: Callable[[str], None]
     ) -> str:
-        """Server-sent events: ``data: {chunk}`` lines until ``data: [DONE]``."""
-        pieces: list[str] = []
-        buffer = b""
-        while True:
-            try:  # read1(), not readline(): only read1() reports a cut-off chunked stream
-                data = self.endpoint.read(lambda: response.read1(65536))
-            except Transient as exc:
-                if not pieces:
-                    raise  # nothing emitted yet, so a retry is invisible to the caller
-                raise GenerationError(
-                    f"the LLM endpoint {self.url} dropped the connection mid-answer "
-                    f"({describe(exc.__cause__)}); try again"
-                ) from exc.__cause__
-            lines = (buffer + data).split(b"\n")
-            buffer = lines.pop() if data else b""
-            for raw_line in lines:
-                line = raw_line.decode("utf-8", errors="replace").strip()
-                if not line.startswith("data:"):
-                    continue  # blank separators, ": keep-alive" comments, event:/id: fields
-                payload = line.removeprefix("data:").strip()
-                if payload == "[DONE]":
-                    return "".join(pieces)
-                piece = self._parse(payload.encode("utf-8"), "delta")
-                if piece:
-                    pieces.append(piece)
-                    on_token(piece)
-            if not data:  # the stream ended without [DONE]: keep what arrived
-                return "".join(pieces)
+        return read_stream(self.endpoint, response, lambda raw: self._parse(raw, "delta"), on_token)
 
     def _parse(self, raw: bytes, field: str) -> str:
         """``choices[0][field].content`` of a body ("message") or stream chunk ("delta").
 
         Stream chunks without text (role-only, finish, usage) give ``""``."""
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            raise self._malformed("not JSON", raw) from None
-        if isinstance(payload, dict) and "error" in payload:
-            raise GenerationError(
-                f"LLM endpoint {self.url} answered an error: {error_excerpt(raw)}; "
-                "check PGRAG_LLM_MODEL and the server's logs"
-            )
+        payload = json_payload(raw, self.url)
         choices = payload.get("choices") if isinstance(payload, dict) else None
         choice = choices[0] if isinstance(choices, list) and choices else None
         part = choice.get(field) if isinstance(choice, dict) else None
@@ -294,8 +313,4 @@ class ChatClient:
         raise self._malformed(f"no choices[0].{field}.content", raw)
 
     def _malformed(self, what: str, raw: bytes) -> GenerationError:
-        excerpt = one_line(raw.decode("utf-8", errors="replace"), 120)
-        return GenerationError(
-            f"LLM endpoint {self.url} answered something that is not a chat completion "
-            f"({what}: {excerpt!r}); check that PGRAG_LLM_BASE_URL points at an OpenAI API"
-        )
+        return malformed(self.url, what, raw)
