@@ -94,8 +94,8 @@ def fresh_database(dsn: str | None, name: str, marker: str) -> str:
     the embedded server)."""
     from psycopg.conninfo import make_conninfo
 
-    from pgrag import migrate
-    from pgrag.db import resolve_dsn
+    from pgrag.db import schema as migrate
+    from pgrag.db.connect import resolve_dsn
 
     base = resolve_dsn(dsn)
     admin = make_conninfo(base, dbname="postgres")

@@ -30,9 +30,9 @@ import psycopg
 from psycopg import sql
 
 import pgrag
-from pgrag import migrate
-from pgrag.embeddings import default_embedder
-from pgrag.server import EmbeddedServer
+from pgrag.db import schema as migrate
+from pgrag.db.server import EmbeddedServer
+from pgrag.embeddings.local import default_embedder
 
 WORDS = (
     "refund invoice policy plan annual monthly customer support ticket severity response vpn "

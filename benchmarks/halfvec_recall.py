@@ -43,8 +43,8 @@ from hnsw_recall import (
 )
 from psycopg.conninfo import make_conninfo
 
-from pgrag import migrate
-from pgrag.db import resolve_dsn
+from pgrag.db import schema as migrate
+from pgrag.db.connect import resolve_dsn
 
 HALF = "synthetic-mixture-384-halfvec"
 KS = (10, 100)

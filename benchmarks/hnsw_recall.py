@@ -64,8 +64,8 @@ from _bench import (
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgrag import migrate
-from pgrag.db import resolve_dsn
+from pgrag.db import schema as migrate
+from pgrag.db.connect import resolve_dsn
 
 COLLECTION = "hnsw"
 MODEL = ("synthetic-mixture-384", "benchmark")  # name, provider

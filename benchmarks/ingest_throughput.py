@@ -35,7 +35,7 @@ from typing import Any
 from _bench import fresh_database, log
 
 import pgrag
-from pgrag.ingest import (
+from pgrag.ingest.pipeline import (
     CONTEXT_TOKENS,
     DEFAULT_CHUNK_OVERLAP,
     DEFAULT_CHUNK_TOKENS,

@@ -73,9 +73,9 @@ from _bench import (
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgrag import migrate
-from pgrag.db import resolve_dsn
-from pgrag.resources import migrations_dir
+from pgrag.db import schema as migrate
+from pgrag.db.connect import resolve_dsn
+from pgrag.db.resources import migrations_dir
 
 COLLECTION = "scale"
 TEXT_CONFIG = "english"

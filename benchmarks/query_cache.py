@@ -27,7 +27,7 @@ from pathlib import Path
 from _bench import fresh_database, log
 
 import pgrag
-from pgrag import query_cache
+from pgrag.embeddings import query_cache
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "pgrag query_cache benchmark (benchmarks/query_cache.py); safe to drop"

@@ -19,8 +19,8 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import make_conninfo
 
-from pgrag import migrate
-from pgrag.db import resolve_dsn
+from pgrag.db import schema as migrate
+from pgrag.db.connect import resolve_dsn
 
 SQUAD = Path.home() / ".cache/pgrag-bench/squad-dev-v1.1.json"
 

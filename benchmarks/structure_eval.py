@@ -32,7 +32,7 @@ from typing import Any
 from _bench import fresh_database, log
 
 import pgrag
-from pgrag.loaders import from_text
+from pgrag.ingest.loaders import from_text
 
 MARKER = "pgrag benchmark: structure_eval"
 HANDBOOK = Path(__file__).resolve().parent.parent / "examples" / "handbook"

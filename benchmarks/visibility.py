@@ -44,8 +44,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
-from pgrag import migrate
-from pgrag.db import resolve_dsn
+from pgrag.db import schema as migrate
+from pgrag.db.connect import resolve_dsn
 
 COLLECTION = "vis"
 MARKER = "pgrag visibility benchmark (benchmarks/visibility.py); safe to drop"

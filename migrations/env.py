@@ -16,7 +16,9 @@ VERSION_TABLE = "alembic_version_pgrag"
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only when someone runs plain `alembic` here
-    raise RuntimeError("run pgrag's migrations with `pgrag db upgrade` or pgrag.migrate.upgrade()")
+    raise RuntimeError(
+        "run pgrag's migrations with `pgrag db upgrade` or pgrag.db.schema.upgrade()"
+    )
 
 if context.is_offline_mode():  # pragma: no cover
     raise RuntimeError("pgrag's migrations need a live connection (offline SQL is not supported)")

@@ -18,7 +18,7 @@ and ``pgrag --help`` stay fast.
 
 from __future__ import annotations
 
-from .errors import (
+from pgrag.errors import (
     ConfigError,
     DatabaseError,
     GenerationError,
@@ -54,9 +54,9 @@ __all__ = [
 # The functions share their names with their modules (pgrag.search is the function; the module
 # is pgrag.search's home). Importing them here, eagerly, binds the names to the functions;
 # these modules import nothing heavy at import time.
-from . import access  # noqa: E402
-from .ask import Answer, ask  # noqa: E402
-from .db import Database, connect  # noqa: E402
-from .ingest import ingest, ingest_documents  # noqa: E402
-from .marginals import rag_marginals  # noqa: E402
-from .search import SearchResult, SearchSettings, search  # noqa: E402
+from pgrag import access  # noqa: E402
+from pgrag.answer.ask import Answer, ask  # noqa: E402
+from pgrag.answer.marginals import rag_marginals  # noqa: E402
+from pgrag.db.connect import Database, connect  # noqa: E402
+from pgrag.ingest.pipeline import ingest, ingest_documents  # noqa: E402
+from pgrag.retrieval.search import SearchResult, SearchSettings, search  # noqa: E402

@@ -8,45 +8,15 @@ module only tells it who is asking and changes what is stored. A principal is a 
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError
+from pgrag.db.principals import check_principals
+from pgrag.errors import InputError
 
 if TYPE_CHECKING:
-    from .db import Database
-
-# Must agree with pgrag.principals_valid_v1 (tests/test_access.py checks both ways).
-PRINCIPAL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}")
-
-
-def check_principals(principals: Iterable[str], what: str = "principal") -> list[str]:
-    """The principals, validated: a bad one is an InputError naming it. A principal with a
-    comma would split into two when sent to the session, so it is rejected like any other."""
-    if isinstance(principals, str):
-        principals = [principals]
-    out: list[str] = []
-    for p in principals:
-        if not isinstance(p, str) or not PRINCIPAL.fullmatch(p):
-            raise InputError(
-                f"invalid {what} {p!r}: use 1-128 letters, digits or _ . : @ + -"
-                " (such as alice or group:billing)"
-            )
-        if p not in out:
-            out.append(p)
-    return out
-
-
-def apply(conn: Any, principals: Sequence[str] | None) -> None:
-    """Make this transaction read as ``principals`` (plus public); None leaves the session as
-    it is. Call inside a transaction: the setting ends with it, so a pooled connection never
-    carries one request's principals into the next. An empty list reads as public only."""
-    if principals is None:
-        return
-    names = check_principals(principals) or ["public"]
-    conn.execute("SELECT set_config('pgrag.principals', %(p)s, true)", {"p": ",".join(names)})
+    from pgrag.db.connect import Database
 
 
 @dataclass(frozen=True)
@@ -107,7 +77,7 @@ def change(
     one transaction. Their chunks, vectors and keyword postings follow (a trigger); nothing is
     re-embedded. Returns the documents changed, with their new principals. A source that names
     no document is an error, and then nothing changes."""
-    from .db import transaction
+    from pgrag.db.connect import transaction
 
     add = check_principals(grant)
     remove = check_principals(revoke)
@@ -149,7 +119,7 @@ def show(
     prefix: str | None = None,
 ) -> list[DocumentAccess]:
     """The documents (all, or those chosen) and who may read them."""
-    from .db import transaction
+    from pgrag.db.connect import transaction
 
     where, params = _selection(collection, sources, prefix, not sources and prefix is None)
     with transaction(db) as conn:
@@ -165,7 +135,7 @@ def show(
 def map_role(db: Database, role: str, principals: Sequence[str], *, remove: bool = False) -> None:
     """Map a database role (and every role that is a member of it) to principals, for
     applications whose users connect as their own roles; ``remove`` deletes the mappings."""
-    from .db import transaction
+    from pgrag.db.connect import transaction
 
     names = check_principals(principals)
     with transaction(db) as conn:

@@ -21,9 +21,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from pgrag import migrate
-from pgrag.embeddings import SentenceTransformerEmbedder, default_embedder
-from pgrag.server import EmbeddedServer
+from pgrag.db import schema as migrate
+from pgrag.db.server import EmbeddedServer
+from pgrag.embeddings.local import SentenceTransformerEmbedder, default_embedder
 
 TEMPLATE = "pgrag_test_template"
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}

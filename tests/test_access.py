@@ -21,10 +21,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 import pgrag
-from pgrag.access import PRINCIPAL, check_principals
 from pgrag.cli import cli
-from pgrag.ingest import list_collections
-from pgrag.loaders import from_text
+from pgrag.db.principals import PRINCIPAL, check_principals
+from pgrag.ingest.loaders import from_text
+from pgrag.ingest.pipeline import list_collections
 
 TEAMS = ("billing", "sales", "support")
 # (source, principals, metadata, text): three tenants, some individual grants, some public.

@@ -23,8 +23,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgrag
-from pgrag import migrate
 from pgrag.cli import cli
+from pgrag.db import schema as migrate
 
 DIM = 384
 K = 10

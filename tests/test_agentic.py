@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 import pgrag
-from pgrag.agentic import ask_agentic
+from pgrag.answer.agentic import ask_agentic
+from pgrag.answer.traces import get_trace
 from pgrag.cli import cli
-from pgrag.generation import LLMConfig
-from pgrag.traces import get_trace
+from pgrag.llm.chat import LLMConfig
 
 
 class ScriptedLLM:

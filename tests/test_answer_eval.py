@@ -22,15 +22,15 @@ import pytest
 from click.testing import CliRunner
 
 import pgrag
-from pgrag.answer_eval import calibrate, evaluate_answers, split_paragraphs
-from pgrag.answer_metrics import auroc
 from pgrag.cli import cli
-from pgrag.confidence import BUNDLED_DEFAULT, retrieval_confidence
-from pgrag.datasets import load_squad_answers
-from pgrag.db import Database
+from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, InputError
-from pgrag.generation import LLMConfig
-from pgrag.search import SearchResult
+from pgrag.evaluation.answer_metrics import auroc
+from pgrag.evaluation.answers import calibrate, evaluate_answers, split_paragraphs
+from pgrag.evaluation.datasets import load_squad_answers
+from pgrag.llm.chat import LLMConfig
+from pgrag.retrieval.confidence import BUNDLED_DEFAULT, retrieval_confidence
+from pgrag.retrieval.search import SearchResult
 
 # Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
 PARAGRAPHS = [

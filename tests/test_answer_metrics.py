@@ -11,10 +11,18 @@ from pathlib import Path
 
 import pytest
 
-import pgrag.eval
-from pgrag import answer_metrics, metrics
+import pgrag.evaluation
 from pgrag.errors import InputError
-from pgrag.eval import RagRecord, RagReport, exact_match, normalize, rag_report, token_f1
+from pgrag.evaluation import (
+    RagRecord,
+    RagReport,
+    answer_metrics,
+    exact_match,
+    metrics,
+    normalize,
+    rag_report,
+    token_f1,
+)
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
@@ -314,7 +322,7 @@ def test_pgrag_eval_exposes_the_metrics_api() -> None:
         "rag_report": answer_metrics.rag_report,
         "auroc": answer_metrics.auroc,
     }
-    assert set(pgrag.eval.__all__) == set(expected)
+    assert set(pgrag.evaluation.__all__) == set(expected)
     for name, obj in expected.items():
         assert getattr(pgrag.eval, name) is obj, name
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import pgrag
-from pgrag.db import Database
-from pgrag.prompt import ABSTAIN_TEXT
+from pgrag.answer.prompt import ABSTAIN_TEXT
+from pgrag.db.connect import Database
 
 
 @pytest.fixture

@@ -12,14 +12,14 @@ from conftest import CompletionsServer
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 
 import pgrag
-from pgrag import http_post
+from pgrag import http as http_post
+from pgrag.answer.prompt import ABSTAIN_TEXT, FEW_SHOT, build_messages, fenced
+from pgrag.answer.traces import get_trace
 from pgrag.cli import cli
-from pgrag.completions import CompletionClient
-from pgrag.db import Database
+from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, GenerationError
-from pgrag.generation import LLMConfig
-from pgrag.prompt import ABSTAIN_TEXT, FEW_SHOT, build_messages, fenced
-from pgrag.traces import get_trace
+from pgrag.llm.chat import LLMConfig
+from pgrag.llm.completions import CompletionClient
 
 MONTHLY = "How many days do monthly subscriptions have for a refund?"
 

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgrag.chunking import (
+from pgrag.text.chunking import (
     Chunk,
     Section,
     chunk_text,
@@ -15,7 +15,7 @@ from pgrag.chunking import (
     pack_sentences,
     split_sentences,
 )
-from pgrag.tokens import HFTokenCounter, counter_for
+from pgrag.text.tokens import HFTokenCounter, counter_for
 
 
 class WordCounter:

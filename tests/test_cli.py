@@ -22,7 +22,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from pgrag import http_post
+from pgrag import http as http_post
 from pgrag.cli import cli
 
 REPO = Path(__file__).resolve().parents[1]

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from pgrag.datasets import (
+from pgrag.errors import InputError
+from pgrag.evaluation.datasets import (
     Doc,
     RetrievalDataset,
     load_beir,
@@ -14,7 +15,6 @@ from pgrag.datasets import (
     load_squad,
     sample_queries,
 )
-from pgrag.errors import InputError
 
 CORPUS = [
     {"_id": "d1", "title": "Postgres", "text": "PostgreSQL is a database."},

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 import pgrag
-from pgrag import migrate
-from pgrag.db import Database
-from pgrag.removal import remove
+from pgrag.db import schema as migrate
+from pgrag.db.connect import Database
+from pgrag.ingest.removal import remove
 
 
 def _doc(paragraphs: int = 3, tag: str = "") -> str:
@@ -197,7 +197,7 @@ def test_large_identical_files_are_never_copies_of_one_written_later(
     # Review finding: a copy of a streamed file was committed before it, and stayed empty if
     # the file then failed. Streamed files are written last, so they are never originals for
     # copies planned in the same run.
-    from pgrag import loaders
+    from pgrag.ingest import loaders
 
     monkeypatch.setattr(loaders, "MAX_BYTES", 200)
     folder = tmp_path / "big"

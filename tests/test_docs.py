@@ -66,7 +66,7 @@ def handbook_dsn(admin_dsn: str, template_dsn: str) -> Iterator[str]:
     from psycopg import sql
 
     import pgrag
-    from pgrag.embeddings import default_embedder
+    from pgrag.embeddings.local import default_embedder
 
     name = f"pgrag_readme_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
@@ -88,7 +88,7 @@ def test_readme_sql_examples_run(readme: str, handbook_dsn: str) -> None:
     import psycopg
     from pgvector.psycopg import register_vector
 
-    from pgrag.embeddings import default_embedder
+    from pgrag.embeddings.local import default_embedder
 
     vector = default_embedder().embed(["refund window monthly plan"])[0]
     statements = [s.strip() for b in _blocks(readme, "sql") for s in b.split(";") if "SELECT" in s]

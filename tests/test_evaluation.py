@@ -120,8 +120,8 @@ def test_eval_with_a_reranker_and_settings(dsn: str, beir: Path) -> None:
     """A reranker adds a "hybrid+rerank" run; search settings reach search_v2; the k=10 pass
     reports its own nDCG@10 and speed for every run, the peers included."""
     import pgrag
-    from pgrag.datasets import load_dataset
-    from pgrag.evaluation import evaluate_retrieval
+    from pgrag.evaluation.datasets import load_dataset
+    from pgrag.evaluation.retrieval import evaluate_retrieval
 
     class BikeFirst:
         name = "bike-first"

@@ -11,10 +11,10 @@ import psycopg
 import pytest
 
 import pgrag
-from pgrag.db import Database
+from pgrag.db.connect import Database
 from pgrag.errors import InputError
-from pgrag.formats import JsonlFields, html_to_markdown, sniff
-from pgrag.loaders import LoadedFile, load_path
+from pgrag.ingest.formats import JsonlFields, html_to_markdown, sniff
+from pgrag.ingest.loaders import LoadedFile, load_path
 
 HTML = """<!DOCTYPE html>
 <html><head><title>Billing help</title><script>var tracking = "refund-script";</script>

@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from pgrag import http_post
+from pgrag import http as http_post
 from pgrag.errors import ConfigError, GenerationError
-from pgrag.generation import ChatClient, LLMConfig, normalize_base_url
+from pgrag.llm.chat import ChatClient, LLMConfig, normalize_base_url
 
 MESSAGES = [
     {"role": "system", "content": "Answer briefly."},

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import pgrag
 from pgrag.cli import cli
-from pgrag.db import Database
+from pgrag.db.connect import Database
 
 
 def _counts(db: Database) -> tuple[int, int, int]:
@@ -167,7 +167,7 @@ def test_an_ingest_that_writes_nothing_creates_no_collection(db: Database, tmp_p
 
 
 def test_a_database_error_leaves_the_connection_usable(db: Database, corpus: Path) -> None:
-    from pgrag.db import transaction
+    from pgrag.db.connect import transaction
 
     pgrag.ingest(db, [corpus])
     with pytest.raises(pgrag.DatabaseError, match="division by zero"), transaction(db) as conn:

@@ -19,10 +19,10 @@ from click.testing import CliRunner
 
 import pgrag
 from pgrag.cli import cli
-from pgrag.db import Database
+from pgrag.db.connect import Database
 from pgrag.errors import InputError
-from pgrag.loaders import from_text, load_path
-from pgrag.removal import remove
+from pgrag.ingest.loaders import from_text, load_path
+from pgrag.ingest.removal import remove
 
 
 def _write_corpus(root: Path, n: int, paragraphs: int = 3) -> Path:

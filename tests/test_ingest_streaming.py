@@ -11,8 +11,9 @@ import psycopg
 import pytest
 
 import pgrag
-from pgrag import chunking, loaders
-from pgrag.db import Database
+from pgrag.db.connect import Database
+from pgrag.ingest import loaders
+from pgrag.text import chunking
 
 
 def _big_markdown(path: Path, sections: int = 12) -> Path:

@@ -10,8 +10,8 @@ import psycopg
 from click.testing import CliRunner
 
 import pgrag
+from pgrag.answer.injection import instruction_like
 from pgrag.cli import cli
-from pgrag.injection import instruction_like
 
 
 def test_instruction_like_phrases() -> None:

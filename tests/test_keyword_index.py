@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pgrag import migrate
+from pgrag.db import schema as migrate
 
 WORDS = (
     "refund invoice billing card payment plan monthly annual seat license vpn laptop office"

@@ -22,13 +22,13 @@ import pytest
 from click.testing import CliRunner, Result
 
 import pgrag
-from pgrag import local_llm
+from pgrag.answer.prompt import fit_budget
 from pgrag.cli import cli
-from pgrag.db import Database
+from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, GenerationError
-from pgrag.generation import LLMConfig
-from pgrag.local_llm import LocalChatClient, LocalLLMConfig, config_from_env
-from pgrag.prompt import fit_budget
+from pgrag.llm import local as local_llm
+from pgrag.llm.chat import LLMConfig
+from pgrag.llm.local import LocalChatClient, LocalLLMConfig, config_from_env
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = "How many days do monthly subscriptions have for a refund?"

@@ -19,13 +19,13 @@ import pytest
 from click.testing import CliRunner
 
 import pgrag
-from pgrag import local_llm
-from pgrag.ask import judge
+from pgrag.answer.ask import judge
+from pgrag.answer.prompt import fit_budget
 from pgrag.cli import cli
-from pgrag.db import Database
+from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, GenerationError
-from pgrag.local_llm import LocalChatClient, LocalLLMConfig
-from pgrag.prompt import fit_budget
+from pgrag.llm import local as local_llm
+from pgrag.llm.local import LocalChatClient, LocalLLMConfig
 
 pytestmark = pytest.mark.local
 

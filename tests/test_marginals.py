@@ -8,8 +8,8 @@ import random
 
 import pytest
 
+from pgrag.answer.marginals import logsumexp, rag_marginals
 from pgrag.errors import InputError
-from pgrag.marginals import logsumexp, rag_marginals
 
 
 def brute(log_prior: list[float], log_tok: list[list[float]]) -> tuple[float, float]:

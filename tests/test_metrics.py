@@ -7,7 +7,7 @@ import numpy
 import pytest
 
 from pgrag.errors import InputError
-from pgrag.metrics import (
+from pgrag.evaluation.metrics import (
     Summary,
     dcg,
     mrr_at,

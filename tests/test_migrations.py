@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from psycopg.conninfo import make_conninfo
 
 import pgrag
-from pgrag import migrate
 from pgrag.cli import cli
+from pgrag.db import schema as migrate
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = "sql/RELEASED.sha256"
@@ -468,7 +468,7 @@ def test_wheel_ships_migrations_and_sql(tmp_path: Path) -> None:
             sys.executable,
             "-c",
             "import pgrag\n"
-            "from pgrag.resources import migrations_dir, sql_dir, sql_file\n"
+            "from pgrag.db.connect.resources import migrations_dir, sql_dir, sql_file\n"
             "print(pgrag.__file__)\n"
             "print(migrations_dir())\n"
             "print(sql_dir())\n"

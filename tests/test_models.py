@@ -453,7 +453,7 @@ def test_a_search_naming_its_model_never_reads_another_during_switches(loaded: A
 
 def test_a_chunk_longer_than_the_model_input_is_embedded_whole(loaded: Any) -> None:
     """The SQL chunker counts words; 140 long German words are ~4x as many model tokens."""
-    from pgrag.worker import embed_chunks, run
+    from pgrag.embeddings.worker import embed_chunks, run
 
     words = ("Haftpflichtversicherung Versicherungsbedingungen " * 70).split()
     body = " ".join(words)  # one paragraph: one chunk of 140 words

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pgrag.citations import check_citations, says_unknown
-from pgrag.prompt import (
+from pgrag.answer.citations import check_citations, says_unknown
+from pgrag.answer.prompt import (
     ABSTAIN_TEXT,
     build_messages,
     edge_order,
     fit_budget,
     number_sources,
 )
-from pgrag.search import SearchResult
+from pgrag.retrieval.search import SearchResult
 
 
 def _result(rank: int, text: str = "", title: str = "T") -> SearchResult:
@@ -109,7 +109,7 @@ def test_code_is_not_cited_and_keeps_its_spacing() -> None:
 
 
 def test_a_partial_answer_that_names_a_gap_is_kept() -> None:
-    from pgrag.ask import judge
+    from pgrag.answer.ask import judge
 
     sources = number_sources([_result(1), _result(2)])
     text, abstained, reason, citations, _ = judge(
@@ -125,7 +125,7 @@ def test_a_partial_answer_that_names_a_gap_is_kept() -> None:
 
 
 def test_a_stray_backtick_or_an_open_fence_hides_no_citation() -> None:
-    from pgrag.ask import judge
+    from pgrag.answer.ask import judge
 
     sources = number_sources([_result(1), _result(2)])
     text, abstained, _, citations, _ = judge(
@@ -136,7 +136,7 @@ def test_a_stray_backtick_or_an_open_fence_hides_no_citation() -> None:
 
 
 def test_a_decline_with_a_citation_is_still_a_decline() -> None:
-    from pgrag.ask import judge
+    from pgrag.answer.ask import judge
 
     sources = number_sources([_result(1), _result(2)])
     for declined in ("I don't know [1].", "I cannot find the refund period in the sources [1]."):

@@ -23,16 +23,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pgrag.embeddings import Embedder
-from pgrag.errors import ConfigError, PgragError
-from pgrag.remote_embeddings import (
+from pgrag.embeddings.local import Embedder
+from pgrag.embeddings.remote import (
     PROBE_TEXT,
     EmbeddingError,
     HeuristicTokenCounter,
     RemoteEmbedder,
     embeddings_url,
 )
-from pgrag.tokens import HFTokenCounter
+from pgrag.errors import ConfigError, PgragError
+from pgrag.text.tokens import HFTokenCounter
 
 MODEL = "test-embed-small"
 DIM = 8

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from pgrag.errors import ConfigError, InputError, PgragError, RerankError
-from pgrag.rerank import (
+from pgrag.retrieval.rerank import (
     CrossEncoderReranker,
     HTTPReranker,
     mmr,

@@ -17,8 +17,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 import pgrag
-from pgrag import migrate
-from pgrag.embeddings import SentenceTransformerEmbedder
+from pgrag.db import schema as migrate
+from pgrag.embeddings.local import SentenceTransformerEmbedder
 
 
 @pytest.fixture

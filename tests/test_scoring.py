@@ -12,12 +12,12 @@ from click.testing import CliRunner
 from conftest import CompletionsServer
 
 import pgrag
+from pgrag.answer.marginals import rag_marginals
+from pgrag.answer.scoring import passage_prompt, score_answers, span_logprobs
 from pgrag.cli import cli
-from pgrag.db import Database
+from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, GenerationError, InputError
-from pgrag.generation import LLMConfig
-from pgrag.marginals import rag_marginals
-from pgrag.scoring import passage_prompt, score_answers, span_logprobs
+from pgrag.llm.chat import LLMConfig
 
 ESPRESSO, TEA = "espresso beans", "green tea"
 
@@ -149,7 +149,7 @@ def test_scoring_without_an_endpoint_says_what_to_set(drinks: Database) -> None:
 def test_retried_after_a_server_error(drinks: Database, completions_llm: CompletionsServer) -> None:
     completions_llm.fail_next = 1
     llm = LLMConfig(base_url=completions_llm.url, model="toy", max_retries=2)
-    from pgrag import http_post
+    from pgrag import http as http_post
 
     old, http_post.BACKOFF_FIRST = http_post.BACKOFF_FIRST, 0.0
     try:

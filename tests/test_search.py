@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pgrag
-from pgrag.db import Database
+from pgrag.db.connect import Database
 
 
 @pytest.fixture

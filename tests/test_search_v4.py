@@ -15,8 +15,8 @@ from test_access import DOCS, Tenants, expected_sources, tenants, visible  # noq
 
 import pgrag
 from pgrag.cli import cli
-from pgrag.db import Database
-from pgrag.search import SearchSettings
+from pgrag.db.connect import Database
+from pgrag.retrieval.search import SearchSettings
 
 COLUMNS = "chunk_id, score, keyword_score, probability, keyword_rank, vector_rank"
 
@@ -244,7 +244,7 @@ def test_the_fallback_shows_only_what_the_caller_may_see(tenants: Tenants) -> No
 
 
 def test_0004_downgrades_and_upgrades_cleanly(dsn: str) -> None:
-    from pgrag import migrate
+    from pgrag.db import schema as migrate
 
     migrate.downgrade(dsn, "0003")
     with psycopg.connect(dsn) as conn:

@@ -14,9 +14,9 @@ from test_access import Tenants, tenants  # noqa: F401 - fixture
 
 import pgrag
 from pgrag.cli import cli
-from pgrag.db import Database
-from pgrag.loaders import from_text
-from pgrag.sections import join_chunks
+from pgrag.db.connect import Database
+from pgrag.ingest.loaders import from_text
+from pgrag.retrieval.sections import join_chunks
 
 SENTENCES = [
     f"Step {i}: the operator turns valve {i} and waits {i + 2} minutes before the next check."
@@ -108,7 +108,7 @@ def test_ask_with_section_context_puts_the_section_in_the_prompt(manual: Databas
 
 
 def test_two_chunks_of_one_section_become_one_passage(manual: Database) -> None:
-    from pgrag.sections import widen
+    from pgrag.retrieval.sections import widen
 
     hits = pgrag.search(manual, "operator turns valve waits minutes", collection="plant", k=5)
     startup = [h for h in hits if h.section == "Plant manual > Startup"]

@@ -28,8 +28,8 @@ import pytest
 from click.testing import CliRunner
 
 from pgrag.cli import cli
+from pgrag.db.server import SYSTEM_USER, EmbeddedServer, psql_path
 from pgrag.errors import ServerError
-from pgrag.server import SYSTEM_USER, EmbeddedServer, psql_path
 
 FAST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 
@@ -431,7 +431,7 @@ def test_two_processes_start_one_server(fresh_dir: Callable[..., Path]) -> None:
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from pgrag.server import EmbeddedServer\n"
+        "from pgrag.db.connect.server import EmbeddedServer\n"
         "server = EmbeddedServer(Path(sys.argv[1]), settings={'fsync': 'off'})\n"
         "print('ready', flush=True)\n"
         "while not Path(sys.argv[2]).exists():\n"
@@ -542,7 +542,7 @@ def test_initdb_killed_half_way_is_redone(fresh_dir: Callable[..., Path]) -> Non
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from pgrag.server import EmbeddedServer\n"
+        "from pgrag.db.connect.server import EmbeddedServer\n"
         "EmbeddedServer(Path(sys.argv[1]), settings={'fsync': 'off'}).ensure_running()\n"
     )
     # Its own session, so that killing the group also kills initdb and its bootstrap backend.
@@ -646,7 +646,7 @@ def test_untrusted_socket_directory_in_tmp_is_refused(
 
 
 def test_a_large_log_is_rotated_at_start(shared: tuple[EmbeddedServer, str]) -> None:
-    from pgrag.server import LOG_LIMIT
+    from pgrag.db.server import LOG_LIMIT
 
     server, _ = shared
     server.stop()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pgrag.prompt import ABSTAIN_TEXT, Source
-from pgrag.search import SearchResult
-from pgrag.support import sentence_support, split_sentences
+from pgrag.answer.prompt import ABSTAIN_TEXT, Source
+from pgrag.answer.support import sentence_support, split_sentences
+from pgrag.retrieval.search import SearchResult
 
 
 def source(n: int, text: str, section: str | None = None) -> Source:
@@ -92,7 +92,7 @@ def test_list_items_are_sentences_and_lead_ins_and_code_are_not() -> None:
 
 
 def test_the_light_stemmer_matches_inflections() -> None:
-    from pgrag.stemming import stem
+    from pgrag.text.stemming import stem
 
     pairs = [("bicycles", "bicycle"), ("parked", "parking"), ("policies", "policy"),
              ("charges", "charged"), ("boxes", "box"), ("classes", "class")]  # fmt: skip

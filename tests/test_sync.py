@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 import pgrag
-from pgrag import query_cache
 from pgrag.cli import cli
-from pgrag.worker import run as run_worker
-from pgrag.worker import run_once
+from pgrag.embeddings import query_cache
+from pgrag.embeddings.worker import run as run_worker
+from pgrag.embeddings.worker import run_once
 
 BODY = (
     "Refunds for hardware are accepted within 45 days of delivery.\n\n"
@@ -237,7 +237,7 @@ def test_parallel_workers_embed_each_item_once(loaded: Any) -> None:
     assert len(_queued(dsn)) == 40
     seen: list[str] = []
     lock = threading.Lock()
-    from pgrag.models import embedder_for
+    from pgrag.embeddings.models import embedder_for
 
     class Counting:
         def __init__(self, inner: Any) -> None:
@@ -369,7 +369,7 @@ def test_a_writer_role_syncs_and_works_the_queue_and_a_reader_uses_the_cache(
             conn.execute("INSERT INTO app.notes VALUES (1, 'The rooftop garden opens in May.')")
         wdb = pgrag.connect(writer_dsn)
         try:
-            assert pgrag.worker.run(wdb, once=True).embedded == 1
+            assert pgrag.embeddings.worker.run(wdb, once=True).embedded == 1
         finally:
             wdb.close()
         rdb = pgrag.connect(make_conninfo(loaded.dsn, user=reader))
@@ -451,7 +451,7 @@ def test_a_copy_keeps_its_content_when_sql_rewrites_its_original(
 def test_writers_do_not_wait_for_the_model_and_one_bad_chunk_does_not_block_others(
     loaded: Any,
 ) -> None:
-    from pgrag.models import embedder_for
+    from pgrag.embeddings.models import embedder_for
 
     dsn = loaded.dsn
     with psycopg.connect(dsn) as conn:
@@ -531,7 +531,7 @@ def test_sync_row_refuses_a_misnamed_or_mistyped_principals_column(loaded: Any) 
 
 
 def test_a_failing_model_fails_only_its_own_items(loaded: Any, hash_server: Any) -> None:
-    from pgrag.models import embedder_for
+    from pgrag.embeddings.models import embedder_for
 
     dsn = loaded.dsn
     result = cli_run(

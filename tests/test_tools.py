@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pgrag
-from pgrag.tools import NAME, call_search_tool, search_tool
+from pgrag.answer.tools import NAME, call_search_tool, search_tool
 
 
 def test_the_tool_definition_is_openai_function_json() -> None:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import text
 
+from pgrag.db.resources import sql_file
 from pgrag.errors import SchemaError
-from pgrag.resources import sql_file
 
 revision = "0001"
 down_revision = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from pgrag.resources import sql_file
+from pgrag.db.resources import sql_file
 
 revision = "0002"
 down_revision = "0001"

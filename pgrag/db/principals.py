@@ -1,0 +1,43 @@
+"""Who the session reads as: principals, validated here and told to the database per
+transaction (``pgrag.principals``). The database decides what they may see (row-level security
+and the SECURITY DEFINER entry points); this module only says who is asking. A principal is a
+name such as ``alice``, ``group:billing`` or ``alice@example.com``; ``public`` means everyone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pgrag.errors import InputError
+
+# Must agree with pgrag.principals_valid_v1 (tests/test_access.py checks both ways).
+PRINCIPAL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}")
+
+
+def check_principals(principals: Iterable[str], what: str = "principal") -> list[str]:
+    """The principals, validated: a bad one is an InputError naming it. A principal with a
+    comma would split into two when sent to the session, so it is rejected like any other."""
+    if isinstance(principals, str):
+        principals = [principals]
+    out: list[str] = []
+    for p in principals:
+        if not isinstance(p, str) or not PRINCIPAL.fullmatch(p):
+            raise InputError(
+                f"invalid {what} {p!r}: use 1-128 letters, digits or _ . : @ + -"
+                " (such as alice or group:billing)"
+            )
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def apply(conn: Any, principals: Sequence[str] | None) -> None:
+    """Make this transaction read as ``principals`` (plus public); None leaves the session as
+    it is. Call inside a transaction: the setting ends with it, so a pooled connection never
+    carries one request's principals into the next. An empty list reads as public only."""
+    if principals is None:
+        return
+    names = check_principals(principals) or ["public"]
+    conn.execute("SELECT set_config('pgrag.principals', %(p)s, true)", {"p": ",".join(names)})

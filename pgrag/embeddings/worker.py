@@ -1,0 +1,345 @@
+"""``pgrag worker``: embeds what ``pgrag.embedding_queue`` holds.
+
+Chunks land in the queue when a document is written with SQL (``documents.body``, or an
+application table's ``pgrag.sync_row_v1`` trigger), or when ``pgrag ingest`` writes to a
+collection that has more than one model. A worker claims a batch of due items ``FOR UPDATE SKIP
+LOCKED`` (so any number of workers share the queue without taking the same item) by moving
+their ``not_before`` a lease ahead, and commits. It embeds them holding no lock, so writers never
+wait for a model, then writes the vectors and deletes the items in one short transaction. A
+worker killed half-way leaves its items to be taken again when the lease ends. An item that
+fails (the model's server is down, a model cannot be loaded, a chunk the server refuses) stays
+queued with its error and is retried after a backoff that doubles with each attempt, up to an
+hour. A batch that fails is retried an item at a time, so one bad chunk does not hold the
+others back.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pgrag.errors import PgragError
+
+if TYPE_CHECKING:
+    from pgrag.db.connect import Database
+    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.models import Model
+
+BACKOFF_FIRST, BACKOFF_CAP = 5.0, 3600.0  # seconds
+LEASE = 300.0  # seconds a claimed item is a worker's before another may take it
+
+
+@dataclass
+class WorkReport:
+    embedded: int = 0  # (chunk, model) pairs given a vector
+    failed: int = 0  # items that failed this time (kept queued)
+    removed: int = 0  # items of a model their collection retired
+    batches: int = 0
+    collections: set[int] = field(default_factory=set)
+    errors: list[str] = field(default_factory=list)
+
+
+def embed_text(section: str | None, content: str, embedder: Embedder) -> str:
+    """What a chunk's vector is made from: its section (cut short) and its text, as ingest."""
+    from pgrag.ingest.pipeline import CONTEXT_TOKENS
+
+    if not section:
+        return content
+    pieces = embedder.tokens.cut(section, CONTEXT_TOKENS)
+    return f"{pieces[0]}\n{content}" if pieces else content
+
+
+def embed_chunks(embedder: Embedder, chunks: Sequence[tuple[str | None, str]]) -> Any:
+    """Vectors of (section, text) chunks. A chunk longer than the model's input (one written
+    with SQL, chunked in words) is embedded as the mean of its pieces' vectors, each piece
+    within the input, normalised as the model's are: none of its text is left out."""
+    import numpy as np
+
+    budget = max(8, embedder.max_tokens - 2)  # [CLS] and [SEP], or their like
+    counter = embedder.tokens
+    texts: list[str] = []
+    spans: list[tuple[int, int]] = []
+    for section, content in chunks:
+        text = embed_text(section, content, embedder)
+        pieces = [text] if counter.count(text) <= budget else counter.cut(text, budget) or [text]
+        spans.append((len(texts), len(pieces)))
+        texts.extend(pieces)
+    matrix = np.asarray(embedder.embed(texts), dtype=np.float32)
+    if matrix.shape != (len(texts), embedder.dimension):
+        raise PgragError(
+            f"embedding model {embedder.name!r} returned vectors of shape {matrix.shape},"
+            f" expected ({len(texts)}, {embedder.dimension})"
+        )
+    out = np.empty((len(chunks), embedder.dimension), dtype=np.float32)
+    for i, (start, n) in enumerate(spans):
+        vector = matrix[start : start + n].mean(axis=0)
+        if n > 1 and embedder.normalized:
+            vector /= np.linalg.norm(vector) or 1.0
+        out[i] = vector
+    return out
+
+
+def store_vectors(conn: Any, model_id: int, pairs: Sequence[tuple[int, Any]]) -> None:
+    """Write (chunk id, vector) pairs of one model, replacing any there are, and take the
+    chunks off the queue for that model: one transaction with the caller's. A chunk deleted
+    meanwhile is skipped."""
+    if not pairs:
+        return
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+            " SELECT %s, c.id, %s FROM pgrag.chunks c WHERE c.id = %s"
+            " ON CONFLICT (model_id, chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding",
+            [(model_id, vector, chunk_id) for chunk_id, vector in pairs],
+        )
+    conn.execute(
+        "DELETE FROM pgrag.embedding_queue WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
+        {"m": model_id, "ids": [chunk_id for chunk_id, _ in pairs]},
+    )
+
+
+def _models(db: Database, ids: set[int]) -> dict[int, Model]:
+    from pgrag.db.connect import transaction
+    from pgrag.embeddings.models import _COLUMNS, _model
+
+    with transaction(db) as conn:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM pgrag.embedding_models m WHERE m.id = ANY (%(ids)s)",  # noqa: S608
+            {"ids": list(ids)},
+        ).fetchall()
+    return {r[0]: _model(r) for r in rows}
+
+
+def _message(err: Exception) -> str:
+    import psycopg
+
+    from pgrag.db.connect import describe_error
+
+    if isinstance(err, psycopg.Error):
+        return describe_error(err)
+    if isinstance(err, PgragError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
+
+
+def _item_error(err: Exception) -> bool:
+    """Whether an error may be one chunk's doing (a server refusing an input with a 4xx, a
+    local model failing on a text), rather than the model's or the network's, which retrying
+    item by item would only multiply."""
+    import re
+
+    if isinstance(err, PgragError):
+        return re.search(r"\bHTTP 4\d\d\b", str(err)) is not None
+    return not isinstance(err, (OSError, MemoryError))
+
+
+def _renew(db: Database, model_id: int, chunk_ids: list[int], lease: float) -> None:
+    """Extend the lease of claimed items before working on them one at a time."""
+    from pgrag.db.connect import transaction
+
+    with transaction(db) as conn:
+        conn.execute(
+            "UPDATE pgrag.embedding_queue SET not_before = now() + make_interval(secs => %(l)s)"
+            " WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
+            {"l": lease, "m": model_id, "ids": chunk_ids},
+        )
+
+
+def run_once(
+    db: Database,
+    *,
+    batch_size: int = 64,
+    lease: float = LEASE,
+    embedders: Callable[[Model], Embedder] | None = None,
+) -> WorkReport:
+    """One batch: claim up to ``batch_size`` due items, embed them, write their vectors.
+    Returns what was done (nothing: the queue has no due item this worker could take).
+
+    Items are claimed by moving their ``not_before`` ``lease`` seconds on, in a transaction of
+    their own; no lock is held while embedding, so writers never wait for the model. A worker
+    killed half-way leaves its items to be taken again when the lease ends."""
+    from pgrag.db.connect import transaction
+    from pgrag.embeddings.models import embedder_for
+
+    build = embedders or embedder_for
+    report = WorkReport()
+    with transaction(db) as conn:
+        claimed = conn.execute(
+            "WITH picked AS ("
+            "  SELECT q.chunk_id, q.model_id FROM pgrag.embedding_queue q"
+            "   WHERE q.not_before <= now()"
+            "   ORDER BY q.not_before, q.chunk_id"
+            "   LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
+            " UPDATE pgrag.embedding_queue q"
+            "    SET not_before = now() + make_interval(secs => %(lease)s)"
+            "   FROM picked p WHERE q.chunk_id = p.chunk_id AND q.model_id = p.model_id"
+            " RETURNING q.chunk_id, q.model_id",
+            {"n": batch_size, "lease": lease},
+        ).fetchall()
+    if not claimed:
+        return report
+    report.batches = 1
+    with transaction(db) as conn:
+        rows = conn.execute(
+            "SELECT c.id, m.model_id, c.collection_id, c.section, c.content, cm.status"
+            " FROM unnest(%(ids)s::bigint[], %(models)s::int[]) AS m(chunk_id, model_id)"
+            " JOIN pgrag.chunks c ON c.id = m.chunk_id"
+            " LEFT JOIN pgrag.collection_models cm"
+            "   ON cm.collection_id = c.collection_id AND cm.model_id = m.model_id",
+            {"ids": [r[0] for r in claimed], "models": [r[1] for r in claimed]},
+        ).fetchall()
+        # Items of a model the collection retired (or dropped) are simply removed.
+        gone = [(r[0], r[1]) for r in rows if r[5] in (None, "retired")]
+        for chunk_id, model_id in gone:
+            conn.execute(
+                "DELETE FROM pgrag.embedding_queue WHERE chunk_id = %s AND model_id = %s",
+                (chunk_id, model_id),
+            )
+        report.removed = len(gone)
+    live = [r for r in rows if r[5] not in (None, "retired")]
+    models = _models(db, {r[1] for r in live})
+    by_model: dict[int, list[Any]] = {}
+    for r in live:
+        by_model.setdefault(r[1], []).append(r)
+    for model_id, items in by_model.items():
+        model = models[model_id]
+        done: list[tuple[int, Any]] = []
+        failed: dict[str, list[int]] = {}
+        embedder: Embedder | None = None  # this model's, once built and checked
+        try:
+            built = build(model)
+            if built.dimension != model.dimension:
+                raise PgragError(
+                    f"embedding model {model.name!r} gives {built.dimension} dimensions,"
+                    f" {model.dimension} are recorded"
+                )
+            embedder = built
+            matrix = embed_chunks(embedder, [(r[3], r[4]) for r in items])
+            done = [(r[0], v) for r, v in zip(items, matrix, strict=True)]
+        except Exception as err:  # noqa: BLE001 - whatever it is, keep the items and go on
+            if embedder is None or len(items) == 1 or not _item_error(err):
+                # The model, its server or the machine: every item alike, no retries here.
+                failed[_message(err)] = [r[0] for r in items]
+            else:  # a chunk the model refuses must not hold the others back: one at a time
+                _renew(db, model_id, [r[0] for r in items], lease)
+                for i, r in enumerate(items):
+                    try:
+                        done.append((r[0], embed_chunks(embedder, [(r[3], r[4])])[0]))
+                    except Exception as one:  # noqa: BLE001
+                        failed.setdefault(_message(one), []).append(r[0])
+                        if not _item_error(one):  # the server went away: leave the rest
+                            failed[_message(one)] += [x[0] for x in items[i + 1 :]]
+                            break
+        with transaction(db) as conn:
+            store_vectors(conn, model_id, done)
+            for message, ids in failed.items():
+                conn.execute(
+                    "UPDATE pgrag.embedding_queue SET attempts = attempts + 1,"
+                    " last_error = %(e)s,"
+                    " not_before = now() + make_interval(secs => least(%(cap)s,"
+                    "     %(first)s * power(2, attempts)))"
+                    " WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
+                    {
+                        "e": message[:2000],
+                        "cap": BACKOFF_CAP,
+                        "first": BACKOFF_FIRST,
+                        "m": model_id,
+                        "ids": ids,
+                    },
+                )
+        report.embedded += len(done)
+        report.failed += sum(len(ids) for ids in failed.values())
+        report.errors += [f"{model.name}: {message}" for message in failed]
+        report.collections.update(r[2] for r in items)
+    return report
+
+
+def run(
+    db: Database,
+    *,
+    batch_size: int = 64,
+    once: bool = False,
+    poll: float = 1.0,
+    lease: float = LEASE,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_batch: Callable[[WorkReport], None] | None = None,
+    embedders: Callable[[Model], Embedder] | None = None,
+) -> WorkReport:
+    """Drain the queue; with ``once``, return when no due item is left, else keep polling
+    every ``poll`` seconds until ``should_stop()``. After a quiet spell the keyword statistics
+    of the collections it touched are folded (``keyword_maintain_v2``)."""
+    total = WorkReport()
+    touched: set[int] = set()
+    if not once:  # woken by new items (embedding_enqueue_v1 notifies), else every `poll` s
+        with db.conn.transaction():
+            db.conn.execute("LISTEN pgrag_embedding_queue")
+    while not should_stop():
+        report = run_once(db, batch_size=batch_size, lease=lease, embedders=embedders)
+        total.embedded += report.embedded
+        total.failed += report.failed
+        total.batches += report.batches
+        total.errors += report.errors
+        touched |= report.collections
+        total.collections |= report.collections
+        if on_batch and report.batches:
+            on_batch(report)
+        if report.batches:  # something was claimed: there may be more (failed ones wait)
+            continue
+        if touched:
+            _maintain(db, touched)
+            touched = set()
+        if once:
+            break
+        _wait(db, poll, should_stop)
+    return total
+
+
+def _wait(db: Database, seconds: float, should_stop: Callable[[], bool]) -> None:
+    """Until a notification on pgrag_embedding_queue, ``seconds``, or ``should_stop()``
+    (checked every second: a signal does not interrupt the wait itself)."""
+    deadline = time.monotonic() + seconds
+    while not should_stop():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        if any(True for _ in db.conn.notifies(timeout=min(left, 1.0), stop_after=1)):
+            return
+
+
+def _maintain(db: Database, collections: set[int]) -> None:
+    from pgrag.db.connect import transaction
+
+    with transaction(db) as conn:
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM pgrag.collections WHERE id = ANY (%(ids)s)",
+                {"ids": list(collections)},
+            ).fetchall()
+        ]
+        for name in names:
+            conn.execute("SELECT * FROM pgrag.keyword_maintain_v2(%(c)s)", {"c": name})
+
+
+def status(db: Database) -> list[dict[str, Any]]:
+    """Per collection: documents, chunks, pending and failed queue items, models."""
+    import psycopg
+
+    from pgrag.db.connect import transaction
+    from pgrag.errors import DatabaseError
+
+    try:
+        with transaction(db) as conn:
+            rows = conn.execute("SELECT * FROM pgrag.status_v1()").fetchall()
+    except DatabaseError as err:
+        if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise PgragError(
+                "pgrag status counts every document, chunk and queued item, which only the"
+                " owner of schema pgrag and pgrag_writer may read; `pgrag collections` shows"
+                " what this role may see"
+            ) from err
+        raise
+    keys = ("collection", "documents", "chunks", "pending", "failed", "active_model", "others")
+    return [dict(zip(keys, r, strict=True)) for r in rows]

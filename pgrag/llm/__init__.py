@@ -1,0 +1,1 @@
+"""Talking to a language model: OpenAI-compatible chat and completions, and a local GGUF model."""

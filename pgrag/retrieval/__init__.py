@@ -1,0 +1,3 @@
+"""Finding passages: hybrid search, reranking, whole sections, and how confident the
+retrieval is.
+"""

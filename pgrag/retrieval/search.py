@@ -1,0 +1,306 @@
+"""Hybrid search from Python: embed the question, call ``pgrag.search_v5`` in the database.
+
+All ranking happens in SQL (one function call: vector arm, BM25 keyword arm, Reciprocal Rank
+Fusion), so Python, psql and any other client get the same results under the same permissions.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from typing import TYPE_CHECKING, Any
+
+from pgrag.errors import InputError, PgragError
+
+if TYPE_CHECKING:
+    from pgrag.db.connect import Database
+    from pgrag.retrieval.rerank import Reranker
+
+MODES = ("hybrid", "keyword", "vector")
+
+COLUMNS = (
+    "rank, score, chunk_id, document_id, source, title, section, text,"
+    " vector_rank, keyword_rank, vector_distance, keyword_score, metadata, probability"
+)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Tuning knobs of ``pgrag.search_v5``; None leaves the function's default (see
+    sql/functions/search_v4.sql and docs/search.md for what each does and how the defaults were
+    chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25 reads every posting);
+    ``fallback_chunks=0`` turns off the keyword fallback for queries nothing else matched."""
+
+    rrf_k: int | None = None
+    vector_weight: float | None = None
+    keyword_weight: float | None = None
+    vector_depth: int | None = None
+    keyword_depth: int | None = None
+    temperature: float | None = None
+    postings_per_term: int | None = None
+    fallback_chunks: int | None = None
+
+    def arguments(self) -> dict[str, Any]:
+        """The named arguments to pass, as {name: value}; pruning off is passed as NULL."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = None if (f.name == "postings_per_term" and value == 0) else value
+        return out
+
+
+def call_sql(
+    settings: SearchSettings | None = None, *, columns: str = COLUMNS, model: bool = False
+) -> str:
+    """``SELECT columns FROM pgrag.search_v5(...)`` with psycopg named placeholders:
+    %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, one per setting given, and
+    %(model)s (the model the query was embedded with) if ``model``."""
+    named = "".join(
+        f", {name} => %({name})s" for name in (settings or SearchSettings()).arguments()
+    ) + (", model => %(model)s" if model else "")
+    # Only fixed names are spliced in (the columns are pgrag's, the argument names are
+    # SearchSettings' fields); every value travels as a parameter.
+    return (
+        f"SELECT {columns} FROM pgrag.search_v5(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
+        f" k => %(k)s, filter => %(filter)s{named})"
+    )
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    rank: int
+    score: float
+    chunk_id: int
+    document_id: int
+    source: str
+    title: str | None
+    section: str | None
+    text: str
+    vector_rank: int | None
+    keyword_rank: int | None
+    vector_distance: float | None
+    keyword_score: float | None
+    metadata: dict[str, Any]
+    probability: float | None = None  # p(z|x) over the returned results (softmax, search_v4)
+    rerank_score: float | None = None  # the reranker's score, when one reordered the results
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def search_sql(
+    query: str,
+    *,
+    collection: str = "default",
+    k: int = 10,
+    mode: str = "hybrid",
+    filter: dict[str, Any] | None = None,
+    settings: SearchSettings | None = None,
+    model: str | None = None,
+) -> str:
+    """The statement :func:`search` runs, as SQL text to paste into psql or an application:
+    literals inlined (safely quoted), the query embedding left as ``$1`` (made with ``model``,
+    if named)."""
+    import json
+
+    from psycopg import sql
+
+    embedding = sql.SQL("NULL") if mode == "keyword" else sql.SQL("$1::vector")
+    named = [
+        sql.SQL(", {} => {}").format(sql.SQL(name), sql.Literal(value))
+        for name, value in (settings or SearchSettings()).arguments().items()
+    ]
+    if model is not None and mode != "keyword":
+        named.append(sql.SQL(", model => {}").format(sql.Literal(model)))
+    statement = sql.SQL(
+        "SELECT " + COLUMNS + " FROM pgrag.search_v5({collection}, {query}, {embedding},"  # noqa: S608
+        " k => {k}, filter => {filter}::jsonb{named})"
+    ).format(
+        collection=sql.Literal(collection),
+        query=sql.Literal(None if mode == "vector" else query),
+        embedding=embedding,
+        k=sql.Literal(k),
+        filter=sql.Literal(json.dumps(filter or {})),
+        named=sql.SQL("").join(named),
+    )
+    return statement.as_string(None)
+
+
+def collection_model(db: Database, collection: str) -> tuple[str, int] | None:
+    """(model name, dimension) of a collection's active model; raises if it does not exist."""
+    from pgrag.db.connect import transaction
+
+    with transaction(db) as conn:
+        row = conn.execute(
+            "SELECT c.id, m.name, m.dimension FROM pgrag.collections c"
+            " LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id WHERE c.name = %(name)s",
+            {"name": collection},
+        ).fetchone()
+    if row is None:
+        raise PgragError(
+            f"collection {collection!r} does not exist; create it with"
+            f" `pgrag ingest PATH --collection {collection}` (`pgrag collections` lists them)"
+        )
+    return None if row[1] is None else (row[1], row[2])
+
+
+def search(
+    db: Database,
+    query: str,
+    *,
+    collection: str = "default",
+    k: int = 10,
+    mode: str = "hybrid",
+    filter: dict[str, Any] | None = None,
+    settings: SearchSettings | None = None,
+    reranker: Reranker | None = None,
+    mmr: float | None = None,
+    timings: dict[str, float] | None = None,
+    principals: Sequence[str] | None = None,
+    model: str | None = None,
+) -> list[SearchResult]:
+    """Ranked chunks for ``query``; ``mode`` is hybrid, keyword or vector.
+
+    ``model`` names the embedding model to search with: by default the collection's active
+    one; another of its models (one still being built by ``pgrag models reembed``, say) to
+    compare before switching.
+
+    With a ``reranker`` (see :mod:`pgrag.rerank`), the retriever's top ``candidates(k)`` are
+    reordered by it and its best ``k`` kept; ``probability`` is then a softmax over the
+    reranker's scores (logits). With ``mmr`` (a lambda in [0, 1]) the final ``k`` are picked by
+    Maximal Marginal Relevance over the chunks' stored embeddings, so near-duplicates give way
+    to other passages; ``probability`` is renormalised over the picks.
+
+    ``principals`` overrides the connection's (:func:`pgrag.connect`) for this call: only
+    chunks they or public may read are searched, counted in BM25 statistics, or returned.
+    ``filter`` is a metadata filter (docs/search.md#filters), applied inside the search.
+    """
+    if mode not in MODES:
+        raise InputError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
+    if not query or not query.strip():
+        raise InputError("the search query is empty; pass some words to search for")
+    if not 1 <= k <= 1000:
+        raise InputError(f"k must be between 1 and 1000, got {k}")
+    if filter is not None and not isinstance(filter, dict):
+        raise InputError(f"filter must be a dict such as {{'team': 'billing'}}, got {filter!r}")
+    if mmr is not None and not 0.0 <= mmr <= 1.0:
+        raise InputError(f"mmr must be between 0 and 1 (1 = relevance only), got {mmr}")
+    from psycopg.types.json import Jsonb
+
+    from pgrag.db import principals as access
+    from pgrag.db.connect import transaction
+
+    t0 = time.perf_counter()
+    recorded = collection_model(db, collection)
+    if mmr is not None and recorded is None:
+        raise InputError(f"mmr needs embeddings, and collection {collection!r} has none yet")
+    embedding = None
+    model_name = None
+    model_id = None
+    if (mode != "keyword" or mmr is not None) and (recorded is not None or model is not None):
+        from pgrag.embeddings.models import query_model
+        from pgrag.embeddings.query_cache import embed_query
+
+        resolved = query_model(db, collection, model)
+        if resolved is not None:
+            spec, embedder = resolved
+            model_name, model_id = spec.name, spec.id
+            readers = db.principals if principals is None else principals
+            embedding = embed_query(db, spec, embedder, query, readers)
+    t1 = time.perf_counter()
+    fetch = candidates(k) if (reranker is not None or mmr is not None) else k
+    with transaction(db) as conn:
+        access.apply(conn, db.principals if principals is None else principals)
+        rows = conn.execute(
+            call_sql(settings, model=model_name is not None),
+            {
+                "model": model_name,
+                "collection": collection,
+                "query": None if mode == "vector" else query,
+                "embedding": None if mode == "keyword" else embedding,
+                "k": fetch,
+                "filter": Jsonb(filter or {}),
+                **(settings or SearchSettings()).arguments(),
+            },
+        ).fetchall()
+    results = [SearchResult(*row) for row in rows]
+    t2 = time.perf_counter()
+    if reranker is not None:
+        results = _reranked(query, results, reranker, k if mmr is None else fetch)
+    t3 = time.perf_counter()
+    if mmr is not None and results:
+        results = _diversified(db, model_id, embedding, results, k, mmr)
+    results = results[:k]
+    if timings is not None:
+        timings["embed_ms"] = round((t1 - t0) * 1000, 2)
+        timings["retrieve_ms"] = round((t2 - t1) * 1000, 2)
+        if reranker is not None:
+            timings["rerank_ms"] = round((t3 - t2) * 1000, 2)
+    return results
+
+
+def candidates(k: int) -> int:
+    """How many results a second stage (reranker, MMR) chooses its ``k`` from."""
+    return min(1000, max(4 * k, 40))
+
+
+def _reranked(
+    query: str, results: list[SearchResult], reranker: Reranker, keep: int
+) -> list[SearchResult]:
+    import math
+
+    from pgrag.retrieval.rerank import rerank
+
+    ranked = rerank(query, results, reranker, top_k=keep)
+    if not ranked:
+        return []
+    top = max(score for _, score in ranked)
+    weights = [math.exp(score - top) for _, score in ranked]
+    total = sum(weights)
+    return [
+        replace(r, rank=i + 1, rerank_score=score, probability=w / total)
+        for i, ((r, score), w) in enumerate(zip(ranked, weights, strict=True))
+    ]
+
+
+def _diversified(
+    db: Database,
+    model_id: int | None,
+    embedding: Any,
+    results: list[SearchResult],
+    k: int,
+    lambda_: float,
+) -> list[SearchResult]:
+    import numpy as np
+    import psycopg
+
+    from pgrag.db.connect import transaction
+    from pgrag.errors import DatabaseError
+    from pgrag.retrieval.rerank import mmr
+
+    ids = [r.chunk_id for r in results]
+    try:
+        with transaction(db) as conn:
+            rows = conn.execute(
+                "SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e"
+                " WHERE e.model_id = %(m)s AND e.chunk_id = ANY(%(ids)s)",
+                {"m": model_id, "ids": ids},
+            ).fetchall()
+    except DatabaseError as err:
+        if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise PgragError(
+                "mmr reads the stored vectors, which restricted roles (pgrag_reader, pgrag_app)"
+                " may not; search without mmr, or with a reranker"
+            ) from err
+        raise
+    vectors = {chunk_id: vector.to_numpy() for chunk_id, vector in rows}
+    kept = [r for r in results if r.chunk_id in vectors]
+    matrix = np.asarray([vectors[r.chunk_id] for r in kept], dtype=np.float32)
+    picks = [kept[i] for i in mmr(np.asarray(embedding), matrix, k=k, lambda_=lambda_)]
+    total = sum(r.probability or 0.0 for r in picks)
+    return [
+        replace(r, rank=i + 1, probability=(r.probability or 0.0) / total if total else None)
+        for i, r in enumerate(picks)
+    ]

@@ -1,0 +1,1 @@
+"""Text utilities with no database: token counting, chunking, sentences and stemming."""
