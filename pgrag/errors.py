@@ -1,4 +1,22 @@
-"""The one exception tree pgrag raises; the CLI turns these into one-line messages."""
+"""The one exception tree pgrag raises; the CLI turns these into one-line messages.
+
+Every message says what to do next. Catch :class:`PgragError` for all of them, or a subclass
+for one kind of trouble::
+
+    PgragError
+    ├── ConfigError            configuration is missing or contradictory
+    ├── InputError             a file or argument given by the user cannot be used
+    │   └── CollectionNotFound no collection of that name
+    ├── SchemaError            the database schema is missing, or not what this release expects
+    │   ├── SchemaNotReady     not installed, or at another revision: run `pgrag db upgrade`
+    │   └── SchemaDrift        objects changed by hand: `pgrag db check` names them
+    ├── DatabaseError          PostgreSQL refused a statement (its message, on one line)
+    ├── ServerError            the embedded PostgreSQL server could not be started or reached
+    ├── GenerationError        the language-model endpoint failed or answered something unusable
+    └── RerankError            the reranker failed or answered something unusable
+"""
+
+from __future__ import annotations
 
 
 class PgragError(Exception):
@@ -9,24 +27,40 @@ class ConfigError(PgragError):
     """Configuration is missing or contradictory."""
 
 
-class SchemaError(PgragError):
-    """The database schema is missing or at the wrong revision."""
-
-
 class InputError(PgragError):
     """A file or argument given by the user cannot be used."""
 
 
-class GenerationError(PgragError):
-    """The language-model endpoint failed or answered something unusable."""
+class CollectionNotFound(InputError):
+    """No collection of that name exists (or none the session may see)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"collection {name!r} does not exist; `pgrag collections` lists them")
+
+
+class SchemaError(PgragError):
+    """The database schema is missing, or is not what this release of pgrag expects."""
+
+
+class SchemaNotReady(SchemaError):
+    """pgrag's schema is not installed, or is at a revision other than this release's."""
+
+
+class SchemaDrift(SchemaError):
+    """Objects of pgrag's schema differ from what this release installs (changed by hand)."""
+
+
+class DatabaseError(PgragError):
+    """PostgreSQL refused a statement; the message is the server's, on one line."""
 
 
 class ServerError(PgragError):
     """The embedded PostgreSQL server could not be started or reached."""
 
 
-class DatabaseError(PgragError):
-    """PostgreSQL refused a statement; the message is the server's, on one line."""
+class GenerationError(PgragError):
+    """The language-model endpoint failed or answered something unusable."""
 
 
 class RerankError(PgragError):

@@ -1,0 +1,110 @@
+"""Every environment variable pgrag reads, read in one place.
+
+:func:`from_env` takes one snapshot of the environment; :func:`pgrag.connect` takes it when a
+connection opens (so ``ask`` never reads the environment while it runs) and the CLI when a
+command starts. The families parse what they need from the :class:`Settings` they are given:
+``pgrag.llm.chat.LLMConfig.from_settings``, ``pgrag.retrieval.rerank.reranker_from_settings``...
+A program that configures pgrag itself builds a :class:`Settings` (``Settings(llm_base_url=...)``,
+or ``from_env({...})``) and passes it to :func:`pgrag.connect`.
+
+The table in the README's "Configuration" section is :data:`VARIABLES`; a test keeps the two in
+step.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+
+# (environment variable, Settings field, what it means) -- the README's table.
+VARIABLES: tuple[tuple[str, str, str], ...] = (
+    ("PGRAG_DSN", "dsn", "PostgreSQL connection string (else `PG*` variables, else the embedded server)"),
+    ("PGRAG_SERVER_DIR", "server_dir", "where the embedded server keeps its data"),
+    ("PGRAG_COLLECTION", "collection", "default collection for `ingest`, `search`, `ask` (default `default`)"),
+    ("PGRAG_EMBEDDING_MODEL", "embedding_model", "a local sentence-transformers directory for new collections, instead of the bundled all-MiniLM-L6-v2 (an existing collection uses its active model: `pgrag models`)"),
+    ("PGRAG_QUERY_CACHE", "query_cache", "`off` stops caching query vectors in the database"),
+    ("PGRAG_MIN_CONFIDENCE", "min_confidence", "`ask` abstains when the retrieval confidence is below this (`off` for none); else the threshold `pgrag eval answers --save` recorded, else 0.36 for the bundled model ([docs/answers.md](docs/answers.md))"),
+    ("PGRAG_LLM_BASE_URL", "llm_base_url", "OpenAI-compatible endpoint for `ask`, e.g. `http://127.0.0.1:8080/v1` (vLLM, llama.cpp server, Ollama, OpenAI)"),
+    ("PGRAG_LLM_MODEL", "llm_model", "the endpoint's model name (default `default`; `gpt-4o-mini` on api.openai.com)"),
+    ("PGRAG_LLM_API_KEY", "llm_api_key", "the endpoint's API key"),
+    ("PGRAG_LLM_TIMEOUT", "llm_timeout", "seconds to wait for the endpoint (60)"),
+    ("PGRAG_LLM_TEMPLATE", "llm_template", "`chat` (default, `/v1/chat/completions`) or `base`: a few-shot prompt to `/v1/completions` for base models ([docs/generation.md](docs/generation.md))"),
+    ("PGRAG_LLM_TOKENIZER", "llm_tokenizer", "the generator's `tokenizer.json`: count the prompt budget in its tokens instead of the embedding model's"),
+    ("PGRAG_LLM_GGUF", "llm_gguf", "a local GGUF model run in-process by llama-cpp-python (`pip install 'pgrag[local]'`): [docs/local.md](docs/local.md)"),
+    ("PGRAG_LLM_CTX", "llm_ctx", "the local model's context window in tokens (4096)"),
+    ("PGRAG_LLM_THREADS", "llm_threads", "the local model's CPU threads (llama.cpp's default)"),
+    ("OPENAI_BASE_URL", "openai_base_url", "the standard name, used when `PGRAG_LLM_BASE_URL` is not set"),
+    ("OPENAI_MODEL", "openai_model", "the standard name, used when `PGRAG_LLM_MODEL` is not set"),
+    ("OPENAI_API_KEY", "openai_api_key", "sent to `OPENAI_BASE_URL`, or to `https://api.openai.com/...` (never to another `PGRAG_LLM_BASE_URL`)"),
+    ("PGRAG_RERANKER", "reranker", "rerank search results with a local cross-encoder directory or a `/rerank` URL ([docs/reranking.md](docs/reranking.md))"),
+    ("PGRAG_RERANKER_MODEL", "reranker_model", "the model name a rerank URL expects"),
+    ("PGRAG_RERANKER_API_KEY", "reranker_api_key", "sent to the rerank URL only"),
+    ("PGRAG_EMBEDDING_API_KEY", "embedding_api_key", "API key for an OpenAI-compatible embedding server (`pgrag models add --api-key-env` names another variable)"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One snapshot of pgrag's configuration. Unset (or blank) variables are None, except
+    ``collection``, whose default is ``"default"``."""
+
+    dsn: str | None = None
+    server_dir: str | None = None
+    collection: str = "default"
+    embedding_model: str | None = None
+    query_cache: str | None = None
+    min_confidence: str | None = None
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: str | None = None
+    llm_timeout: str | None = None
+    llm_template: str | None = None
+    llm_tokenizer: str | None = None
+    llm_gguf: str | None = None
+    llm_ctx: str | None = None
+    llm_threads: str | None = None
+    openai_base_url: str | None = None
+    openai_model: str | None = None
+    openai_api_key: str | None = None
+    reranker: str | None = None
+    reranker_model: str | None = None
+    reranker_api_key: str | None = None
+    embedding_api_key: str | None = None
+    # Secrets whose variable a stored model names (``pgrag models add --api-key-env NAME``):
+    # the values of every variable named so, taken with the rest of the snapshot.
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def query_cache_enabled(self) -> bool:
+        return (self.query_cache or "on").lower() not in ("0", "off", "false", "no")
+
+    def secret(self, variable: str) -> str | None:
+        """The value of ``variable`` when the snapshot was taken (for API keys whose variable
+        a stored model names); None when unset or blank."""
+        if variable == "PGRAG_EMBEDDING_API_KEY":
+            return self.embedding_api_key
+        return self.secrets.get(variable)
+
+    @classmethod
+    def variable_of(cls, name: str) -> str:
+        """The environment variable behind a field, for messages."""
+        for variable, field_name, _ in VARIABLES:
+            if field_name == name:
+                return variable
+        raise KeyError(name)
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Settings:
+    """Read every variable in :data:`VARIABLES` from ``environ`` (default: ``os.environ``)."""
+    env = os.environ if environ is None else environ
+    values: dict[str, str] = {}
+    for variable, name, _ in VARIABLES:
+        raw = env.get(variable, "").strip()
+        if raw:
+            values[name] = raw
+    # An API key may sit in any variable a stored model names (pgrag models add --api-key-env).
+    secrets = {k: v.strip() for k, v in env.items() if v.strip()}
+    names = {f.name for f in fields(Settings)}
+    assert set(values) <= names
+    return Settings(**values, secrets=secrets)

@@ -1,0 +1,199 @@
+"""Finding the database and opening connections to it.
+
+Where the database is, in order: an explicit DSN (``--dsn``) or ``PGRAG_DSN``; else libpq's own
+``PG*`` environment variables; else the embedded server, started on demand. This is the one
+place that knows; migrations and SQLAlchemy take the DSN resolved here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pgrag import config
+from pgrag.config import Settings
+from pgrag.errors import DatabaseError, PgragError
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgrag.embeddings.local import Embedder
+
+# libpq reads these itself when the connection string leaves them out.
+LIBPQ_ENV = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
+
+
+def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str:
+    """The connection string to use; starts the embedded server when nothing else is set."""
+    if dsn:
+        return dsn
+    settings = settings or config.from_env()
+    if settings.dsn:
+        return settings.dsn
+    if any(os.environ.get(name) for name in LIBPQ_ENV):
+        return ""  # an empty conninfo: libpq takes everything from PG* variables
+    from pgrag.db.server import EmbeddedServer, default_dir
+
+    return EmbeddedServer(default_dir(settings.server_dir)).ensure_running()
+
+
+def describe_dsn(dsn: str) -> str:
+    """The DSN without its password, for messages."""
+    if not dsn:
+        return "the server named by the PG* environment variables"
+    try:
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        params = conninfo_to_dict(dsn)
+        if "password" in params:
+            params["password"] = "***"
+        return make_conninfo(**params)  # type: ignore[arg-type]
+    except Exception:  # noqa: BLE001 - only used for display
+        return "the configured database"
+
+
+def _source_of(dsn: str) -> str:
+    """What the user should change when connecting fails: the DSN or the PG* variables."""
+    if dsn:
+        return "check --dsn / PGRAG_DSN, or unset it to use the embedded server"
+    names = " ".join(name for name in LIBPQ_ENV if os.environ.get(name))
+    return f"check {names}, or unset them to use the embedded server"
+
+
+def open_connection(dsn: str, *, autocommit: bool = False) -> psycopg.Connection[Any]:
+    import psycopg
+
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, application_name="pgrag")
+    except psycopg.ProgrammingError as err:  # the string itself does not parse
+        reason = " ".join(str(err).split())
+        raise PgragError(
+            f"the connection string is not valid ({reason}); {_source_of(dsn)}"
+        ) from err
+    except psycopg.OperationalError as err:
+        reason = " ".join(str(err).split())
+        raise PgragError(
+            f"cannot connect to PostgreSQL ({describe_dsn(dsn)}): {reason}; {_source_of(dsn)}"
+        ) from err
+
+
+@dataclass
+class Database:
+    """An open pgrag database: a psycopg connection whose schema matches this code.
+
+    Create it with :func:`pgrag.connect`. The embedding model is loaded lazily, once.
+    """
+
+    conn: psycopg.Connection[Any]
+    dsn: str
+    _embedder: Embedder | None = field(default=None, repr=False)
+    # Who searches and asks read as (plus public); None: whatever the session's role may see.
+    principals: list[str] | None = None
+
+    # Look a repeated question's vector up in pgrag.query_embedding_cache before embedding it.
+    query_cache: bool = True
+    # The configuration this connection was opened with (pgrag.config: read once, here).
+    settings: Settings = field(default_factory=Settings)
+
+    @property
+    def embedder(self) -> Embedder:
+        """The embedder given to :func:`pgrag.connect`, else the configured default (a new
+        collection is created with it; an existing one is embedded with its active model)."""
+        if self._embedder is not None:
+            return self._embedder
+        from pgrag.embeddings.local import default_embedder
+
+        return default_embedder()
+
+    @property
+    def given_embedder(self) -> Embedder | None:
+        """The embedder given to :func:`pgrag.connect`, if any."""
+        return self._embedder
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def describe_error(err: Any) -> str:
+    """One line from a psycopg error: the server's message and its hint."""
+    diag = getattr(err, "diag", None)
+    primary = getattr(diag, "message_primary", None) or " ".join(str(err).split())
+    hint = getattr(diag, "message_hint", None)
+    return f"{primary} ({hint})" if hint else primary
+
+
+@contextmanager
+def transaction(db: Database) -> Iterator[Any]:
+    """Run statements in a transaction; a database error rolls it back (so the connection
+    stays usable) and comes out as a one-line :class:`pgrag.DatabaseError`."""
+    import psycopg
+
+    try:
+        with db.conn.transaction():
+            yield db.conn
+    except psycopg.Error as err:
+        raise DatabaseError(describe_error(err)) from err
+
+
+def _register_vector(conn: psycopg.Connection[Any]) -> None:
+    # pgvector may live in any schema (managed services often use "extensions"), which need
+    # not be on this session's search_path: look its type up by the extension's schema.
+    from pgvector.psycopg.vector import register_vector_info
+    from psycopg.types import TypeInfo
+
+    row = conn.execute(
+        "SELECT format('%I.vector', n.nspname) FROM pg_extension e"
+        " JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    ).fetchone()
+    if row is None:
+        raise PgragError(
+            "the vector extension is missing from this database; run `pgrag db upgrade`"
+        )
+    register_vector_info(conn, TypeInfo.fetch(conn, row[0]))
+
+
+def connect(
+    dsn: str | None = None,
+    *,
+    embedder: Embedder | None = None,
+    principals: Sequence[str] | None = None,
+    settings: Settings | None = None,
+) -> Database:
+    """Open pgrag's database (see the module docstring for where it is found).
+
+    ``principals`` (such as ``["alice", "group:billing"]``) makes every search and answer on
+    this connection read only what they (and public) may read, enforced by row-level security
+    in the database; each call may override it. None reads as the connecting role.
+
+    ``settings`` is pgrag's configuration (:mod:`pgrag.config`); by default the environment
+    is read, once, now.
+
+    Raises :class:`pgrag.SchemaError` when the schema is missing or out of date: schema changes
+    happen only through ``pgrag db upgrade``, never as a side effect of connecting.
+    """
+    from pgrag.db.principals import check_principals
+    from pgrag.db.schema import require_current
+
+    names = None if principals is None else check_principals(principals)
+    settings = settings or config.from_env()
+    resolved = resolve_dsn(dsn, settings)
+    conn = open_connection(resolved)
+    try:
+        require_current(conn)
+        _register_vector(conn)
+        conn.commit()
+    except BaseException:
+        conn.close()
+        raise
+    return Database(
+        conn=conn, dsn=resolved, _embedder=embedder, principals=names, settings=settings
+    )

