@@ -302,7 +302,7 @@ def test_rag_report_empty_groups_are_none() -> None:
     assert report.exact_match is None and report.f1 is None
 
 
-# --- pgrag.eval and the docs ----------------------------------------------------------------
+# --- pgrag.evaluation and the docs ----------------------------------------------------------------
 
 
 def test_pgrag_eval_exposes_the_metrics_api() -> None:
@@ -324,13 +324,13 @@ def test_pgrag_eval_exposes_the_metrics_api() -> None:
     }
     assert set(pgrag.evaluation.__all__) == set(expected)
     for name, obj in expected.items():
-        assert getattr(pgrag.eval, name) is obj, name
+        assert getattr(pgrag.evaluation, name) is obj, name
 
 
 def test_importing_pgrag_eval_stays_light() -> None:
     # A fresh interpreter: this test process may already hold numpy from other tests.
     code = (
-        "import sys, pgrag.eval; "
+        "import sys, pgrag.evaluation; "
         "print(sorted(m for m in ('numpy', 'torch', 'sentence_transformers') if m in sys.modules))"
     )
     out = subprocess.run(

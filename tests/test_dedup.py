@@ -218,7 +218,7 @@ def test_a_copy_whose_original_changes_before_it_is_written_fails_cleanly(
     # The copy must not then point at content that is no longer its own.
     import importlib
 
-    ingest_module = importlib.import_module("pgrag.ingest")  # (pgrag.ingest is the function)
+    ingest_module = importlib.import_module("pgrag.ingest.pipeline")
 
     folder = tmp_path / "race"
     folder.mkdir()

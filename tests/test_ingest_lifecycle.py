@@ -350,7 +350,7 @@ def test_prune_keeps_what_it_could_not_read_or_never_walks(
     assert len(_sources(db.dsn, "keep")) == 6
     # The subdirectory cannot be read this time (the OS's refusal, simulated: tests run as
     # root, who reads anything).
-    import pgrag.loaders as loaders
+    from pgrag.ingest import loaders
 
     real_walk = os.walk
 

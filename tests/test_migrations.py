@@ -468,7 +468,7 @@ def test_wheel_ships_migrations_and_sql(tmp_path: Path) -> None:
             sys.executable,
             "-c",
             "import pgrag\n"
-            "from pgrag.db.connect.resources import migrations_dir, sql_dir, sql_file\n"
+            "from pgrag.db.resources import migrations_dir, sql_dir, sql_file\n"
             "print(pgrag.__file__)\n"
             "print(migrations_dir())\n"
             "print(sql_dir())\n"
@@ -494,7 +494,7 @@ def test_concurrent_upgrades_are_serialised(empty_dsn: str, tmp_path: Path) -> N
     go = tmp_path / "go"
     code = (
         "import sys, time, pathlib, alembic.command, sqlalchemy, psycopg\n"
-        "from pgrag import migrate\n"
+        "from pgrag.db import schema as migrate\n"
         "go = pathlib.Path(sys.argv[2])\n"
         "while not go.exists(): time.sleep(0.005)\n"
         "migrate.upgrade(sys.argv[1])\n"

@@ -185,7 +185,7 @@ def test_a_hub_name_is_not_downloaded() -> None:
 
 def test_importing_rerank_is_light() -> None:
     code = (
-        "import sys, pgrag.rerank; "
+        "import sys, pgrag.retrieval.rerank; "
         "heavy = [m for m in ('torch', 'sentence_transformers', 'numpy', 'transformers')"
         " if m in sys.modules]; print(heavy)"
     )

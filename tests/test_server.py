@@ -431,7 +431,7 @@ def test_two_processes_start_one_server(fresh_dir: Callable[..., Path]) -> None:
     code = (
         "import sys, time\n"
         "from pathlib import Path\n"
-        "from pgrag.db.connect.server import EmbeddedServer\n"
+        "from pgrag.db.server import EmbeddedServer\n"
         "server = EmbeddedServer(Path(sys.argv[1]), settings={'fsync': 'off'})\n"
         "print('ready', flush=True)\n"
         "while not Path(sys.argv[2]).exists():\n"
@@ -542,7 +542,7 @@ def test_initdb_killed_half_way_is_redone(fresh_dir: Callable[..., Path]) -> Non
     code = (
         "import sys\n"
         "from pathlib import Path\n"
-        "from pgrag.db.connect.server import EmbeddedServer\n"
+        "from pgrag.db.server import EmbeddedServer\n"
         "EmbeddedServer(Path(sys.argv[1]), settings={'fsync': 'off'}).ensure_running()\n"
     )
     # Its own session, so that killing the group also kills initdb and its bootstrap backend.
