@@ -20,7 +20,9 @@ from click.testing import CliRunner
 
 import pgrag
 from pgrag.cli import cli
-from pgrag.errors import PgragError
+from pgrag.config import Settings, from_env
+from pgrag.embeddings.local import DEFAULT_MODEL_NAME, configured_embedder, default_embedder
+from pgrag.errors import CollectionNotFound, PgragError
 
 REMOTE = "hash-64"
 
@@ -138,7 +140,7 @@ def test_switch_to_a_remote_model_of_another_dimension(
 
     # A query embedded with the old model just before the switch is still answered with the
     # old model's vectors, which stay until retire.
-    old = loaded.embedder.embed(["two-factor authentication"])[0]
+    old = configured_embedder(loaded).embed(["two-factor authentication"])[0]
     with psycopg.connect(dsn, autocommit=True) as conn:
         from pgvector.psycopg import register_vector
 
@@ -411,7 +413,7 @@ def test_a_search_naming_its_model_never_reads_another_during_switches(loaded: A
         ).fetchone()
         assert negated is not None
         conn.execute("SELECT pgrag.ensure_model_index_v3(%s)", negated)
-    query = loaded.embedder.embed(["two-factor authentication for employees"])[0]
+    query = configured_embedder(loaded).embed(["two-factor authentication for employees"])[0]
     statement = (
         "SELECT array_agg(chunk_id ORDER BY rank) FROM pgrag.search_v5('docs', NULL, %s,"
         " k => 3, model => %s)"
@@ -463,8 +465,8 @@ def test_a_chunk_longer_than_the_model_input_is_embedded_whole(loaded: Any) -> N
             " SELECT id, 'kb/long', NULL, %s, '' FROM pgrag.collections WHERE name = 'docs'",
             (body,),
         )
-    counter = loaded.embedder.tokens
-    assert counter.count(body) > 2 * loaded.embedder.max_tokens
+    counter = configured_embedder(loaded).tokens
+    assert counter.count(body) > 2 * configured_embedder(loaded).max_tokens
     assert run(loaded, once=True).embedded == 1
     from pgvector.psycopg import register_vector
 
@@ -478,15 +480,15 @@ def test_a_chunk_longer_than_the_model_input_is_embedded_whole(loaded: Any) -> N
     assert row is not None
     import numpy as np
 
-    pieces = counter.cut(body, loaded.embedder.max_tokens - 2)
+    pieces = counter.cut(body, configured_embedder(loaded).max_tokens - 2)
     assert len(pieces) >= 3
-    mean = loaded.embedder.embed(pieces).mean(axis=0)
+    mean = configured_embedder(loaded).embed(pieces).mean(axis=0)
     mean /= np.linalg.norm(mean)
     assert float(row[0].to_numpy() @ mean) > 0.9999
     # Truncation would have given the first piece's vector alone.
-    first = loaded.embedder.embed([pieces[0]])[0]
+    first = configured_embedder(loaded).embed([pieces[0]])[0]
     assert float(row[0].to_numpy() @ first) < 0.999
-    assert embed_chunks(loaded.embedder, [(None, "short")]).shape == (1, 384)
+    assert embed_chunks(configured_embedder(loaded), [(None, "short")]).shape == (1, 384)
 
 
 def test_an_invalid_index_left_by_an_interrupted_build_is_built_again(
@@ -518,3 +520,65 @@ def test_an_invalid_index_left_by_an_interrupted_build_is_built_again(
     with psycopg.connect(dsn) as conn:
         assert conn.execute(valid, (REMOTE,)).fetchone() == (True,)
     assert run(dsn, "models", "activate", REMOTE, "-c", "docs").exit_code == 0
+
+
+def _model_dir(path: Path, dimension: int) -> Path:
+    """A sentence-transformers directory as far as pgrag reads it before loading the model."""
+    path.mkdir()
+    (path / "modules.json").write_text("[]")
+    (path / "config.json").write_text(f'{{"hidden_size": {dimension}}}')
+    return path
+
+
+def test_the_default_model_is_the_connections_setting(
+    dsn: str, embedder: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    configured = _model_dir(tmp_path / "configured", 48)
+    other = _model_dir(tmp_path / "other", 32)
+    db = pgrag.connect(dsn, settings=from_env({"PGRAG_EMBEDDING_MODEL": str(configured)}))
+    plain = pgrag.connect(dsn, settings=Settings())
+    given = pgrag.connect(dsn, embedder=embedder, settings=db.settings)
+    try:
+        # Read when the connection opened, not while it is used.
+        monkeypatch.setenv("PGRAG_EMBEDDING_MODEL", str(other))
+        chosen = configured_embedder(db)
+        assert (chosen.name, chosen.dimension) == ("configured", 48)
+        # One embedder per directory (the model loads once), whatever the spelling.
+        assert chosen is default_embedder(str(configured)) is default_embedder(f"{configured}/.")
+        assert default_embedder(str(other)).dimension == 32
+        assert configured_embedder(plain) is default_embedder()
+        assert default_embedder().name == DEFAULT_MODEL_NAME
+        assert configured_embedder(given) is embedder and given.given_embedder is embedder
+        assert db.given_embedder is None and db.embedder is chosen  # the compatibility property
+    finally:
+        for each in (db, plain, given):
+            each.close()
+
+
+def test_a_remote_models_key_comes_from_the_connections_settings(db: Any, hash_server: Any) -> None:
+    from pgrag.embeddings.models import add_model, embedder_for
+    from pgrag.embeddings.remote import RemoteEmbedder
+
+    remote = RemoteEmbedder(hash_server.url, "m", name="keyed", dimension=64, api_key_env="MY_KEY")
+    model = add_model(db, remote)
+    first = embedder_for(model, from_env({"MY_KEY": "sk-one"}))
+    second = embedder_for(model, from_env({"MY_KEY": "sk-two"}))
+    assert (first.api_key, second.api_key) == ("sk-one", "sk-two")  # type: ignore[attr-defined]
+    assert embedder_for(model, from_env({"MY_KEY": "sk-one"})) is first
+    assert embedder_for(model, Settings()).api_key is None  # type: ignore[attr-defined]
+
+
+def test_a_missing_collection_is_collection_not_found(db: Any, hash_server: Any) -> None:
+    from pgrag.embeddings.models import add_model, collection_models
+    from pgrag.embeddings.reembed import attach, retire
+    from pgrag.embeddings.remote import RemoteEmbedder
+
+    model = add_model(db, RemoteEmbedder(hash_server.url, "m", name="any", dimension=64))
+    for call in (
+        lambda: collection_models(db, "nope"),
+        lambda: attach(db, model, "nope"),
+        lambda: retire(db, model, "nope"),
+    ):
+        with pytest.raises(CollectionNotFound, match="collection 'nope' does not exist") as err:
+            call()
+        assert err.value.name == "nope"

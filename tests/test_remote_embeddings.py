@@ -23,6 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pgrag.config import Settings, from_env
 from pgrag.embeddings.local import Embedder
 from pgrag.embeddings.remote import (
     PROBE_TEXT,
@@ -452,7 +453,7 @@ def test_settings_round_trip_reads_the_key_from_env(server: FakeEmbeddingServer)
         "tokenizer": None,
         "api_key_env": "MY_EMBEDDING_KEY",
     }
-    model = RemoteEmbedder.from_settings(stored, env={"MY_EMBEDDING_KEY": " sk-env "})
+    model = RemoteEmbedder.from_settings(stored, from_env({"MY_EMBEDDING_KEY": " sk-env "}))
     assert (model.api_key, model.batch_size, model.concurrency) == ("sk-env", 3, 2)
     assert (model.timeout, model.max_tokens, model.dimension) == (5.0, 256, DIM)
     model.embed(TEXTS[:4])
@@ -461,7 +462,7 @@ def test_settings_round_trip_reads_the_key_from_env(server: FakeEmbeddingServer)
     saved = json.loads(json.dumps(model.settings()))
     assert "sk-env" not in json.dumps(saved)
     assert {k: saved[k] for k in stored} == stored | {"timeout": 5.0}
-    again = RemoteEmbedder.from_settings(saved, env={"MY_EMBEDDING_KEY": "sk-env"})
+    again = RemoteEmbedder.from_settings(saved, from_env({"MY_EMBEDDING_KEY": "sk-env"}))
     assert again.settings() == saved and again.api_key == "sk-env"
 
 
@@ -470,13 +471,16 @@ def test_settings_defaults_and_errors(monkeypatch: pytest.MonkeyPatch) -> None:
     model = RemoteEmbedder.from_settings({"url": "http://h:8080", "model": "m"})
     assert model.api_key == "sk-default" and model.name == "m"
     assert model.settings()["api_key_env"] == "PGRAG_EMBEDDING_API_KEY"
-    assert RemoteEmbedder.from_settings({"url": "http://h", "model": "m"}, env={}).api_key is None
+    none = Settings()  # a configuration with no key in it
+    assert RemoteEmbedder.from_settings({"url": "http://h", "model": "m"}, none).api_key is None
     with pytest.raises(ConfigError, match="unknown embedding setting.*'api_key'"):
-        RemoteEmbedder.from_settings({"url": "http://h", "model": "m", "api_key": "sk"}, env={})
+        RemoteEmbedder.from_settings({"url": "http://h", "model": "m", "api_key": "sk"}, none)
     with pytest.raises(ConfigError, match="need 'model'"):
-        RemoteEmbedder.from_settings({"url": "http://h"}, env={})
+        RemoteEmbedder.from_settings({"url": "http://h"}, none)
     with pytest.raises(ConfigError, match="'batch_size' must be int, got '8'"):
-        RemoteEmbedder.from_settings({"url": "http://h", "model": "m", "batch_size": "8"}, env={})
+        RemoteEmbedder.from_settings(
+            {"url": "http://h", "model": "m", "batch_size": "8"}, Settings()
+        )
 
 
 # --- counting tokens --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 import pgrag
 from pgrag.cli import cli
 from pgrag.embeddings import query_cache
+from pgrag.embeddings.local import configured_embedder
 from pgrag.embeddings.worker import run as run_worker
 from pgrag.embeddings.worker import run_once
 
@@ -106,7 +107,7 @@ def test_plain_sql_documents_are_searchable_at_commit_and_embedded_by_the_worker
             "SELECT embedding FROM pgrag.chunk_embeddings WHERE chunk_id = %s", (chunks[0][0],)
         ).fetchone()
     assert row is not None
-    expected = loaded.embedder.embed([f"Hardware\n{chunks[0][2]}"])[0]
+    expected = configured_embedder(loaded).embed([f"Hardware\n{chunks[0][2]}"])[0]
     assert abs(float(row[0].to_numpy() @ expected) - 1.0) < 1e-4
 
 
@@ -237,6 +238,7 @@ def test_parallel_workers_embed_each_item_once(loaded: Any) -> None:
     assert len(_queued(dsn)) == 40
     seen: list[str] = []
     lock = threading.Lock()
+    from pgrag.config import Settings
     from pgrag.embeddings.models import embedder_for
 
     class Counting:
@@ -252,7 +254,7 @@ def test_parallel_workers_embed_each_item_once(loaded: Any) -> None:
             return self.inner.embed(texts)
 
     def counting(model: Any) -> Any:
-        return Counting(embedder_for(model))
+        return Counting(embedder_for(model, Settings()))
 
     def work() -> None:
         db = pgrag.connect(dsn)
@@ -292,6 +294,41 @@ def test_repeated_questions_skip_the_encoder(loaded: Any) -> None:
     query_cache.clear_memory()
     pgrag.search(loaded, "How long is the refund window?", collection="docs")
     assert query_cache.stats["encoded"] - start["encoded"] == 3
+
+
+def test_the_query_cache_setting_is_the_connections(
+    loaded: Any, embedder: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgrag.config import from_env
+
+    off = pgrag.connect(
+        loaded.dsn, embedder=embedder, settings=from_env({"PGRAG_QUERY_CACHE": "off"})
+    )
+    try:
+        # Read when the connections opened: the environment now changes neither.
+        monkeypatch.setenv("PGRAG_QUERY_CACHE", "on")
+        assert not query_cache.enabled(off)
+        monkeypatch.setenv("PGRAG_QUERY_CACHE", "off")
+        assert query_cache.enabled(loaded)
+        question = "Which plans can be refunded?"
+        query_cache.clear_memory()
+        start = dict(query_cache.stats)
+        pgrag.search(off, question, collection="docs")
+        query_cache.clear_memory()
+        pgrag.search(off, question, collection="docs")
+        assert query_cache.stats["encoded"] - start["encoded"] == 2
+        with psycopg.connect(loaded.dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM pgrag.query_embedding_cache").fetchone() == (
+                0,
+            )
+        query_cache.clear_memory()
+        pgrag.search(loaded, question, collection="docs")
+        query_cache.clear_memory()
+        pgrag.search(loaded, question, collection="docs")
+        assert query_cache.stats["database"] - start["database"] == 1
+        assert query_cache.stats["encoded"] - start["encoded"] == 3
+    finally:
+        off.close()
 
 
 def test_a_running_worker_makes_psql_inserts_searchable(loaded: Any) -> None:
@@ -451,6 +488,7 @@ def test_a_copy_keeps_its_content_when_sql_rewrites_its_original(
 def test_writers_do_not_wait_for_the_model_and_one_bad_chunk_does_not_block_others(
     loaded: Any,
 ) -> None:
+    from pgrag.config import Settings
     from pgrag.embeddings.models import embedder_for
 
     dsn = loaded.dsn
@@ -476,7 +514,7 @@ def test_writers_do_not_wait_for_the_model_and_one_bad_chunk_does_not_block_othe
             return self.inner.embed(texts)
 
     def slow(model: Any) -> Any:
-        return Slow(embedder_for(model))
+        return Slow(embedder_for(model, Settings()))
 
     result: list[Any] = []
     worker = threading.Thread(
@@ -531,6 +569,7 @@ def test_sync_row_refuses_a_misnamed_or_mistyped_principals_column(loaded: Any) 
 
 
 def test_a_failing_model_fails_only_its_own_items(loaded: Any, hash_server: Any) -> None:
+    from pgrag.config import Settings
     from pgrag.embeddings.models import embedder_for
 
     dsn = loaded.dsn
@@ -563,7 +602,7 @@ def test_a_failing_model_fails_only_its_own_items(loaded: Any, hash_server: Any)
             return self.inner.embed(texts)
 
     report = run_worker(
-        loaded, once=True, batch_size=2, embedders=lambda m: Counting(embedder_for(m))
+        loaded, once=True, batch_size=2, embedders=lambda m: Counting(embedder_for(m, Settings()))
     )
     # Every due item was worked on (--once goes on after a failed batch) ...
     assert report.embedded == 3 and report.failed == 3

@@ -15,12 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag import config
 from pgrag.config import Settings
+from pgrag.db import queries
+from pgrag.db.principals import check_principals
+from pgrag.db.schema import require_current
+from pgrag.db.server import EmbeddedServer, default_dir
 from pgrag.errors import DatabaseError, PgragError
 
 if TYPE_CHECKING:
     import psycopg
 
     from pgrag.embeddings.local import Embedder
+
+Q = queries.load(__name__)
 
 # libpq reads these itself when the connection string leaves them out.
 LIBPQ_ENV = ("PGHOST", "PGHOSTADDR", "PGPORT", "PGDATABASE", "PGUSER", "PGSERVICE")
@@ -35,8 +41,6 @@ def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str
         return settings.dsn
     if any(os.environ.get(name) for name in LIBPQ_ENV):
         return ""  # an empty conninfo: libpq takes everything from PG* variables
-    from pgrag.db.server import EmbeddedServer, default_dir
-
     return EmbeddedServer(default_dir(settings.server_dir)).ensure_running()
 
 
@@ -82,14 +86,18 @@ def open_connection(dsn: str, *, autocommit: bool = False) -> psycopg.Connection
 
 @dataclass
 class Database:
-    """An open pgrag database: a psycopg connection whose schema matches this code.
+    """An open pgrag database: a psycopg connection whose schema matches this code, with
+    what :func:`pgrag.connect` was given.
 
-    Create it with :func:`pgrag.connect`. The embedding model is loaded lazily, once.
+    Create it with :func:`pgrag.connect`. Which embedder a query or a write uses is the
+    embeddings family's to say (:func:`pgrag.embeddings.local.configured_embedder`,
+    :mod:`pgrag.embeddings.models`), from ``given_embedder`` and ``settings``.
     """
 
     conn: psycopg.Connection[Any]
     dsn: str
-    _embedder: Embedder | None = field(default=None, repr=False)
+    # The embedder given to pgrag.connect, if any (else the settings name one).
+    given_embedder: Embedder | None = field(default=None, repr=False)
     # Who searches and asks read as (plus public); None: whatever the session's role may see.
     principals: list[str] | None = None
 
@@ -100,18 +108,13 @@ class Database:
 
     @property
     def embedder(self) -> Embedder:
-        """The embedder given to :func:`pgrag.connect`, else the configured default (a new
-        collection is created with it; an existing one is embedded with its active model)."""
-        if self._embedder is not None:
-            return self._embedder
-        from pgrag.embeddings.local import default_embedder
+        """Compatibility only: :func:`pgrag.embeddings.local.configured_embedder` (the given
+        embedder, else the configured default). To be removed once no caller uses it."""
+        # A function-level import of a light module, and the db family reaching up to
+        # embeddings: both go with this property.
+        from pgrag.embeddings.local import configured_embedder
 
-        return default_embedder()
-
-    @property
-    def given_embedder(self) -> Embedder | None:
-        """The embedder given to :func:`pgrag.connect`, if any."""
-        return self._embedder
+        return configured_embedder(self)
 
     def close(self) -> None:
         self.conn.close()
@@ -150,10 +153,7 @@ def _register_vector(conn: psycopg.Connection[Any]) -> None:
     from pgvector.psycopg.vector import register_vector_info
     from psycopg.types import TypeInfo
 
-    row = conn.execute(
-        "SELECT format('%I.vector', n.nspname) FROM pg_extension e"
-        " JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
-    ).fetchone()
+    row = conn.execute(Q.vector_type).fetchone()
     if row is None:
         raise PgragError(
             "the vector extension is missing from this database; run `pgrag db upgrade`"
@@ -180,9 +180,6 @@ def connect(
     Raises :class:`pgrag.SchemaError` when the schema is missing or out of date: schema changes
     happen only through ``pgrag db upgrade``, never as a side effect of connecting.
     """
-    from pgrag.db.principals import check_principals
-    from pgrag.db.schema import require_current
-
     names = None if principals is None else check_principals(principals)
     settings = settings or config.from_env()
     resolved = resolve_dsn(dsn, settings)
@@ -195,5 +192,5 @@ def connect(
         conn.close()
         raise
     return Database(
-        conn=conn, dsn=resolved, _embedder=embedder, principals=names, settings=settings
+        conn=conn, dsn=resolved, given_embedder=embedder, principals=names, settings=settings
     )

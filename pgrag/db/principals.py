@@ -10,7 +10,10 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from pgrag.db import queries
 from pgrag.errors import InputError
+
+Q = queries.load(__name__)
 
 # Must agree with pgrag.principals_valid_v1 (tests/test_access.py checks both ways).
 PRINCIPAL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}")
@@ -40,4 +43,4 @@ def apply(conn: Any, principals: Sequence[str] | None) -> None:
     if principals is None:
         return
     names = check_principals(principals) or ["public"]
-    conn.execute("SELECT set_config('pgrag.principals', %(p)s, true)", {"p": ",".join(names)})
+    conn.execute(Q.read_as, {"principals": ",".join(names)})

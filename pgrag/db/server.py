@@ -40,7 +40,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+from pgrag import config
+from pgrag.db import queries
 from pgrag.errors import ServerError
+
+Q = queries.load(__name__)
 
 PORT = 5432  # only names the socket file; the server does not listen on TCP
 DATABASE = "pgrag"
@@ -51,12 +55,8 @@ _SOCKET_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes on Linux, 104 on mac
 
 
 def default_dir(configured: str | None = None) -> Path:
-    """Where the embedded server lives: ``configured`` (``PGRAG_SERVER_DIR``) if given, else
-    pgrag's own directory."""
-    if configured is None:
-        from pgrag import config
-
-        configured = config.from_env().server_dir
+    """Where the embedded server lives: ``configured`` (``Settings.server_dir``, from
+    ``PGRAG_SERVER_DIR``) if given, else pgrag's own directory."""
     if configured:
         return Path(configured).expanduser().resolve()
     if _is_root():
@@ -83,10 +83,12 @@ class Status:
 
 
 class EmbeddedServer:
-    """One embedded PostgreSQL cluster in ``directory``."""
+    """One embedded PostgreSQL cluster in ``directory`` (by default the one
+    ``PGRAG_SERVER_DIR`` names, read now, else pgrag's own: :func:`default_dir`).
+    ``settings`` are PostgreSQL's (``{"fsync": "off"}``), not pgrag's."""
 
     def __init__(self, directory: Path | None = None, settings: Mapping[str, str] | None = None):
-        self.directory = (directory or default_dir()).resolve()
+        self.directory = (directory or default_dir(config.from_env().server_dir)).resolve()
         self.data = self.directory / "data"
         self.log = self.directory / "postgres.log"
         self.settings = dict(settings or {})
@@ -426,15 +428,14 @@ class EmbeddedServer:
 
     def _ensure_database(self) -> None:
         import psycopg
+        from psycopg import sql
 
         with psycopg.connect(
             host=str(self.socket_dir), port=PORT, user=SUPERUSER, dbname="postgres", autocommit=True
         ) as conn:
-            exists = conn.execute(
-                "SELECT 1 FROM pg_database WHERE datname = %(name)s", {"name": DATABASE}
-            ).fetchone()
+            exists = conn.execute(Q.database_exists, {"name": DATABASE}).fetchone()
             if not exists:
-                conn.execute(f'CREATE DATABASE "{DATABASE}"')  # constant identifier
+                conn.execute(sql.SQL(Q.create_database).format(database=sql.Identifier(DATABASE)))
 
 
 def _is_our_postmaster(pid: int, data: Path) -> bool:

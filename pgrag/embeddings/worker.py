@@ -15,17 +15,23 @@ others back.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pgrag.errors import PgragError
+from pgrag.db import queries
+from pgrag.db.connect import describe_error, transaction
+from pgrag.embeddings.models import embedder_for, models_by_id
+from pgrag.errors import DatabaseError, PgragError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
     from pgrag.embeddings.local import Embedder
     from pgrag.embeddings.models import Model
+
+Q = queries.load(__name__)
 
 BACKOFF_FIRST, BACKOFF_CAP = 5.0, 3600.0  # seconds
 LEASE = 300.0  # seconds a claimed item is a worker's before another may take it
@@ -89,33 +95,19 @@ def store_vectors(conn: Any, model_id: int, pairs: Sequence[tuple[int, Any]]) ->
         return
     with conn.cursor() as cur:
         cur.executemany(
-            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
-            " SELECT %s, c.id, %s FROM pgrag.chunks c WHERE c.id = %s"
-            " ON CONFLICT (model_id, chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding",
-            [(model_id, vector, chunk_id) for chunk_id, vector in pairs],
+            Q.store_vector,
+            [
+                {"model_id": model_id, "embedding": vector, "chunk_id": chunk_id}
+                for chunk_id, vector in pairs
+            ],
         )
     conn.execute(
-        "DELETE FROM pgrag.embedding_queue WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
-        {"m": model_id, "ids": [chunk_id for chunk_id, _ in pairs]},
+        Q.dequeue, {"model_id": model_id, "chunk_ids": [chunk_id for chunk_id, _ in pairs]}
     )
-
-
-def _models(db: Database, ids: set[int]) -> dict[int, Model]:
-    from pgrag.db.connect import transaction
-    from pgrag.embeddings.models import _COLUMNS, _model
-
-    with transaction(db) as conn:
-        rows = conn.execute(
-            f"SELECT {_COLUMNS} FROM pgrag.embedding_models m WHERE m.id = ANY (%(ids)s)",  # noqa: S608
-            {"ids": list(ids)},
-        ).fetchall()
-    return {r[0]: _model(r) for r in rows}
 
 
 def _message(err: Exception) -> str:
     import psycopg
-
-    from pgrag.db.connect import describe_error
 
     if isinstance(err, psycopg.Error):
         return describe_error(err)
@@ -128,8 +120,6 @@ def _item_error(err: Exception) -> bool:
     """Whether an error may be one chunk's doing (a server refusing an input with a 4xx, a
     local model failing on a text), rather than the model's or the network's, which retrying
     item by item would only multiply."""
-    import re
-
     if isinstance(err, PgragError):
         return re.search(r"\bHTTP 4\d\d\b", str(err)) is not None
     return not isinstance(err, (OSError, MemoryError))
@@ -137,14 +127,8 @@ def _item_error(err: Exception) -> bool:
 
 def _renew(db: Database, model_id: int, chunk_ids: list[int], lease: float) -> None:
     """Extend the lease of claimed items before working on them one at a time."""
-    from pgrag.db.connect import transaction
-
     with transaction(db) as conn:
-        conn.execute(
-            "UPDATE pgrag.embedding_queue SET not_before = now() + make_interval(secs => %(l)s)"
-            " WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
-            {"l": lease, "m": model_id, "ids": chunk_ids},
-        )
+        conn.execute(Q.renew_lease, {"lease": lease, "model_id": model_id, "chunk_ids": chunk_ids})
 
 
 def run_once(
@@ -159,47 +143,32 @@ def run_once(
 
     Items are claimed by moving their ``not_before`` ``lease`` seconds on, in a transaction of
     their own; no lock is held while embedding, so writers never wait for the model. A worker
-    killed half-way leaves its items to be taken again when the lease ends."""
-    from pgrag.db.connect import transaction
-    from pgrag.embeddings.models import embedder_for
+    killed half-way leaves its items to be taken again when the lease ends.
 
-    build = embedders or embedder_for
+    ``embedders`` builds a model's embedder (by default from the model's row and the
+    connection's settings, :func:`pgrag.embeddings.models.embedder_for`)."""
+
+    def build(model: Model) -> Embedder:
+        return embedders(model) if embedders else embedder_for(model, db.settings)
+
     report = WorkReport()
     with transaction(db) as conn:
-        claimed = conn.execute(
-            "WITH picked AS ("
-            "  SELECT q.chunk_id, q.model_id FROM pgrag.embedding_queue q"
-            "   WHERE q.not_before <= now()"
-            "   ORDER BY q.not_before, q.chunk_id"
-            "   LIMIT %(n)s FOR UPDATE SKIP LOCKED)"
-            " UPDATE pgrag.embedding_queue q"
-            "    SET not_before = now() + make_interval(secs => %(lease)s)"
-            "   FROM picked p WHERE q.chunk_id = p.chunk_id AND q.model_id = p.model_id"
-            " RETURNING q.chunk_id, q.model_id",
-            {"n": batch_size, "lease": lease},
-        ).fetchall()
+        claimed = conn.execute(Q.claim, {"limit": batch_size, "lease": lease}).fetchall()
     if not claimed:
         return report
     report.batches = 1
     with transaction(db) as conn:
         rows = conn.execute(
-            "SELECT c.id, m.model_id, c.collection_id, c.section, c.content, cm.status"
-            " FROM unnest(%(ids)s::bigint[], %(models)s::int[]) AS m(chunk_id, model_id)"
-            " JOIN pgrag.chunks c ON c.id = m.chunk_id"
-            " LEFT JOIN pgrag.collection_models cm"
-            "   ON cm.collection_id = c.collection_id AND cm.model_id = m.model_id",
-            {"ids": [r[0] for r in claimed], "models": [r[1] for r in claimed]},
+            Q.claimed_chunks,
+            {"chunk_ids": [r[0] for r in claimed], "model_ids": [r[1] for r in claimed]},
         ).fetchall()
         # Items of a model the collection retired (or dropped) are simply removed.
         gone = [(r[0], r[1]) for r in rows if r[5] in (None, "retired")]
         for chunk_id, model_id in gone:
-            conn.execute(
-                "DELETE FROM pgrag.embedding_queue WHERE chunk_id = %s AND model_id = %s",
-                (chunk_id, model_id),
-            )
+            conn.execute(Q.drop_item, {"chunk_id": chunk_id, "model_id": model_id})
         report.removed = len(gone)
     live = [r for r in rows if r[5] not in (None, "retired")]
-    models = _models(db, {r[1] for r in live})
+    models = models_by_id(db, {r[1] for r in live})
     by_model: dict[int, list[Any]] = {}
     for r in live:
         by_model.setdefault(r[1], []).append(r)
@@ -236,17 +205,13 @@ def run_once(
             store_vectors(conn, model_id, done)
             for message, ids in failed.items():
                 conn.execute(
-                    "UPDATE pgrag.embedding_queue SET attempts = attempts + 1,"
-                    " last_error = %(e)s,"
-                    " not_before = now() + make_interval(secs => least(%(cap)s,"
-                    "     %(first)s * power(2, attempts)))"
-                    " WHERE model_id = %(m)s AND chunk_id = ANY (%(ids)s)",
+                    Q.item_failed,
                     {
-                        "e": message[:2000],
+                        "error": message[:2000],
                         "cap": BACKOFF_CAP,
                         "first": BACKOFF_FIRST,
-                        "m": model_id,
-                        "ids": ids,
+                        "model_id": model_id,
+                        "chunk_ids": ids,
                     },
                 )
         report.embedded += len(done)
@@ -274,7 +239,7 @@ def run(
     touched: set[int] = set()
     if not once:  # woken by new items (embedding_enqueue_v1 notifies), else every `poll` s
         with db.conn.transaction():
-            db.conn.execute("LISTEN pgrag_embedding_queue")
+            db.conn.execute(Q.listen_queue)
     while not should_stop():
         report = run_once(db, batch_size=batch_size, lease=lease, embedders=embedders)
         total.embedded += report.embedded
@@ -309,30 +274,21 @@ def _wait(db: Database, seconds: float, should_stop: Callable[[], bool]) -> None
 
 
 def _maintain(db: Database, collections: set[int]) -> None:
-    from pgrag.db.connect import transaction
-
     with transaction(db) as conn:
         names = [
-            r[0]
-            for r in conn.execute(
-                "SELECT name FROM pgrag.collections WHERE id = ANY (%(ids)s)",
-                {"ids": list(collections)},
-            ).fetchall()
+            r[0] for r in conn.execute(Q.collection_names, {"ids": list(collections)}).fetchall()
         ]
         for name in names:
-            conn.execute("SELECT * FROM pgrag.keyword_maintain_v2(%(c)s)", {"c": name})
+            conn.execute(Q.keyword_maintain, {"collection": name})
 
 
 def status(db: Database) -> list[dict[str, Any]]:
     """Per collection: documents, chunks, pending and failed queue items, models."""
     import psycopg
 
-    from pgrag.db.connect import transaction
-    from pgrag.errors import DatabaseError
-
     try:
         with transaction(db) as conn:
-            rows = conn.execute("SELECT * FROM pgrag.status_v1()").fetchall()
+            rows = conn.execute(Q.status).fetchall()
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
             raise PgragError(

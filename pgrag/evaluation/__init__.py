@@ -7,10 +7,10 @@
     rag_report([RagRecord(...), ...]).to_dict()     # recall, faithfulness, abstention, EM/F1
 
 Ranking metrics (``ndcg_at``, ``recall_at``, ``mrr_at``, ``dcg``, ``summarize``) live in
-``pgrag.metrics``; answer metrics (``normalize``, ``exact_match``, ``token_f1``,
-``rag_report``, ``auroc``) in ``pgrag.answer_metrics``. This module only re-exports them, so
-code written against ``pgrag.eval`` keeps working if they move. Nothing here needs a database
-or imports numpy or torch. See docs/metrics.md.
+``pgrag.evaluation.metrics``; answer metrics (``normalize``, ``exact_match``, ``token_f1``,
+``rag_report``, ``auroc``) in ``pgrag.evaluation.answer_metrics``. This module only re-exports
+them, so code written against ``pgrag.evaluation`` keeps working if they move. Nothing here
+needs a database or imports numpy or torch. See docs/metrics.md.
 """
 
 from __future__ import annotations

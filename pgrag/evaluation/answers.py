@@ -30,17 +30,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pgrag.answer.ask import ask
 from pgrag.answer.citations import without_citations
+from pgrag.db import queries
+from pgrag.db.connect import transaction
 from pgrag.errors import InputError, PgragError
 from pgrag.evaluation.answer_metrics import auroc, exact_match, normalize, token_f1
 from pgrag.evaluation.datasets import AnswerDataset
 from pgrag.evaluation.metrics import percentile
+from pgrag.ingest.loaders import from_text
+from pgrag.ingest.pipeline import ingest_documents
+from pgrag.llm.chat import LLMConfig
 
 if TYPE_CHECKING:
     from pgrag.answer.ask import Answer
     from pgrag.db.connect import Database
-    from pgrag.llm.chat import LLMConfig
     from pgrag.llm.local import LocalLLMConfig
+
+Q = queries.load(__name__)
 
 
 @dataclass
@@ -180,9 +187,6 @@ def evaluate_answers(
 ) -> AnswerReport:
     """Index part of ``dataset``, ask ``questions`` answerable and as many unanswerable
     questions with each generator (None: the extractive reader), and measure the answers."""
-    from pgrag.ingest.loaders import from_text
-    from pgrag.ingest.pipeline import ingest_documents
-
     data = dataset.retrieval
     if not 0 < withhold < 1:
         raise InputError(f"--withhold must be between 0 and 1 (a share), got {withhold}")
@@ -274,8 +278,6 @@ def evaluate_answers(
 
 
 def _label(llm: LLMConfig | LocalLLMConfig | None) -> str:
-    from pgrag.llm.chat import LLMConfig
-
     if llm is None:
         return "extractive"
     return f"openai-compatible:{llm.model}" if isinstance(llm, LLMConfig) else llm.label
@@ -284,20 +286,17 @@ def _label(llm: LLMConfig | LocalLLMConfig | None) -> str:
 def _check_collection(db: Database, collection: str, sources: list[str]) -> None:
     """The collection must hold nothing but the indexed paragraphs (``sources``), or an
     unanswerable question might be answerable after all."""
-    from pgrag.db.connect import transaction
-
     with transaction(db) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pgrag.documents d JOIN pgrag.collections c"
-            " ON c.id = d.collection_id WHERE c.name = %(c)s AND d.source <> ALL (%(s)s)",
-            {"c": collection, "s": sources},
+            Q.foreign_documents, {"collection": collection, "sources": sources}
         ).fetchone()
     other = int(row[0]) if row else 0
     if other:
+        delete = "DELETE FROM pgrag.collections WHERE name = ..."
         raise InputError(
-            f"collection {collection!r} holds {other} documents that are not this split's"  # noqa: S608 - a message
+            f"collection {collection!r} holds {other} documents that are not this split's"
             " paragraphs (another file, seed or --withhold); pass another --collection, or"
-            " delete that collection first (DELETE FROM pgrag.collections WHERE name = ...)"
+            f" delete that collection first ({delete})"
         )
 
 
@@ -342,8 +341,6 @@ def _ask_one(
     llm: LLMConfig | LocalLLMConfig | None,
     prefix: str,
 ) -> Case:
-    from pgrag.answer.ask import ask
-
     question = dataset.retrieval.queries[qid]
     t = time.perf_counter()
     answer: Answer = ask(
@@ -461,14 +458,9 @@ def _round(value: float | None) -> float | None:
 
 def save_threshold(db: Database, collection: str, threshold: float) -> str:
     """Record ``threshold`` on ``collection``'s active model; returns the model's name."""
-    from pgrag.db.connect import transaction
-
     with transaction(db) as conn:
         row = conn.execute(
-            "UPDATE pgrag.embedding_models m SET min_confidence = %(t)s"
-            " FROM pgrag.collections c WHERE c.name = %(c)s AND m.id = c.model_id"
-            " RETURNING m.name",
-            {"t": threshold, "c": collection},
+            Q.save_threshold, {"threshold": threshold, "collection": collection}
         ).fetchone()
     if row is None:
         raise InputError(f"collection {collection!r} has no active model to record a threshold on")

@@ -18,9 +18,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pgrag.db import queries
+from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, InputError
 from pgrag.evaluation.datasets import RetrievalDataset
 from pgrag.evaluation.metrics import Summary, percentile, summarize
+from pgrag.ingest.loaders import from_text
+from pgrag.ingest.pipeline import ingest_documents
+from pgrag.retrieval.rerank import rerank
 from pgrag.retrieval.search import SearchSettings, call_sql
 
 if TYPE_CHECKING:
@@ -29,6 +34,8 @@ if TYPE_CHECKING:
 
     from pgrag.db.connect import Database
     from pgrag.retrieval.rerank import Reranker
+
+Q = queries.load(__name__)
 
 ARMS = ("keyword", "vector", "hybrid")
 RUN_DEPTH = 100  # results kept per query (Recall@100)
@@ -127,9 +134,6 @@ def evaluate_retrieval(
     """Ingest ``dataset`` (skipping what is already there) and measure every arm and peer.
     With a ``reranker``, a "hybrid+rerank" run reorders the hybrid's top 100 with it.
     ``progress(stage, done, total)`` is called as work proceeds."""
-    from pgrag.ingest.loaders import from_text
-    from pgrag.ingest.pipeline import ingest_documents
-
     if not dataset.queries:
         raise InputError(f"dataset {dataset.name!r} has no queries with relevance judgements")
     collection = collection or collection_name(dataset)
@@ -165,7 +169,8 @@ def evaluate_retrieval(
     texts = [dataset.queries[q] for q in query_ids]
 
     t0 = time.perf_counter()
-    vectors = db.embedder.embed(texts) if ("vector" in arms or "hybrid" in arms or peers) else None
+    embed = "vector" in arms or "hybrid" in arms or peers
+    vectors = configured_embedder(db).embed(texts) if embed else None
     embed_s = time.perf_counter() - t0
 
     report = EvalReport(
@@ -261,10 +266,7 @@ def _settle(db: Database) -> None:
     db.conn.commit()
     db.conn.autocommit = True
     try:
-        db.conn.execute(
-            "VACUUM (ANALYZE) pgrag.keyword_postings, pgrag.keyword_df, pgrag.keyword_totals,"
-            " pgrag.chunks, pgrag.documents, pgrag.chunk_embeddings"
-        )
+        db.conn.execute(Q.settle)
     except psycopg.errors.InsufficientPrivilege:
         pass
     finally:
@@ -324,8 +326,6 @@ def _reranked_searcher(
 ) -> Searcher:
     """The hybrid's top RUN_DEPTH chunks reordered by the reranker (its time included)."""
     from psycopg.types.json import Jsonb
-
-    from pgrag.retrieval.rerank import rerank
 
     sql = call_sql(settings, columns="metadata ->> 'doc_id', text")
     cur = db.conn.cursor()
@@ -387,14 +387,7 @@ def _bm25s_searcher(dataset: RetrievalDataset, texts: list[str]) -> Searcher:
 def _stored_vectors(db: Database, collection: str) -> tuple[list[str], npt.NDArray[np.float32]]:
     import numpy as np
 
-    rows = db.conn.execute(
-        "SELECT d.metadata ->> 'doc_id', e.embedding FROM pgrag.chunk_embeddings e"
-        " JOIN pgrag.chunks c ON c.id = e.chunk_id"
-        " JOIN pgrag.documents d ON d.id = c.document_id"
-        " JOIN pgrag.collections k ON k.id = c.collection_id AND k.model_id = e.model_id"
-        " WHERE k.name = %(c)s ORDER BY c.id",
-        {"c": collection},
-    ).fetchall()
+    rows = db.conn.execute(Q.stored_vectors, {"collection": collection}).fetchall()
     db.conn.commit()
     ids = [r[0] for r in rows]
     matrix = np.asarray([r[1].to_numpy() for r in rows], dtype=np.float32)
