@@ -5,10 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import CompletionsServer
 
 import pgrag
 from pgrag.answer.prompt import ABSTAIN_TEXT
+from pgrag.config import from_env
 from pgrag.db.connect import Database
+from pgrag.embeddings.local import Embedder
+from pgrag.errors import ConfigError, InputError
 
 
 @pytest.fixture
@@ -132,3 +136,44 @@ def test_quantity_questions_prefer_sentences_with_numbers(db: Database, tmp_path
     answer = pgrag.ask(db, question, collection="money", llm=None)
     first_sentence = answer.answer.split("]")[0]
     assert "5–10 business days" in first_sentence
+
+
+def test_ask_takes_its_configuration_from_the_connection(
+    loaded: Database,
+    embedder: Embedder,
+    completions_llm: CompletionsServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    question = "How many days do I have to get a refund on a monthly subscription?"
+    completions_llm.reply = "Monthly plans: 14 days [1]."
+    monkeypatch.setenv("PGRAG_LLM_BASE_URL", completions_llm.url)
+    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "0.01")
+    db = pgrag.connect(loaded.dsn, embedder=embedder)  # the environment is read here, once
+    try:
+        monkeypatch.setenv("PGRAG_LLM_BASE_URL", "http://127.0.0.1:9/v1")  # too late to count
+        monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "off")
+        answer = pgrag.ask(db, question, collection="docs", log=False)
+        assert answer.generator == "openai-compatible:default" and "14 days" in answer.answer
+        assert completions_llm.paths == ["/v1/chat/completions"]
+        assert (answer.threshold, answer.threshold_from) == (0.01, "PGRAG_MIN_CONFIDENCE")
+        # llm=None still forces the offline reader; an explicit min_confidence wins.
+        offline = pgrag.ask(
+            db, question, collection="docs", log=False, llm=None, min_confidence=None
+        )
+        assert offline.generator == "extractive" and offline.threshold is None
+        assert len(completions_llm.paths) == 1
+    finally:
+        db.close()
+
+
+def test_ask_reports_settings_given_to_connect(loaded: Database, embedder: Embedder) -> None:
+    settings = from_env({"PGRAG_LLM_BASE_URL": "http://127.0.0.1:9/v1", "PGRAG_LLM_TEMPLATE": "x"})
+    db = pgrag.connect(loaded.dsn, embedder=embedder, settings=settings)
+    try:
+        with pytest.raises(ConfigError, match="PGRAG_LLM_TEMPLATE must be one of chat, base"):
+            pgrag.ask(db, "refund", collection="docs", log=False)
+        assert pgrag.ask(db, "refund", collection="docs", log=False, llm=None).answer
+        with pytest.raises(InputError, match="llm must be an LLMConfig"):
+            pgrag.ask(db, "refund", collection="docs", log=False, llm="offline")  # type: ignore[arg-type]
+    finally:
+        db.close()

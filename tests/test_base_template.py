@@ -16,6 +16,7 @@ from pgrag import http as http_post
 from pgrag.answer.prompt import ABSTAIN_TEXT, FEW_SHOT, build_messages, fenced
 from pgrag.answer.traces import get_trace
 from pgrag.cli import cli
+from pgrag.config import from_env
 from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.llm.chat import LLMConfig
@@ -230,9 +231,9 @@ def test_tokenizer_and_template_from_the_environment(tmp_path: Path) -> None:
         "PGRAG_LLM_TEMPLATE": "Base",
         "PGRAG_LLM_TOKENIZER": str(tmp_path / "t.json"),
     }
-    config = LLMConfig.from_env(env)
+    config = LLMConfig.from_settings(from_env(env))
     assert config is not None and config.template == "base"
     assert config.tokenizer == str(tmp_path / "t.json")
     assert config.completions_url == "http://127.0.0.1:9/v1/completions"
-    default = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://127.0.0.1:9/v1"})
+    default = LLMConfig.from_settings(from_env({"PGRAG_LLM_BASE_URL": "http://127.0.0.1:9/v1"}))
     assert default is not None and default.template == "chat" and default.tokenizer is None

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from pgrag import http as http_post
+from pgrag.config import from_env
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.llm.chat import ChatClient, LLMConfig, normalize_base_url
 
@@ -515,18 +516,21 @@ def test_timeout(llm: FakeLLM) -> None:
     assert sleeps.calls == []
 
 
-# --- configuration from the environment -----------------------------------------------------
+# --- configuration from the settings (pgrag.config) --------------------------------------
 
 
 def test_from_env_nothing_configured() -> None:
-    assert LLMConfig.from_env({}) is None
-    assert LLMConfig.from_env({"PGRAG_LLM_MODEL": "m", "PGRAG_LLM_API_KEY": "k"}) is None
-    assert LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "  "}) is None
+    assert LLMConfig.from_settings(from_env({})) is None
+    assert (
+        LLMConfig.from_settings(from_env({"PGRAG_LLM_MODEL": "m", "PGRAG_LLM_API_KEY": "k"}))
+        is None
+    )
+    assert LLMConfig.from_settings(from_env({"PGRAG_LLM_BASE_URL": "  "})) is None
 
 
 def test_from_env_api_key_alone_stays_offline(monkeypatch: pytest.MonkeyPatch) -> None:
     # A laptop with only OPENAI_API_KEY set must not ship documents to api.openai.com.
-    assert LLMConfig.from_env({"OPENAI_API_KEY": "sk-secret"}) is None
+    assert LLMConfig.from_settings(from_env({"OPENAI_API_KEY": "sk-secret"})) is None
     everything_but_a_url = {
         "OPENAI_API_KEY": "sk-secret",
         "OPENAI_MODEL": "gpt-4o",
@@ -534,9 +538,9 @@ def test_from_env_api_key_alone_stays_offline(monkeypatch: pytest.MonkeyPatch) -
         "PGRAG_LLM_MODEL": "m",
         "PGRAG_LLM_TIMEOUT": "5",
     }
-    assert LLMConfig.from_env(everything_but_a_url) is None
+    assert LLMConfig.from_settings(from_env(everything_but_a_url)) is None
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    assert LLMConfig.from_env() is None  # os.environ, as the CLI reads it
+    assert LLMConfig.from_settings(from_env()) is None  # os.environ, as the CLI reads it
 
 
 def test_openai_key_is_not_sent_to_a_pgrag_base_url(
@@ -544,7 +548,7 @@ def test_openai_key_is_not_sent_to_a_pgrag_base_url(
 ) -> None:
     monkeypatch.setenv("PGRAG_LLM_BASE_URL", llm.base_url + "/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
-    config = LLMConfig.from_env()
+    config = LLMConfig.from_settings(from_env())
     assert config is not None and config.api_key is None
     assert ChatClient(config).complete(MESSAGES) == "hello"
     (request,) = llm.requests
@@ -553,16 +557,18 @@ def test_openai_key_is_not_sent_to_a_pgrag_base_url(
 
 
 def test_from_env_pgrag_variables_win() -> None:
-    config = LLMConfig.from_env(
-        {
-            "PGRAG_LLM_BASE_URL": "http://127.0.0.1:8080",
-            "PGRAG_LLM_MODEL": "qwen2.5",
-            "PGRAG_LLM_API_KEY": "local-key",
-            "PGRAG_LLM_TIMEOUT": "12.5",
-            "OPENAI_BASE_URL": "https://api.openai.com/v1",
-            "OPENAI_MODEL": "gpt-4o",
-            "OPENAI_API_KEY": "sk-openai",
-        }
+    config = LLMConfig.from_settings(
+        from_env(
+            {
+                "PGRAG_LLM_BASE_URL": "http://127.0.0.1:8080",
+                "PGRAG_LLM_MODEL": "qwen2.5",
+                "PGRAG_LLM_API_KEY": "local-key",
+                "PGRAG_LLM_TIMEOUT": "12.5",
+                "OPENAI_BASE_URL": "https://api.openai.com/v1",
+                "OPENAI_MODEL": "gpt-4o",
+                "OPENAI_API_KEY": "sk-openai",
+            }
+        )
     )
     assert config == LLMConfig(
         base_url="http://127.0.0.1:8080", model="qwen2.5", api_key="local-key", timeout=12.5
@@ -576,7 +582,7 @@ def test_from_env_pgrag_base_url_pairs_with_pgrag_key_only() -> None:
         "OPENAI_BASE_URL": "https://api.openai.com/v1",
         "OPENAI_API_KEY": "sk-openai",
     }
-    config = LLMConfig.from_env(env)
+    config = LLMConfig.from_settings(from_env(env))
     assert config is not None
     assert (config.base_url, config.model, config.api_key) == (
         "http://ollama:11434",
@@ -584,7 +590,7 @@ def test_from_env_pgrag_base_url_pairs_with_pgrag_key_only() -> None:
         None,
     )
 
-    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://ollama:11434"})
+    config = LLMConfig.from_settings(from_env({"PGRAG_LLM_BASE_URL": "http://ollama:11434"}))
     assert config is not None
     assert (config.model, config.api_key) == ("default", None)
 
@@ -593,12 +599,16 @@ def test_from_env_pgrag_base_url_pairs_with_pgrag_key_only() -> None:
     "url", ["https://api.openai.com/v1", "https://API.OpenAI.com:443/v1/", "https://api.openai.com"]
 )
 def test_from_env_pgrag_base_url_at_openai_may_use_openai_key(url: str) -> None:
-    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai"})
+    config = LLMConfig.from_settings(
+        from_env({"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai"})
+    )
     assert config is not None
     assert (config.model, config.api_key) == ("gpt-4o-mini", "sk-openai")
 
-    config = LLMConfig.from_env(
-        {"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai", "PGRAG_LLM_API_KEY": "sk-pg"}
+    config = LLMConfig.from_settings(
+        from_env(
+            {"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai", "PGRAG_LLM_API_KEY": "sk-pg"}
+        )
     )
     assert config is not None and config.api_key == "sk-pg"
 
@@ -617,12 +627,16 @@ def test_from_env_pgrag_base_url_at_openai_may_use_openai_key(url: str) -> None:
     ],
 )
 def test_from_env_openai_key_not_sent_to_look_alikes(url: str) -> None:
-    config = LLMConfig.from_env({"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai"})
+    config = LLMConfig.from_settings(
+        from_env({"PGRAG_LLM_BASE_URL": url, "OPENAI_API_KEY": "sk-openai"})
+    )
     assert config is not None and config.api_key is None
 
 
 def test_from_env_openai_family() -> None:
-    config = LLMConfig.from_env({"OPENAI_BASE_URL": "http://vllm:8000/v1", "OPENAI_API_KEY": "k"})
+    config = LLMConfig.from_settings(
+        from_env({"OPENAI_BASE_URL": "http://vllm:8000/v1", "OPENAI_API_KEY": "k"})
+    )
     assert config is not None
     assert (config.base_url, config.model, config.api_key) == (
         "http://vllm:8000/v1",
@@ -631,32 +645,36 @@ def test_from_env_openai_family() -> None:
     )
     assert config.timeout == 60.0
 
-    config = LLMConfig.from_env(
-        {"OPENAI_BASE_URL": "https://api.openai.com/v1", "OPENAI_API_KEY": "sk-only"}
+    config = LLMConfig.from_settings(
+        from_env({"OPENAI_BASE_URL": "https://api.openai.com/v1", "OPENAI_API_KEY": "sk-only"})
     )
     assert config is not None
     assert config.chat_url == "https://api.openai.com/v1/chat/completions"
     assert (config.model, config.api_key) == ("gpt-4o-mini", "sk-only")
 
-    config = LLMConfig.from_env(
-        {
-            "OPENAI_BASE_URL": "http://vllm:8000/v1",
-            "OPENAI_API_KEY": "k",
-            "OPENAI_MODEL": "llama",
-            "PGRAG_LLM_API_KEY": "pg-k",
-        }
+    config = LLMConfig.from_settings(
+        from_env(
+            {
+                "OPENAI_BASE_URL": "http://vllm:8000/v1",
+                "OPENAI_API_KEY": "k",
+                "OPENAI_MODEL": "llama",
+                "PGRAG_LLM_API_KEY": "pg-k",
+            }
+        )
     )
     assert config is not None
     assert (config.model, config.api_key) == ("llama", "pg-k")
 
-    config = LLMConfig.from_env({"OPENAI_BASE_URL": "http://vllm:8000/v1"})
+    config = LLMConfig.from_settings(from_env({"OPENAI_BASE_URL": "http://vllm:8000/v1"}))
     assert config is not None and config.api_key is None
 
 
 @pytest.mark.parametrize("value", ["soon", "0", "-1", "nan"])
 def test_from_env_bad_timeout(value: str) -> None:
     with pytest.raises(ConfigError, match="timeout|TIMEOUT"):
-        LLMConfig.from_env({"PGRAG_LLM_BASE_URL": "http://x", "PGRAG_LLM_TIMEOUT": value})
+        LLMConfig.from_settings(
+            from_env({"PGRAG_LLM_BASE_URL": "http://x", "PGRAG_LLM_TIMEOUT": value})
+        )
 
 
 def test_redirects_are_not_followed_so_the_key_stays_home(llm: FakeLLM) -> None:

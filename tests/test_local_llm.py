@@ -24,11 +24,12 @@ from click.testing import CliRunner, Result
 import pgrag
 from pgrag.answer.prompt import fit_budget
 from pgrag.cli import cli
+from pgrag.config import from_env
 from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.llm import local as local_llm
 from pgrag.llm.chat import LLMConfig
-from pgrag.llm.local import LocalChatClient, LocalLLMConfig, config_from_env
+from pgrag.llm.local import LocalChatClient, LocalLLMConfig, config_from_settings
 
 REPO = Path(__file__).resolve().parents[1]
 QUESTION = "How many days do monthly subscriptions have for a refund?"
@@ -66,7 +67,7 @@ def ask_cli(dsn: str, env: dict[str, str | None], *args: str) -> Result:
 
 
 def test_gguf_alone_selects_the_local_model(gguf_file: Path) -> None:
-    config = config_from_env({"PGRAG_LLM_GGUF": str(gguf_file)})
+    config = config_from_settings(from_env({"PGRAG_LLM_GGUF": str(gguf_file)}))
     assert isinstance(config, LocalLLMConfig)
     assert config.model_path == gguf_file
     assert (config.n_ctx, config.n_threads, config.temperature, config.max_tokens) == (
@@ -80,18 +81,18 @@ def test_gguf_alone_selects_the_local_model(gguf_file: Path) -> None:
 
 def test_ctx_and_threads_come_from_the_environment(gguf_file: Path) -> None:
     env = {"PGRAG_LLM_GGUF": str(gguf_file), "PGRAG_LLM_CTX": "2048", "PGRAG_LLM_THREADS": "3"}
-    config = config_from_env(env)
+    config = config_from_settings(from_env(env))
     assert isinstance(config, LocalLLMConfig)
     assert (config.n_ctx, config.n_threads) == (2048, 3)
     for name, bad in (("PGRAG_LLM_CTX", "0"), ("PGRAG_LLM_THREADS", "many")):
         with pytest.raises(ConfigError, match=f"^{name} must be a positive whole number"):
-            config_from_env({"PGRAG_LLM_GGUF": str(gguf_file), name: bad})
+            config_from_settings(from_env({"PGRAG_LLM_GGUF": str(gguf_file), name: bad}))
 
 
 def test_gguf_and_pgrag_base_url_together_are_an_error(gguf_file: Path) -> None:
     env = {"PGRAG_LLM_GGUF": str(gguf_file), "PGRAG_LLM_BASE_URL": "http://127.0.0.1:9/v1"}
     with pytest.raises(ConfigError, match="both PGRAG_LLM_GGUF .* and PGRAG_LLM_BASE_URL"):
-        config_from_env(env)
+        config_from_settings(from_env(env))
 
 
 @pytest.mark.parametrize(
@@ -101,16 +102,18 @@ def test_endpoint_only_settings_with_a_gguf_are_an_error(
     gguf_file: Path, name: str, value: str
 ) -> None:
     with pytest.raises(ConfigError, match=f"{name} does not apply to PGRAG_LLM_GGUF"):
-        config_from_env({"PGRAG_LLM_GGUF": str(gguf_file), name: value})
+        config_from_settings(from_env({"PGRAG_LLM_GGUF": str(gguf_file), name: value}))
 
 
 def test_gguf_wins_over_the_generic_openai_base_url(gguf_file: Path) -> None:
     env = {"PGRAG_LLM_GGUF": str(gguf_file), "OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}
-    assert isinstance(config_from_env(env), LocalLLMConfig)
+    assert isinstance(config_from_settings(from_env(env)), LocalLLMConfig)
     # and without the GGUF the endpoints behave as before
-    assert isinstance(config_from_env({"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"}), LLMConfig)
-    assert config_from_env({}) is None
-    assert config_from_env({"PGRAG_LLM_GGUF": "  "}) is None
+    assert isinstance(
+        config_from_settings(from_env({"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})), LLMConfig
+    )
+    assert config_from_settings(from_env({})) is None
+    assert config_from_settings(from_env({"PGRAG_LLM_GGUF": "  "})) is None
 
 
 def test_conflicting_settings_are_one_line_from_pgrag_ask(dsn: str, gguf_file: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from pgrag.config import from_env
 from pgrag.errors import ConfigError, InputError, PgragError, RerankError
 from pgrag.retrieval.rerank import (
     CrossEncoderReranker,
@@ -28,6 +29,7 @@ from pgrag.retrieval.rerank import (
     mmr,
     rerank,
     reranker_from_config,
+    reranker_from_settings,
 )
 
 QUERY = "how long is the refund window"
@@ -535,14 +537,14 @@ def test_credentials_in_the_url_are_masked_in_messages() -> None:
 
 
 def test_from_config_none() -> None:
-    assert reranker_from_config(None, env={}) is None
-    assert reranker_from_config("", env={"PGRAG_RERANKER": "http://h"}) is None
-    assert reranker_from_config(" None ", env={}) is None
-    assert reranker_from_config(None, env={"PGRAG_RERANKER": "none"}) is None
+    assert reranker_from_settings(from_env({}), None) is None
+    assert reranker_from_settings(from_env({"PGRAG_RERANKER": "http://h"}), "") is None
+    assert reranker_from_settings(from_env({}), " None ") is None
+    assert reranker_from_settings(from_env({"PGRAG_RERANKER": "none"}), None) is None
 
 
 def test_from_config_url() -> None:
-    reranker = reranker_from_config("http://h:8080", env={})
+    reranker = reranker_from_settings(from_env({}), "http://h:8080")
     assert isinstance(reranker, HTTPReranker)
     assert (reranker.url, reranker.style, reranker.api_key) == ("http://h:8080/rerank", "tei", None)
 
@@ -551,7 +553,7 @@ def test_from_config_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGRAG_RERANKER", "https://api.jina.ai/v1/rerank")
     monkeypatch.setenv("PGRAG_RERANKER_MODEL", "jina-reranker-v2-base-multilingual")
     monkeypatch.setenv("PGRAG_RERANKER_API_KEY", "jina-key")
-    reranker = reranker_from_config()
+    reranker = reranker_from_settings(from_env())
     assert isinstance(reranker, HTTPReranker)
     assert reranker.url == "https://api.jina.ai/v1/rerank"
     assert (reranker.style, reranker.model) == ("cohere", "jina-reranker-v2-base-multilingual")
@@ -559,20 +561,21 @@ def test_from_config_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_from_config_path(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    reranker = reranker_from_config(str(tiny_model), env={})
+    reranker = reranker_from_settings(from_env({}), str(tiny_model))
     assert isinstance(reranker, CrossEncoderReranker)
     assert reranker.path == tiny_model.resolve()
     monkeypatch.setenv("PGRAG_RERANKER", str(tiny_model))
-    assert isinstance(reranker_from_config(), CrossEncoderReranker)
+    assert isinstance(reranker_from_settings(from_env()), CrossEncoderReranker)
+    assert isinstance(reranker_from_config(), CrossEncoderReranker)  # the CLI's, for now
 
 
 def test_from_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
-        reranker_from_config(str(tmp_path / "missing"), env={})
+        reranker_from_settings(from_env({}), str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match="neither an http"):
-        reranker_from_config("ftp://h/model", env={})
+        reranker_from_settings(from_env({}), "ftp://h/model")
     with pytest.raises(PgragError):
-        reranker_from_config("BAAI/bge-reranker-base", env={})
+        reranker_from_settings(from_env({}), "BAAI/bge-reranker-base")
 
 
 # --- MMR --------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pgrag
 from pgrag.answer.marginals import rag_marginals
 from pgrag.answer.scoring import passage_prompt, score_answers, span_logprobs
 from pgrag.cli import cli
+from pgrag.config import from_env
 from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, GenerationError, InputError
 from pgrag.llm.chat import LLMConfig
@@ -144,6 +145,25 @@ def test_candidates_must_be_two_or_more_distinct_non_empty(
 def test_scoring_without_an_endpoint_says_what_to_set(drinks: Database) -> None:
     with pytest.raises(ConfigError, match="PGRAG_LLM_BASE_URL"):
         score_answers(drinks, "cafe", ["Yes", "No"], collection="drinks")
+
+
+def test_scoring_uses_the_endpoint_the_connection_was_opened_with(
+    drinks: Database, completions_llm: CompletionsServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = from_env({"PGRAG_LLM_BASE_URL": completions_llm.url, "PGRAG_LLM_MODEL": "toy"})
+    db = pgrag.connect(drinks.dsn, embedder=drinks.embedder, settings=settings)
+    try:
+        # The environment is not read at call time: only the connection's settings count.
+        monkeypatch.setenv("PGRAG_LLM_BASE_URL", "http://127.0.0.1:9/v1")
+        scores = score_answers(
+            db, "What does the office cafe serve?", [ESPRESSO, TEA], k=1, collection="drinks"
+        )
+        assert scores.generator == "openai-compatible:toy" and scores.best == ESPRESSO
+        assert completions_llm.paths and set(completions_llm.paths) == {"/v1/completions"}
+        with pytest.raises(ConfigError, match="PGRAG_LLM_BASE_URL"):
+            score_answers(db, "cafe", ["Yes", "No"], collection="drinks", llm=None)
+    finally:
+        db.close()
 
 
 def test_retried_after_a_server_error(drinks: Database, completions_llm: CompletionsServer) -> None:

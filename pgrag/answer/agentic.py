@@ -1,7 +1,7 @@
 """``pgrag ask --agentic``: a tool-calling model that may search again.
 
 The question is answered as ``ask`` does it: retrieve, number the sources, fence them as data.
-The model is also offered the ``pgrag_search`` tool (:mod:`pgrag.tools`). Each call it makes
+The model is also offered the ``pgrag_search`` tool (:mod:`pgrag.answer.tools`). Each call it makes
 runs under the user's principals, and the passages it returns are numbered on from the ones
 the model already has, and fenced the same way. After ``max_steps`` searches the model is
 asked once more without the tool, so it must answer. The answer is checked as ``ask`` checks
@@ -16,13 +16,25 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgrag.answer.prompt import SYSTEM, Source, build_messages, fit_budget, number_sources
+from pgrag.answer.ask import Answer, budget_counter, judge
+from pgrag.answer.injection import flagged_sources
+from pgrag.answer.prompt import (
+    ABSTAIN_TEXT,
+    SYSTEM,
+    Source,
+    build_messages,
+    fit_budget,
+    number_sources,
+)
+from pgrag.answer.tools import NAME, run_search_call, search_tool
+from pgrag.answer.traces import record_answer
 from pgrag.errors import ConfigError, InputError
+from pgrag.llm.chat import ChatClient, LLMConfig
+from pgrag.retrieval.confidence import collection_model, retrieval_confidence
+from pgrag.retrieval.search import search
 
 if TYPE_CHECKING:
-    from pgrag.answer.ask import Answer
     from pgrag.db.connect import Database
-    from pgrag.llm.chat import LLMConfig
 
 AGENT_SYSTEM = SYSTEM + (
     "\n- If the sources do not answer the question, call the pgrag_search tool with other"
@@ -31,7 +43,7 @@ AGENT_SYSTEM = SYSTEM + (
 
 
 def _blocks(sources: Sequence[Source]) -> str:
-    # The same fencing as the first message (pgrag.prompt.build_messages).
+    # The same fencing as the first message (pgrag.answer.prompt.build_messages).
     user = build_messages("", sources)[1]["content"]
     return user.removeprefix("Sources:\n\n").rsplit("\n\nQuestion:", 1)[0]
 
@@ -70,13 +82,6 @@ def ask_agentic(
 ) -> Answer:
     """Answer ``question`` with a model that may search ``collection`` again, at most
     ``max_steps`` times; cited and checked as :func:`pgrag.ask`'s answers are."""
-    from pgrag.answer.ask import Answer, _budget_counter, _flagged, _log, judge
-    from pgrag.answer.prompt import ABSTAIN_TEXT
-    from pgrag.answer.tools import NAME, run_search_call, search_tool
-    from pgrag.llm.chat import ChatClient
-    from pgrag.retrieval.confidence import collection_model, retrieval_confidence
-    from pgrag.retrieval.search import search
-
     if not question or not question.strip():
         raise InputError(
             'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
@@ -94,7 +99,7 @@ def ask_agentic(
     results = search(
         db, question, collection=collection, k=k, timings=timings, principals=principals
     )
-    count, tokenizer = _budget_counter(db, config, None)
+    count, tokenizer = budget_counter(db, config, None)
     sources = number_sources(fit_budget(results, budget_tokens, count))
 
     def cost(r: Any) -> int:
@@ -173,7 +178,7 @@ def ask_agentic(
         prompt=_render(messages),
         invalid_citations=invalid,
         raw_answer=raw,
-        flagged=_flagged(sources),
+        flagged=flagged_sources(sources),
         # The first search's, for the record: the model may search again, so a low value
         # does not stop it here.
         confidence=first.value if first else None,
@@ -182,5 +187,5 @@ def ask_agentic(
     )
     answer.check_support()
     if log:
-        answer.query_id = _log(db, collection, answer, retrieved, principals)
+        answer.query_id = record_answer(db, collection, answer, retrieved, principals)
     return answer

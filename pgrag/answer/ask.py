@@ -2,9 +2,10 @@
 
 Without an LLM endpoint configured the offline extractive reader answers. With one
 (``PGRAG_LLM_BASE_URL`` or ``OPENAI_BASE_URL``), any OpenAI-compatible chat server does; with
-``PGRAG_LLM_GGUF``, a local GGUF model through llama-cpp-python (:mod:`pgrag.local_llm`). Either way
-the answer comes back with its citations resolved to chunks and documents, or as an
-abstention with a reason.
+``PGRAG_LLM_GGUF``, a local GGUF model through llama-cpp-python (:mod:`pgrag.llm.local`).
+The configuration is the connection's (``db.settings``, taken when it was opened), never the
+environment at the time of the question. Either way the answer comes back with its citations
+resolved to chunks and documents, or as an abstention with a reason.
 """
 
 from __future__ import annotations
@@ -12,9 +13,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from pgrag.answer.citations import Citation, check_citations, says_unknown
+from pgrag.answer.citations import (
+    Citation,
+    check_citations,
+    cited_numbers,
+    says_unknown,
+    without_citations,
+)
+from pgrag.answer.injection import flagged_sources
 from pgrag.answer.prompt import (
     ABSTAIN_TEXT,
     BASE_STOP,
@@ -25,16 +33,32 @@ from pgrag.answer.prompt import (
     number_sources,
     render,
 )
+from pgrag.answer.reader import extractive_answer
+from pgrag.answer.support import sentence_support, split_sentences
+from pgrag.answer.traces import record_answer
 from pgrag.errors import InputError
+from pgrag.llm.chat import ChatClient, LLMConfig
+from pgrag.llm.completions import CompletionClient
+from pgrag.llm.local import LocalChatClient, LocalLLMConfig, config_from_settings
+from pgrag.retrieval.confidence import (
+    Model,
+    collection_model,
+    describe,
+    parse_threshold,
+    retrieval_confidence,
+    threshold_for,
+)
 from pgrag.retrieval.search import search
+from pgrag.retrieval.sections import widen
+from pgrag.text.tokens import generator_counter
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.llm.chat import LLMConfig
-    from pgrag.llm.local import LocalLLMConfig
     from pgrag.retrieval.rerank import Reranker
 
-_ENV = object()  # "read the LLM endpoint from the environment"
+# The default of ``llm`` and ``min_confidence``: what the connection's settings name
+# (``db.settings``, read from the environment when it was opened; see pgrag.config).
+Configured = Literal["configured"]
 
 
 @dataclass
@@ -53,11 +77,12 @@ class Answer:
     query_id: int | None = None
     # Sources whose text reads like an instruction to the model: [{n, chunk_id, phrases}].
     flagged: list[dict[str, Any]] = field(default_factory=list)
-    # Per sentence: its citations, and how much of it its cited passage holds (pgrag.support);
-    # the mean over sentences (an uncited one counting 0) estimates faithfulness.
+    # Per sentence: its citations, and how much of it its cited passage holds
+    # (pgrag.answer.support); the mean over sentences (an uncited one counting 0) estimates
+    # faithfulness.
     sentences: list[dict[str, Any]] = field(default_factory=list)
     faithfulness: float | None = None
-    # The question's similarity to its nearest retrieved chunk (pgrag.confidence), and the
+    # The question's similarity to its nearest retrieved chunk (pgrag.retrieval.confidence), and the
     # threshold below which the answer is an abstention (None: no threshold) with its origin.
     confidence: float | None = None
     confidence_detail: dict[str, float] | None = None  # its parts: similarity, coverage
@@ -73,8 +98,6 @@ class Answer:
         return [s["text"] for s in self.sentences if not s["citations"]]
 
     def check_support(self) -> None:
-        from pgrag.answer.support import sentence_support
-
         if self.abstained:
             self.sentences, self.faithfulness = [], None
             return
@@ -125,28 +148,32 @@ def ask(
     collection: str = "default",
     k: int = 8,
     budget_tokens: int = 1500,
-    llm: LLMConfig | LocalLLMConfig | None | object = _ENV,
+    llm: LLMConfig | LocalLLMConfig | Configured | None = "configured",
     on_token: Callable[[str], None] | None = None,
     log: bool = True,
     reranker: Reranker | None = None,
     principals: Sequence[str] | None = None,
     context: str = "chunk",
-    min_confidence: float | None | object = _ENV,
+    min_confidence: float | Configured | None = "configured",
 ) -> Answer:
     """Answer ``question`` from ``collection`` with numbered citations, or abstain.
+
+    ``llm`` is the generator: by default the one the connection's settings name
+    (``db.settings``: ``PGRAG_LLM_BASE_URL`` or ``OPENAI_BASE_URL``, or ``PGRAG_LLM_GGUF``, as
+    the environment held them when :func:`pgrag.connect` ran), an :class:`LLMConfig` or
+    :class:`LocalLLMConfig` given here, or None, which forces the offline extractive reader.
 
     ``principals`` overrides the connection's for this question (see :func:`pgrag.search`):
     the answer is built only from passages they (or public) may read. ``context="section"``
     is small-to-big retrieval: each retrieved chunk is handed to the prompt as its whole
-    section (:mod:`pgrag.sections`), within the same token budget.
+    section (:mod:`pgrag.retrieval.sections`), within the same token budget.
 
-    When the retrieval confidence (:mod:`pgrag.confidence`) is below ``min_confidence`` the
-    answer is an abstention and no generator is asked. By default the threshold is
-    ``PGRAG_MIN_CONFIDENCE``, else the one ``pgrag eval answers --save`` calibrated for the
-    collection's model, else the bundled model's default; None turns it off."""
-    from pgrag.llm.chat import ChatClient, LLMConfig
-    from pgrag.llm.local import LocalChatClient, LocalLLMConfig, config_from_env
-
+    When the retrieval confidence (:mod:`pgrag.retrieval.confidence`) is below
+    ``min_confidence`` the answer is an abstention and no generator is asked. By default the
+    threshold is
+    ``PGRAG_MIN_CONFIDENCE`` (from ``db.settings``), else the one ``pgrag eval answers --save``
+    calibrated for the collection's model, else the bundled model's default; None turns it
+    off."""
     if not question or not question.strip():
         raise InputError(
             'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
@@ -155,26 +182,9 @@ def ask(
         raise InputError(f"budget_tokens must be at least 1, got {budget_tokens}")
     if context not in ("chunk", "section"):
         raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
-    config = config_from_env() if llm is _ENV else llm
-    assert config is None or isinstance(config, LLMConfig | LocalLLMConfig)
-    from pgrag.retrieval.confidence import (
-        collection_model,
-        describe,
-        parse_threshold,
-        retrieval_confidence,
-        threshold_for,
-    )
-
+    config = _generator(db, llm)
     model = collection_model(db, collection)
-    threshold_from: str | None
-    if min_confidence is _ENV:
-        threshold, threshold_from = threshold_for(model)
-    elif min_confidence is None:
-        threshold, threshold_from = None, None
-    else:
-        assert isinstance(min_confidence, int | float)
-        threshold = parse_threshold(min_confidence, "min_confidence")
-        threshold_from = "min_confidence"
+    threshold, threshold_from = _threshold(db, model, min_confidence)
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
     client: ChatClient | LocalChatClient | None = None
@@ -197,16 +207,12 @@ def ask(
         timings=timings,
         principals=principals,
     )
-    passages = results
-    if context == "section":
-        from pgrag.retrieval.sections import widen
-
-        passages = widen(db, results, principals=principals)
+    passages = widen(db, results, principals=principals) if context == "section" else results
     measured = retrieval_confidence(question, results, model[1] if model else db.embedder.distance)
     confidence = measured.value if measured else None
     doubtful = threshold is not None and confidence is not None and confidence < threshold
     # The budget is counted in the generator's own tokens when known.
-    count, tokenizer = _budget_counter(db, config, client)
+    count, tokenizer = budget_counter(db, config, client)
     kept = fit_budget(passages, budget_tokens, count)
     sources = number_sources(kept)
     messages = build_messages(question, sources)
@@ -223,16 +229,12 @@ def ask(
         text, abstained = ABSTAIN_TEXT, True
         reason = describe(confidence, threshold, threshold_from)
     elif client is None:
-        from pgrag.answer.reader import extractive_answer
-
         reader = extractive_answer(question, sources, db.embedder)
         checked = check_citations(reader.text, sources)
         text, abstained, reason = checked.text, reader.abstained, reader.reason
         citations = checked.citations
     else:
         if isinstance(config, LLMConfig) and config.template == "base":
-            from pgrag.llm.completions import CompletionClient
-
             prompt = build_base_prompt(question, sources)
             raw = CompletionClient(config).complete(prompt, stop=BASE_STOP, on_token=on_token)
         else:
@@ -253,7 +255,7 @@ def ask(
         prompt=prompt,
         invalid_citations=invalid,
         raw_answer=raw,
-        flagged=_flagged(sources),
+        flagged=flagged_sources(sources),
         confidence=confidence,
         confidence_detail=measured.to_dict() if measured else None,
         threshold=threshold,
@@ -262,8 +264,33 @@ def ask(
     )
     answer.check_support()
     if log:
-        answer.query_id = _log(db, collection, answer, results, principals)
+        answer.query_id = record_answer(db, collection, answer, results, principals)
     return answer
+
+
+def _generator(
+    db: Database, llm: LLMConfig | LocalLLMConfig | Configured | None
+) -> LLMConfig | LocalLLMConfig | None:
+    """The generator ``ask`` uses: the one given, or the one ``db.settings`` names."""
+    if llm == "configured":
+        return config_from_settings(db.settings)
+    if llm is None or isinstance(llm, LLMConfig | LocalLLMConfig):
+        return llm
+    raise InputError(
+        "llm must be an LLMConfig, a LocalLLMConfig, None (the offline reader) or"
+        f" 'configured' (the connection's settings), got {llm!r}"
+    )
+
+
+def _threshold(
+    db: Database, model: Model | None, min_confidence: float | Configured | None
+) -> tuple[float | None, str | None]:
+    """The abstention threshold and where it comes from (see :func:`ask`)."""
+    if min_confidence == "configured":
+        return threshold_for(model, db.settings)
+    if min_confidence is None:
+        return None, None
+    return parse_threshold(min_confidence, "min_confidence"), "min_confidence"
 
 
 def judge(
@@ -274,9 +301,6 @@ def judge(
     it does not know, or keeps no valid citation, is an abstention with the reason. An answer
     that says the sources do not cover one point but cites them for another is kept: it is a
     partial answer, and its cited sentences are checked like any other."""
-    from pgrag.answer.citations import cited_numbers, without_citations
-    from pgrag.answer.support import split_sentences
-
     checked = check_citations(raw, sources)
     declined = without_citations(raw).strip().rstrip(".").lower()
     given = {s.n for s in sources}
@@ -300,19 +324,15 @@ def judge(
     return checked.text, False, None, checked.citations, checked.invalid
 
 
-def _budget_counter(
+def budget_counter(
     db: Database, config: LLMConfig | LocalLLMConfig | None, client: Any
 ) -> tuple[Callable[[str], int], str]:
     """What counts the prompt's token budget, and its name: a local GGUF model's own
-    tokenizer; the generator's tokenizer.json when ``PGRAG_LLM_TOKENIZER`` names one; else the
-    embedding model's tokenizer."""
-    from pgrag.llm.local import LocalLLMConfig
-
+    tokenizer (``client``); the generator's tokenizer.json when ``PGRAG_LLM_TOKENIZER`` names
+    one; else the embedding model's tokenizer."""
     if isinstance(config, LocalLLMConfig):
         return client.count_tokens, f"{config.label} (its own tokenizer)"
     if config is not None and config.tokenizer:
-        from pgrag.text.tokens import generator_counter
-
         return generator_counter(config.tokenizer).count, config.tokenizer
     return db.embedder.tokens.count, f"embedding model {db.embedder.name}"
 
@@ -323,82 +343,3 @@ def _describe(config: LLMConfig) -> str:
     if config.template == "base":
         out += " (base template, /v1/completions)"
     return out
-
-
-def _flagged(sources: Sequence[Source]) -> list[dict[str, Any]]:
-    from pgrag.answer.injection import instruction_like
-
-    out = []
-    for s in sources:
-        phrases = instruction_like(f"{s.result.section or ''}\n{s.result.text}")
-        if phrases:
-            out.append({"n": s.n, "chunk_id": s.result.chunk_id, "phrases": phrases})
-    return out
-
-
-def _no_nul(value: Any) -> Any:
-    """``value`` with NUL characters replaced in every string (jsonb cannot hold \u0000)."""
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {k: _no_nul(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_no_nul(v) for v in value]
-    return value
-
-
-def _log(
-    db: Database,
-    collection: str,
-    answer: Answer,
-    results: list[Any],
-    principals: Sequence[str] | None,
-) -> int:
-    from psycopg.types.json import Jsonb
-
-    from pgrag.db.connect import transaction
-
-    flags = {f["chunk_id"]: f["phrases"] for f in answer.flagged}
-    # What the generator said; a model may emit a NUL (a byte token), which text cannot hold.
-    logged = answer.raw_answer if answer.raw_answer is not None else answer.answer
-    retrieved = [
-        {
-            "chunk_id": r.chunk_id,
-            "rank": r.rank,
-            "score": r.score,
-            "vector_rank": r.vector_rank,
-            "keyword_rank": r.keyword_rank,
-            **({"instruction_like": flags[r.chunk_id]} if r.chunk_id in flags else {}),
-        }
-        for r in results
-    ]
-    from pgrag.db import principals as access
-
-    with transaction(db) as conn:
-        # Under the same principals as the search, and recording the ones in effect (None for
-        # an unrestricted session): the log holds retrieved text, and is shown only to
-        # sessions that may read all of what an entry was asked with.
-        access.apply(conn, principals)
-        row = conn.execute(
-            "INSERT INTO pgrag.queries (collection_id, model_id, question, principals,"
-            " retrieved, prompt, generator, answer, citations, abstained, abstain_reason,"
-            " timings, checks)"
-            " SELECT c.id, c.model_id, %(q)s, pgrag.principals_v1(), %(retrieved)s, %(prompt)s,"
-            " %(generator)s, %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s,"
-            " %(checks)s"
-            " FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id",
-            {
-                "collection": collection,
-                "q": _no_nul(answer.question),
-                "retrieved": Jsonb(retrieved),
-                "prompt": _no_nul(answer.prompt),  # an agentic prompt holds the model's turns
-                "generator": answer.generator,
-                "answer": logged.replace("\x00", "\ufffd"),
-                "citations": Jsonb([c.to_dict() for c in answer.citations]),
-                "abstained": answer.abstained,
-                "reason": answer.reason,
-                "timings": Jsonb(answer.timings),
-                "checks": Jsonb(_no_nul(answer.checks())),
-            },
-        ).fetchone()
-    return int(row[0]) if row else 0

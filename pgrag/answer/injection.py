@@ -11,6 +11,10 @@ security page may quote such a phrase legitimately.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from typing import Any
+
+from pgrag.answer.prompt import Source
 
 _PATTERNS = [
     r"\b(?:ignore|disregard|forget|override)\b[^.\n]{0,40}?\b(?:previous|prior|above|earlier|"
@@ -36,3 +40,14 @@ def instruction_like(text: str, limit: int = 3) -> list[str]:
         if len(found) >= limit:
             break
     return found
+
+
+def flagged_sources(sources: Sequence[Source]) -> list[dict[str, Any]]:
+    """The sources whose section path or text reads like an instruction to the model:
+    ``[{n, chunk_id, phrases}]`` (``Answer.flagged``)."""
+    out = []
+    for s in sources:
+        phrases = instruction_like(f"{s.result.section or ''}\n{s.result.text}")
+        if phrases:
+            out.append({"n": s.n, "chunk_id": s.result.chunk_id, "phrases": phrases})
+    return out

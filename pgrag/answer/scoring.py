@@ -4,7 +4,7 @@ For a question x: search; for each retrieved passage z_i ask the generator, in a
 plain-text prompt that ends in ``Answer:``, for the log-probabilities of each candidate's
 tokens as the continuation (``/v1/completions`` with ``echo``); weigh the passages by the
 retriever's p(z_i | x) (``SearchResult.probability``, renormalised over the passages used) and
-combine with :func:`pgrag.marginals.rag_marginals`:
+combine with :func:`pgrag.answer.marginals.rag_marginals`:
 
 - RAG-Sequence: one passage explains the whole answer, p(y|x) = sum_i p(z_i|x) p(y|x, z_i);
 - RAG-Token: each token of the answer may lean on another passage.
@@ -18,19 +18,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pgrag.answer.marginals import logsumexp, rag_marginals
+from pgrag.answer.prompt import Source, fenced
 from pgrag.errors import ConfigError, GenerationError, InputError, PgragError
-from pgrag.llm.completions import NO_LOGPROBS
+from pgrag.llm.chat import LLMConfig
+from pgrag.llm.completions import NO_LOGPROBS, CompletionClient
+from pgrag.retrieval.search import SearchResult, search
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.llm.chat import LLMConfig
-    from pgrag.llm.completions import CompletionClient
-    from pgrag.retrieval.search import SearchResult
-
-_ENV = object()  # "read the LLM endpoint from the environment"
 
 
 @dataclass
@@ -88,8 +86,6 @@ class Scores:
 
 def passage_prompt(question: str, result: SearchResult) -> str:
     """The one-passage plain-text prompt a candidate answer continues (after a space)."""
-    from pgrag.answer.prompt import Source, fenced
-
     return (
         "Answer the question using only the source.\n\n"
         f"Source:\n\n{fenced([Source(n=1, result=result)])}\n\n"
@@ -146,25 +142,23 @@ def score_answers(
     collection: str = "default",
     k: int = 5,
     principals: Sequence[str] | None = None,
-    llm: LLMConfig | None | object = _ENV,
+    llm: LLMConfig | Literal["configured"] | None = "configured",
 ) -> Scores:
     """Score ``candidates`` as answers to ``question`` with the RAG marginal over the top
     ``k`` passages (see the module). Needs an endpoint that returns token log-probabilities
-    for ``/v1/completions`` with ``echo`` (vLLM does)."""
-    from pgrag.llm.chat import LLMConfig
-    from pgrag.llm.completions import CompletionClient
-    from pgrag.retrieval.search import search
-
+    for ``/v1/completions`` with ``echo`` (vLLM does): ``llm``, by default the one the
+    connection's settings name (``db.settings``: ``PGRAG_LLM_BASE_URL``...)."""
     if not question or not question.strip():
         raise InputError('the question is empty; e.g. pgrag score "Is the refund window 30 days?"')
     texts = _check_candidates(candidates)
-    config = LLMConfig.from_env() if llm is _ENV else llm
+    config = LLMConfig.from_settings(db.settings) if llm == "configured" else llm
     if config is None:
         raise ConfigError(
             "scoring answers needs a model that returns token log-probabilities: set"
             " PGRAG_LLM_BASE_URL to an OpenAI-compatible server with /v1/completions (vLLM)"
         )
-    assert isinstance(config, LLMConfig)
+    if not isinstance(config, LLMConfig):
+        raise InputError(f"llm must be an LLMConfig, None or 'configured', got {config!r}")
     results = search(
         db,
         question,

@@ -14,11 +14,11 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgrag.errors import InputError
+from pgrag.errors import DatabaseError, InputError
+from pgrag.retrieval.search import SearchResult, search
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.retrieval.search import SearchResult
 
 NAME = "pgrag_search"
 MAX_K = 20
@@ -92,9 +92,6 @@ def run_search_call(
 ) -> list[SearchResult] | str:
     """The results of one call, or (for the model to correct) what is wrong with it."""
     import psycopg
-
-    from pgrag.errors import DatabaseError
-    from pgrag.retrieval.search import search
 
     parsed = parse_arguments(arguments)
     if isinstance(parsed, str):

@@ -1,4 +1,5 @@
-"""Reading back what ``ask`` recorded: ``pgrag trace ID``.
+"""The question log: recording what ``ask`` did (:func:`record_answer`) and reading it back
+(``pgrag trace ID``, :func:`get_trace`).
 
 Every ``pgrag ask`` (unless ``--no-log``) records a row in ``pgrag.queries``: the question, the
 principals it was asked as, the database role, the collection and model, every retrieved chunk
@@ -11,12 +12,20 @@ it (restricted roles may only add rows).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgrag.errors import InputError, PgragError
+from pgrag.db import principals as access
+from pgrag.db import queries
+from pgrag.db.connect import transaction
+from pgrag.errors import DatabaseError, InputError, PgragError
 
 if TYPE_CHECKING:
+    from pgrag.answer.ask import Answer
     from pgrag.db.connect import Database
+    from pgrag.retrieval.search import SearchResult
+
+Q = queries.load(__name__)
 
 FIELDS = (
     "id",
@@ -43,21 +52,9 @@ def get_trace(db: Database, query_id: int) -> dict[str, Any]:
     when there is none or this role may not read the log."""
     import psycopg
 
-    from pgrag.db.connect import transaction
-    from pgrag.errors import DatabaseError
-
     try:
         with transaction(db) as conn:
-            row = conn.execute(
-                "SELECT q.id, q.created_at, q.db_user, c.name, m.name, q.question, q.principals,"
-                " q.retrieved, q.prompt, q.generator, q.answer, q.citations, q.abstained,"
-                " q.abstain_reason, q.timings, q.checks"
-                " FROM pgrag.queries q"
-                " LEFT JOIN pgrag.collections c ON c.id = q.collection_id"
-                " LEFT JOIN pgrag.embedding_models m ON m.id = q.model_id"
-                " WHERE q.id = %(id)s",
-                {"id": query_id},
-            ).fetchone()
+            row = conn.execute(Q.trace, {"id": query_id}).fetchone()
             if row is None:
                 raise InputError(
                     f"no recorded question has id {query_id}; `pgrag ask --json` prints an"
@@ -65,13 +62,7 @@ def get_trace(db: Database, query_id: int) -> dict[str, Any]:
                 )
             trace = dict(zip(FIELDS, row, strict=True))
             ids = [r["chunk_id"] for r in trace["retrieved"]]
-            sources = dict(
-                conn.execute(
-                    "SELECT c.id, d.source FROM pgrag.chunks c"
-                    " JOIN pgrag.documents d ON d.id = c.document_id WHERE c.id = ANY (%(ids)s)",
-                    {"ids": ids},
-                ).fetchall()
-            )
+            sources = dict(conn.execute(Q.chunk_sources, {"ids": ids}).fetchall())
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
             raise PgragError(
@@ -82,3 +73,62 @@ def get_trace(db: Database, query_id: int) -> dict[str, Any]:
     for r in trace["retrieved"]:  # (None: the chunk is gone since)
         r["source"] = sources.get(r["chunk_id"])
     return trace
+
+
+def record_answer(
+    db: Database,
+    collection: str,
+    answer: Answer,
+    results: Sequence[SearchResult],
+    principals: Sequence[str] | None,
+) -> int:
+    """Record ``answer`` (and the ``results`` retrieved for it) in ``pgrag.queries``; its id."""
+    from psycopg.types.json import Jsonb
+
+    flags = {f["chunk_id"]: f["phrases"] for f in answer.flagged}
+    # What the generator said; a model may emit a NUL (a byte token), which text cannot hold.
+    logged = answer.raw_answer if answer.raw_answer is not None else answer.answer
+    retrieved = [
+        {
+            "chunk_id": r.chunk_id,
+            "rank": r.rank,
+            "score": r.score,
+            "vector_rank": r.vector_rank,
+            "keyword_rank": r.keyword_rank,
+            **({"instruction_like": flags[r.chunk_id]} if r.chunk_id in flags else {}),
+        }
+        for r in results
+    ]
+    with transaction(db) as conn:
+        # Under the same principals as the search, and recording the ones in effect (None for
+        # an unrestricted session): the log holds retrieved text, and is shown only to
+        # sessions that may read all of what an entry was asked with.
+        access.apply(conn, principals)
+        row = conn.execute(
+            Q.record_answer,
+            {
+                "collection": collection,
+                "q": _no_nul(answer.question),
+                "retrieved": Jsonb(retrieved),
+                "prompt": _no_nul(answer.prompt),  # an agentic prompt holds the model's turns
+                "generator": answer.generator,
+                "answer": logged.replace("\x00", "\ufffd"),
+                "citations": Jsonb([c.to_dict() for c in answer.citations]),
+                "abstained": answer.abstained,
+                "reason": answer.reason,
+                "timings": Jsonb(answer.timings),
+                "checks": Jsonb(_no_nul(answer.checks())),
+            },
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def _no_nul(value: Any) -> Any:
+    """``value`` with NUL characters replaced in every string (jsonb cannot hold \u0000)."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {k: _no_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nul(v) for v in value]
+    return value

@@ -11,13 +11,14 @@ from __future__ import annotations
 import http.client
 import json
 import math
-import os
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from pgrag import config
+from pgrag.config import Settings
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.http import Endpoint, Transient, describe, error_excerpt, one_line
 
@@ -43,10 +44,6 @@ def normalize_base_url(url: str) -> str:
     return base if parts.path else base + "/v1"
 
 
-def _first_set(env: Mapping[str, str], *names: str) -> str | None:
-    return next((env[n].strip() for n in names if env.get(n, "").strip()), None)
-
-
 def _is_openai(base_url: str) -> bool:
     """True only for ``https://api.openai.com[:443]/…``: no look-alike host, userinfo or http."""
     parts = urllib.parse.urlsplit(normalize_base_url(base_url))
@@ -55,7 +52,7 @@ def _is_openai(base_url: str) -> bool:
 
 @dataclass(frozen=True)
 class LLMConfig:
-    """Where and how to ask a language model; see :meth:`from_env`."""
+    """Where and how to ask a language model; see :meth:`from_settings`."""
 
     base_url: str
     model: str
@@ -89,8 +86,9 @@ class LLMConfig:
         return normalize_base_url(self.base_url) + "/completions"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LLMConfig | None:
-        """The endpoint the environment names, or None: use the offline extractive reader.
+    def from_settings(cls, settings: Settings) -> LLMConfig | None:
+        """The endpoint ``settings`` names (:mod:`pgrag.config`), or None: use the offline
+        extractive reader.
 
         Text leaves the machine only for an explicitly configured base URL:
 
@@ -105,20 +103,19 @@ class LLMConfig:
         * ``PGRAG_LLM_TEMPLATE`` is ``chat`` (default) or ``base``; ``PGRAG_LLM_TOKENIZER`` is
           the generator's ``tokenizer.json``, to count the prompt's token budget with.
         """
-        env = os.environ if env is None else env
-        base_url = _first_set(env, "PGRAG_LLM_BASE_URL")
+        base_url = settings.llm_base_url
         if base_url is not None:
             own_key_only = not _is_openai(base_url)
         else:
-            base_url = _first_set(env, "OPENAI_BASE_URL")
+            base_url = settings.openai_base_url
             if base_url is None:
                 return None
             own_key_only = False
-        model = _first_set(env, "PGRAG_LLM_MODEL", "OPENAI_MODEL")
+        model = settings.llm_model or settings.openai_model
         if model is None:
             host = urllib.parse.urlsplit(normalize_base_url(base_url)).hostname
             model = "gpt-4o-mini" if host == "api.openai.com" else "default"
-        raw_timeout = _first_set(env, "PGRAG_LLM_TIMEOUT") or "60"
+        raw_timeout = settings.llm_timeout or "60"
         try:
             timeout = float(raw_timeout)
         except ValueError:
@@ -127,20 +124,23 @@ class LLMConfig:
             raise ConfigError(
                 f"PGRAG_LLM_TIMEOUT must be a positive number of seconds, got {raw_timeout!r}"
             )
-        key_names = (
-            ("PGRAG_LLM_API_KEY",) if own_key_only else ("PGRAG_LLM_API_KEY", "OPENAI_API_KEY")
-        )
-        api_key = _first_set(env, *key_names)
-        template = (_first_set(env, "PGRAG_LLM_TEMPLATE") or "chat").lower()
-        tokenizer = _first_set(env, "PGRAG_LLM_TOKENIZER")
+        api_key = settings.llm_api_key
+        if api_key is None and not own_key_only:
+            api_key = settings.openai_api_key
         return cls(
             base_url=base_url,
             model=model,
             api_key=api_key,
             timeout=timeout,
-            template=template,
-            tokenizer=tokenizer,
+            template=(settings.llm_template or "chat").lower(),
+            tokenizer=settings.llm_tokenizer,
         )
+
+    @classmethod
+    def from_env(cls) -> LLMConfig | None:
+        """:meth:`from_settings` of the environment now. Kept for ``pgrag.cli`` until it
+        passes ``db.settings``; library code takes a :class:`Settings` instead."""
+        return cls.from_settings(config.from_env())
 
 
 def json_payload(

@@ -3,8 +3,8 @@
 Two uses: generating an answer from a base model's few-shot prompt (``PGRAG_LLM_TEMPLATE=base``,
 streamed like the chat client), and reading the log-probabilities of a continuation, with
 ``echo`` (the prompt's own tokens scored, in OpenAI's legacy ``logprobs`` format:
-``tokens``, ``token_logprobs``, ``text_offset``), for answer scoring (:mod:`pgrag.scoring`).
-The same retries, timeouts and one-line errors as :class:`pgrag.generation.ChatClient`.
+``tokens``, ``token_logprobs``, ``text_offset``), for answer scoring (:mod:`pgrag.answer.scoring`).
+The same retries, timeouts and one-line errors as :class:`pgrag.llm.chat.ChatClient`.
 """
 
 from __future__ import annotations

@@ -16,18 +16,17 @@ the generic ``OPENAI_BASE_URL``, which is often set in a shell for other tools, 
 
 from __future__ import annotations
 
-import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from pgrag import config
+from pgrag.config import Settings
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.http import one_line
-
-if TYPE_CHECKING:
-    from pgrag.llm.chat import LLMConfig
+from pgrag.llm.chat import LLMConfig
 
 ENV_GGUF = "PGRAG_LLM_GGUF"
 GGUF_MAGIC = b"GGUF"
@@ -37,7 +36,7 @@ _DOCS = "see docs/local.md"
 
 @dataclass(frozen=True)
 class LocalLLMConfig:
-    """A GGUF model file and how to run it; see :meth:`from_env`."""
+    """A GGUF model file and how to run it; see :meth:`from_settings`."""
 
     model_path: Path
     n_ctx: int = 4096
@@ -51,26 +50,24 @@ class LocalLLMConfig:
         return f"llama-cpp:{self.model_path.name}"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> LocalLLMConfig | None:
-        """The model ``PGRAG_LLM_GGUF`` names, or None when it is unset.
+    def from_settings(cls, settings: Settings) -> LocalLLMConfig | None:
+        """The model ``PGRAG_LLM_GGUF`` names in ``settings``, or None when it is unset.
 
         ``PGRAG_LLM_CTX`` is the context window in tokens (4096): the prompt plus the answer
         (at most 512 tokens) must fit in it. ``PGRAG_LLM_THREADS`` is the number of CPU
         threads (llama.cpp's default when unset). The file is checked here -- it must exist
         and start with the GGUF magic bytes -- before anything is loaded."""
-        env = os.environ if env is None else env
-        raw = env.get(ENV_GGUF, "").strip()
-        if not raw:
+        if settings.llm_gguf is None:
             return None
-        if env.get("PGRAG_LLM_BASE_URL", "").strip():
+        if settings.llm_base_url is not None:
             raise ConfigError(
                 f"both {ENV_GGUF} (a local model) and PGRAG_LLM_BASE_URL (an endpoint) are set;"
                 " unset the one you do not mean to use"
             )
-        path = Path(raw).expanduser()
+        path = Path(settings.llm_gguf).expanduser()
         check_gguf(path)
-        n_ctx = _positive_int(env, "PGRAG_LLM_CTX", 4096)
-        threads = _positive_int(env, "PGRAG_LLM_THREADS", 0) or None
+        n_ctx = _positive_int(settings.llm_ctx, "PGRAG_LLM_CTX", 4096)
+        threads = _positive_int(settings.llm_threads, "PGRAG_LLM_THREADS", 0) or None
         return cls(model_path=path, n_ctx=n_ctx, n_threads=threads)
 
 
@@ -96,9 +93,8 @@ def check_gguf(path: Path) -> None:
         )
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
+def _positive_int(raw: str | None, name: str, default: int) -> int:
+    if raw is None:
         return default
     try:
         value = int(raw)
@@ -158,7 +154,7 @@ def load_model(config: LocalLLMConfig) -> tuple[Any, threading.Lock]:
 
 
 class LocalChatClient:
-    """Chat completions from a local GGUF model, with :class:`pgrag.generation.ChatClient`'s
+    """Chat completions from a local GGUF model, with :class:`pgrag.llm.chat.ChatClient`'s
     :meth:`complete` interface."""
 
     def __init__(self, config: LocalLLMConfig) -> None:
@@ -231,24 +227,27 @@ def _stream_texts(chunks: Iterable[Any]) -> Iterator[str]:
             yield content
 
 
-def config_from_env(
-    env: Mapping[str, str] | None = None,
-) -> LLMConfig | LocalLLMConfig | None:
-    """The generator the environment names: a local GGUF model (``PGRAG_LLM_GGUF``), an
-    OpenAI-compatible endpoint (:meth:`LLMConfig.from_env`), or None for the offline reader.
-    Both ``PGRAG_LLM_GGUF`` and ``PGRAG_LLM_BASE_URL`` set is a :class:`ConfigError`, and so
-    is a GGUF model with ``PGRAG_LLM_TEMPLATE`` or ``PGRAG_LLM_TOKENIZER``: the model brings
-    its own chat template and tokenizer, and a setting that would be ignored is a mistake."""
-    from pgrag.llm.chat import LLMConfig
+def config_from_settings(settings: Settings) -> LLMConfig | LocalLLMConfig | None:
+    """The generator ``settings`` names: a local GGUF model (``PGRAG_LLM_GGUF``), an
+    OpenAI-compatible endpoint (:meth:`LLMConfig.from_settings`), or None for the offline
+    reader. Both ``PGRAG_LLM_GGUF`` and ``PGRAG_LLM_BASE_URL`` set is a :class:`ConfigError`,
+    and so is a GGUF model with ``PGRAG_LLM_TEMPLATE`` or ``PGRAG_LLM_TOKENIZER``: the model
+    brings its own chat template and tokenizer, and a setting that would be ignored is a
+    mistake."""
+    local = LocalLLMConfig.from_settings(settings)
+    if local is None:
+        return LLMConfig.from_settings(settings)
+    for name in ("llm_template", "llm_tokenizer"):
+        if getattr(settings, name) is not None:
+            variable = Settings.variable_of(name)
+            raise ConfigError(
+                f"{variable} does not apply to PGRAG_LLM_GGUF (a GGUF model uses its own chat"
+                f" template and tokenizer); unset {variable}"
+            )
+    return local
 
-    local = LocalLLMConfig.from_env(env)
-    if local is not None:
-        values = os.environ if env is None else env
-        for name in ("PGRAG_LLM_TEMPLATE", "PGRAG_LLM_TOKENIZER"):
-            if values.get(name, "").strip():
-                raise ConfigError(
-                    f"{name} does not apply to PGRAG_LLM_GGUF (a GGUF model uses its own chat"
-                    f" template and tokenizer); unset {name}"
-                )
-        return local
-    return LLMConfig.from_env(env)
+
+def config_from_env() -> LLMConfig | LocalLLMConfig | None:
+    """:func:`config_from_settings` of the environment now. Kept for ``pgrag.cli`` until it
+    passes ``db.settings``; library code takes a :class:`Settings` instead."""
+    return config_from_settings(config.from_env())

@@ -27,16 +27,23 @@ model (``pgrag.embedding_models.min_confidence``, written by ``pgrag eval answer
 from __future__ import annotations
 
 import math
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pgrag.config import Settings
+from pgrag.db import queries
+from pgrag.db.connect import transaction
+from pgrag.embeddings.local import DEFAULT_MODEL_NAME
+from pgrag.embeddings.models import BUNDLED
 from pgrag.errors import ConfigError
+from pgrag.text.stemming import content_stems
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
     from pgrag.retrieval.search import SearchResult
+
+Q = queries.load(__name__)
 
 ENV = "PGRAG_MIN_CONFIDENCE"
 # The bundled model's threshold until one is calibrated for it: what `pgrag eval answers
@@ -69,8 +76,6 @@ def retrieval_confidence(
 ) -> Confidence | None:
     """The confidence of ``results`` (in rank order) for ``question``; None without a vector
     hit. ``kind`` is the distance of the model that searched."""
-    from pgrag.text.stemming import content_stems
-
     distances = [r.vector_distance for r in results if r.vector_distance is not None]
     if not distances:
         return None
@@ -103,18 +108,8 @@ def collection_model(db: Database, collection: str) -> Model | None:
     """(name, distance, threshold, where the threshold comes from) of ``collection``'s active
     model, or None. The threshold is the calibrated one, else :data:`BUNDLED_DEFAULT` for the
     bundled model, else None."""
-    from pgrag.db.connect import transaction
-    from pgrag.embeddings.local import DEFAULT_MODEL_NAME
-    from pgrag.embeddings.models import BUNDLED
-
     with transaction(db) as conn:
-        row = conn.execute(
-            "SELECT m.name, m.distance, m.min_confidence, m.provider,"
-            " m.settings ->> 'package', m.settings ? 'path'"
-            " FROM pgrag.collections c"
-            " JOIN pgrag.embedding_models m ON m.id = c.model_id WHERE c.name = %(c)s",
-            {"c": collection},
-        ).fetchone()
+        row = conn.execute(Q.active_model, {"c": collection}).fetchone()
     if row is None:
         return None
     name, distance, calibrated, provider, package, has_path = row
@@ -133,14 +128,12 @@ def collection_model(db: Database, collection: str) -> Model | None:
     return name, distance, None, None
 
 
-def threshold_for(
-    model: Model | None, env: Mapping[str, str] | None = None
-) -> tuple[float | None, str | None]:
-    """The abstention threshold in effect and where it comes from: ``PGRAG_MIN_CONFIDENCE``,
-    else the value calibrated for ``model`` (see :func:`collection_model`), else (None, None)."""
-    env = os.environ if env is None else env
-    raw = env.get(ENV, "").strip()
-    if raw:
+def threshold_for(model: Model | None, settings: Settings) -> tuple[float | None, str | None]:
+    """The abstention threshold in effect and where it comes from: ``PGRAG_MIN_CONFIDENCE``
+    in ``settings`` (``off`` or ``none``: no threshold), else the value calibrated for
+    ``model`` (see :func:`collection_model`), else (None, None)."""
+    raw = settings.min_confidence
+    if raw is not None:
         if raw.lower() in ("off", "none"):
             return None, None
         return parse_threshold(raw, ENV), ENV

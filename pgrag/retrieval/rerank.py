@@ -21,10 +21,12 @@ import os
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
+from pgrag import config
+from pgrag.config import Settings
 from pgrag.errors import ConfigError, InputError, RerankError
 from pgrag.http import Endpoint, error_excerpt, one_line
 
@@ -38,6 +40,7 @@ __all__ = [
     "mmr",
     "rerank",
     "reranker_from_config",
+    "reranker_from_settings",
 ]
 
 _DOCS = "see docs/reranking.md"
@@ -314,36 +317,35 @@ class HTTPReranker:
 # --- choosing one --------------------------------------------------------------------------
 
 
-def reranker_from_config(
-    spec: str | None = None, *, env: Mapping[str, str] | None = None
-) -> Reranker | None:
+def reranker_from_settings(settings: Settings, spec: str | None = None) -> Reranker | None:
     """The reranker ``spec`` names, or None for no reranking.
 
-    ``spec`` is ``None`` (read ``PGRAG_RERANKER``), ``""`` or ``"none"`` (no reranker), an
-    ``http(s)://`` URL (:class:`HTTPReranker`), or else a local directory
+    ``spec`` is ``None`` (``PGRAG_RERANKER`` in ``settings``), ``""`` or ``"none"`` (no
+    reranker), an ``http(s)://`` URL (:class:`HTTPReranker`), or else a local directory
     (:class:`CrossEncoderReranker`). For a URL, ``PGRAG_RERANKER_MODEL`` names the model (and
     so selects the Cohere/Jina request style) and ``PGRAG_RERANKER_API_KEY`` is sent to that URL
-    only; no other variable (``COHERE_API_KEY``, ``OPENAI_API_KEY``...) is ever read.
+    only; no other variable (``COHERE_API_KEY``, ``OPENAI_API_KEY``...) is ever used.
     """
-    env = os.environ if env is None else env
     if spec is None:
-        spec = env.get("PGRAG_RERANKER", "")
+        spec = settings.reranker or ""
     spec = spec.strip()
     if spec.lower() in ("", "none"):
         return None
     scheme = urllib.parse.urlsplit(spec).scheme.lower()
     if scheme in ("http", "https"):
-        return HTTPReranker(
-            spec,
-            model=env.get("PGRAG_RERANKER_MODEL", "").strip() or None,
-            api_key=env.get("PGRAG_RERANKER_API_KEY", "").strip() or None,
-        )
+        return HTTPReranker(spec, model=settings.reranker_model, api_key=settings.reranker_api_key)
     if "://" in spec:
         raise ConfigError(
             f"the reranker {spec!r} is neither an http(s) URL nor a local directory;"
             f" fix PGRAG_RERANKER ({_DOCS})"
         )
     return CrossEncoderReranker(spec)
+
+
+def reranker_from_config(spec: str | None = None) -> Reranker | None:
+    """:func:`reranker_from_settings` of the environment now. Kept for ``pgrag.cli`` until it
+    passes ``db.settings``; library code takes a :class:`Settings` instead."""
+    return reranker_from_settings(config.from_env(), spec)
 
 
 # --- applying one --------------------------------------------------------------------------

@@ -6,23 +6,40 @@ Fusion), so Python, psql and any other client get the same results under the sam
 
 from __future__ import annotations
 
+import json
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, LiteralString
 
-from pgrag.errors import InputError, PgragError
+from pgrag.db import principals as access
+from pgrag.db import queries
+from pgrag.db.connect import transaction
+from pgrag.embeddings.models import query_model
+from pgrag.embeddings.query_cache import embed_query
+from pgrag.errors import CollectionNotFound, DatabaseError, InputError, PgragError
+from pgrag.retrieval.rerank import mmr as mmr_order
+from pgrag.retrieval.rerank import rerank
 
 if TYPE_CHECKING:
+    from psycopg import sql
+
     from pgrag.db.connect import Database
     from pgrag.retrieval.rerank import Reranker
 
+Q = queries.load(__name__)
+
 MODES = ("hybrid", "keyword", "vector")
 
-COLUMNS = (
+# What a search returns: the columns of pgrag.search_v5, in SearchResult's order.
+COLUMNS: LiteralString = (
     "rank, score, chunk_id, document_id, source, title, section, text,"
     " vector_rank, keyword_rank, vector_distance, keyword_score, metadata, probability"
 )
+# The arguments every call passes; the tuning knobs (SearchSettings) and the model are named
+# only when given, so search_v5's own defaults apply to the rest.
+_ARGUMENTS = ("collection", "query", "embedding", "k", "filter")
 
 
 @dataclass(frozen=True)
@@ -51,21 +68,33 @@ class SearchSettings:
         return out
 
 
+def _statement(
+    columns: LiteralString,
+    value: Callable[[str], sql.Composable],
+    options: Iterable[str],
+) -> sql.Composed:
+    """The ``search`` query with its select list, its arguments (``value(name)``), and the
+    named ``options`` (``, name => value(name)``) composed in."""
+    from psycopg import sql
+
+    named = [sql.SQL(", {} => {}").format(sql.Identifier(n), value(n)) for n in options]
+    return sql.SQL(Q.search).format(
+        columns=sql.SQL(columns),
+        options=sql.SQL("").join(named),
+        **{name: value(name) for name in _ARGUMENTS},
+    )
+
+
 def call_sql(
-    settings: SearchSettings | None = None, *, columns: str = COLUMNS, model: bool = False
-) -> str:
+    settings: SearchSettings | None = None, *, columns: LiteralString = COLUMNS, model: bool = False
+) -> sql.Composed:
     """``SELECT columns FROM pgrag.search_v5(...)`` with psycopg named placeholders:
     %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, one per setting given, and
     %(model)s (the model the query was embedded with) if ``model``."""
-    named = "".join(
-        f", {name} => %({name})s" for name in (settings or SearchSettings()).arguments()
-    ) + (", model => %(model)s" if model else "")
-    # Only fixed names are spliced in (the columns are pgrag's, the argument names are
-    # SearchSettings' fields); every value travels as a parameter.
-    return (
-        f"SELECT {columns} FROM pgrag.search_v5(%(collection)s, %(query)s, %(embedding)s,"  # noqa: S608
-        f" k => %(k)s, filter => %(filter)s{named})"
-    )
+    from psycopg import sql
+
+    options = [*(settings or SearchSettings()).arguments(), *(["model"] if model else [])]
+    return _statement(columns, sql.Placeholder, options)
 
 
 @dataclass(frozen=True)
@@ -103,46 +132,33 @@ def search_sql(
     """The statement :func:`search` runs, as SQL text to paste into psql or an application:
     literals inlined (safely quoted), the query embedding left as ``$1`` (made with ``model``,
     if named)."""
-    import json
-
     from psycopg import sql
 
-    embedding = sql.SQL("NULL") if mode == "keyword" else sql.SQL("$1::vector")
-    named = [
-        sql.SQL(", {} => {}").format(sql.SQL(name), sql.Literal(value))
+    values: dict[str, sql.Composable] = {
+        "collection": sql.Literal(collection),
+        "query": sql.Literal(None if mode == "vector" else query),
+        "embedding": sql.SQL("NULL" if mode == "keyword" else "$1::vector"),
+        "k": sql.Literal(k),
+        "filter": sql.SQL("{}::jsonb").format(sql.Literal(json.dumps(filter or {}))),
+    }
+    values |= {
+        name: sql.Literal(value)
         for name, value in (settings or SearchSettings()).arguments().items()
-    ]
+    }
+    options = [name for name in values if name not in _ARGUMENTS]
     if model is not None and mode != "keyword":
-        named.append(sql.SQL(", model => {}").format(sql.Literal(model)))
-    statement = sql.SQL(
-        "SELECT " + COLUMNS + " FROM pgrag.search_v5({collection}, {query}, {embedding},"  # noqa: S608
-        " k => {k}, filter => {filter}::jsonb{named})"
-    ).format(
-        collection=sql.Literal(collection),
-        query=sql.Literal(None if mode == "vector" else query),
-        embedding=embedding,
-        k=sql.Literal(k),
-        filter=sql.Literal(json.dumps(filter or {})),
-        named=sql.SQL("").join(named),
-    )
-    return statement.as_string(None)
+        values["model"] = sql.Literal(model)
+        options.append("model")
+    return _statement(COLUMNS, values.__getitem__, options).as_string(None)
 
 
 def collection_model(db: Database, collection: str) -> tuple[str, int] | None:
-    """(model name, dimension) of a collection's active model; raises if it does not exist."""
-    from pgrag.db.connect import transaction
-
+    """(model name, dimension) of a collection's active model, None without one; raises
+    :class:`CollectionNotFound` if the collection does not exist."""
     with transaction(db) as conn:
-        row = conn.execute(
-            "SELECT c.id, m.name, m.dimension FROM pgrag.collections c"
-            " LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id WHERE c.name = %(name)s",
-            {"name": collection},
-        ).fetchone()
+        row = conn.execute(Q.collection_model, {"name": collection}).fetchone()
     if row is None:
-        raise PgragError(
-            f"collection {collection!r} does not exist; create it with"
-            f" `pgrag ingest PATH --collection {collection}` (`pgrag collections` lists them)"
-        )
+        raise CollectionNotFound(collection)
     return None if row[1] is None else (row[1], row[2])
 
 
@@ -167,11 +183,11 @@ def search(
     one; another of its models (one still being built by ``pgrag models reembed``, say) to
     compare before switching.
 
-    With a ``reranker`` (see :mod:`pgrag.rerank`), the retriever's top ``candidates(k)`` are
-    reordered by it and its best ``k`` kept; ``probability`` is then a softmax over the
-    reranker's scores (logits). With ``mmr`` (a lambda in [0, 1]) the final ``k`` are picked by
-    Maximal Marginal Relevance over the chunks' stored embeddings, so near-duplicates give way
-    to other passages; ``probability`` is renormalised over the picks.
+    With a ``reranker`` (see :mod:`pgrag.retrieval.rerank`), the retriever's top
+    ``candidates(k)`` are reordered by it and its best ``k`` kept; ``probability`` is then a
+    softmax over the reranker's scores (logits). With ``mmr`` (a lambda in [0, 1]) the final
+    ``k`` are picked by Maximal Marginal Relevance over the chunks' stored embeddings, so
+    near-duplicates give way to other passages; ``probability`` is renormalised over the picks.
 
     ``principals`` overrides the connection's (:func:`pgrag.connect`) for this call: only
     chunks they or public may read are searched, counted in BM25 statistics, or returned.
@@ -189,9 +205,6 @@ def search(
         raise InputError(f"mmr must be between 0 and 1 (1 = relevance only), got {mmr}")
     from psycopg.types.json import Jsonb
 
-    from pgrag.db import principals as access
-    from pgrag.db.connect import transaction
-
     t0 = time.perf_counter()
     recorded = collection_model(db, collection)
     if mmr is not None and recorded is None:
@@ -200,9 +213,6 @@ def search(
     model_name = None
     model_id = None
     if (mode != "keyword" or mmr is not None) and (recorded is not None or model is not None):
-        from pgrag.embeddings.models import query_model
-        from pgrag.embeddings.query_cache import embed_query
-
         resolved = query_model(db, collection, model)
         if resolved is not None:
             spec, embedder = resolved
@@ -249,10 +259,6 @@ def candidates(k: int) -> int:
 def _reranked(
     query: str, results: list[SearchResult], reranker: Reranker, keep: int
 ) -> list[SearchResult]:
-    import math
-
-    from pgrag.retrieval.rerank import rerank
-
     ranked = rerank(query, results, reranker, top_k=keep)
     if not ranked:
         return []
@@ -276,18 +282,10 @@ def _diversified(
     import numpy as np
     import psycopg
 
-    from pgrag.db.connect import transaction
-    from pgrag.errors import DatabaseError
-    from pgrag.retrieval.rerank import mmr
-
     ids = [r.chunk_id for r in results]
     try:
         with transaction(db) as conn:
-            rows = conn.execute(
-                "SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e"
-                " WHERE e.model_id = %(m)s AND e.chunk_id = ANY(%(ids)s)",
-                {"m": model_id, "ids": ids},
-            ).fetchall()
+            rows = conn.execute(Q.chunk_vectors, {"m": model_id, "ids": ids}).fetchall()
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
             raise PgragError(
@@ -298,7 +296,7 @@ def _diversified(
     vectors = {chunk_id: vector.to_numpy() for chunk_id, vector in rows}
     kept = [r for r in results if r.chunk_id in vectors]
     matrix = np.asarray([vectors[r.chunk_id] for r in kept], dtype=np.float32)
-    picks = [kept[i] for i in mmr(np.asarray(embedding), matrix, k=k, lambda_=lambda_)]
+    picks = [kept[i] for i in mmr_order(np.asarray(embedding), matrix, k=k, lambda_=lambda_)]
     total = sum(r.probability or 0.0 for r in picks)
     return [
         replace(r, rank=i + 1, probability=(r.probability or 0.0) / total if total else None)

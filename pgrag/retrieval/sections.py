@@ -12,12 +12,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from pgrag.db import principals as access
+from pgrag.db import queries
 from pgrag.db.connect import transaction
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
     from pgrag.retrieval.search import SearchResult
 
+Q = queries.load(__name__)
 MAX_SECTION_CHUNKS = 20
 
 
@@ -29,16 +32,12 @@ def widen(
     max_chunks: int = MAX_SECTION_CHUNKS,
 ) -> list[SearchResult]:
     """The results in rank order, each one's text widened to its section."""
-    from pgrag.db import principals as access
-
     if not results:
         return []
     with transaction(db) as conn:
         access.apply(conn, principals)
         rows = conn.execute(
-            "SELECT chunk_id, sibling_id, ordinal, content"
-            " FROM pgrag.section_chunks_v1(%(ids)s, %(n)s)",
-            {"ids": [r.chunk_id for r in results], "n": max_chunks},
+            Q.section_chunks, {"ids": [r.chunk_id for r in results], "n": max_chunks}
         ).fetchall()
     sections: dict[int, list[tuple[int, int, str]]] = {}
     for seed, sibling, ordinal, content in rows:
