@@ -1,14 +1,13 @@
 -- name: chosen_sources
--- The sources of a collection's chosen documents: those named (sources), those whose source
--- starts with a prefix (starts_with, not LIKE: % and _ are characters), or all (both NULL).
+-- The sources of a collection's documents chosen by sources, by prefix, or all (both NULL).
 SELECT d.source FROM pgrag.documents d
  WHERE d.collection_id = (SELECT id FROM pgrag.collections WHERE name = %(collection)s)
    AND (%(sources)s::text[] IS NULL OR d.source = ANY(%(sources)s))
+   -- starts_with, not LIKE: the prefix has no wildcards
    AND (%(prefix)s::text IS NULL OR starts_with(d.source, %(prefix)s));
 
 -- name: change_principals
--- Add and remove principals of the chosen documents (as chosen_sources chooses them); their
--- chunks, vectors and postings follow (a trigger).
+-- Add and remove principals of the documents chosen as in chosen_sources; chunks follow.
 UPDATE pgrag.documents d SET principals = ARRAY(
          SELECT p FROM unnest(d.principals || %(add)s::text[]) p
          EXCEPT SELECT unnest(%(remove)s::text[])),
@@ -19,7 +18,7 @@ UPDATE pgrag.documents d SET principals = ARRAY(
 RETURNING d.source, d.principals;
 
 -- name: chosen_principals
--- The chosen documents (as chosen_sources chooses them) and who may read them.
+-- The documents chosen as in chosen_sources, and who may read them.
 SELECT d.source, d.principals FROM pgrag.documents d
  WHERE d.collection_id = (SELECT id FROM pgrag.collections WHERE name = %(collection)s)
    AND (%(sources)s::text[] IS NULL OR d.source = ANY(%(sources)s))

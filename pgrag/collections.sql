@@ -6,8 +6,7 @@ VALUES (%(name)s, pgrag.register_model_v1(%(model)s, %(provider)s, %(dim)s,
 ON CONFLICT (name) DO NOTHING;
 
 -- name: record_model_source
--- Where a model comes from (package, path or endpoint), for queries and pgrag worker; kept
--- once recorded.
+-- Record where a model comes from (for queries and pgrag worker), unless it is recorded.
 UPDATE pgrag.embedding_models SET settings = %(settings)s
  WHERE id = %(model_id)s AND settings = '{}';
 
@@ -25,6 +24,5 @@ SELECT id, name, text_config, model_id, chunk_tokens, chunk_overlap
 SELECT id FROM pgrag.collections WHERE name = %(name)s;
 
 -- name: list_collections
--- Every collection the session may see, with its model and what it holds
--- (pgrag.collections_v1, which restricted roles may call).
+-- Every collection the session may see, with its model and counts (restricted roles too).
 SELECT name, model, dimension, documents, chunks FROM pgrag.collections_v1();

@@ -29,8 +29,7 @@ ANALYZE pgrag.chunks;
 ANALYZE pgrag.chunk_embeddings;
 
 -- name: keyword_maintain
--- Fold the keyword statistics writes appended (one row per term again) and refresh BM25
--- impacts if the collection's average chunk length moved.
+-- Fold appended keyword statistics; refresh BM25 impacts if the average length moved.
 SELECT * FROM pgrag.keyword_maintain_v2(%(collection)s);
 
 -- name: analyze_keyword_postings

@@ -1,6 +1,5 @@
 -- name: documents_named
--- The documents a target names, with their chunk counts: a stored source as given or made
--- absolute, the files under a directory, or a JSON Lines file's records.
+-- The documents a target names (source, directory or JSON Lines file), with chunk counts.
 SELECT d.id, d.source, (SELECT count(*) FROM pgrag.chunks c
                         WHERE c.document_id = d.id)
   FROM pgrag.documents d
@@ -11,8 +10,7 @@ SELECT d.id, d.source, (SELECT count(*) FROM pgrag.chunks c
             AND d.source = %(records)s || (d.metadata ->> 'record')));
 
 -- name: documents_under
--- The documents stored from files under these directories, with their format, JSON Lines
--- record and chunk count.
+-- Documents stored from files under these directories, with format, record and chunks.
 SELECT d.id, d.source, d.metadata ->> 'format', d.metadata ->> 'record',
        (SELECT count(*) FROM pgrag.chunks c WHERE c.document_id = d.id)
   FROM pgrag.documents d
@@ -21,16 +19,14 @@ SELECT d.id, d.source, d.metadata ->> 'format', d.metadata ->> 'record',
                 WHERE left(d.source, length(p)) = p);
 
 -- name: hand_over_all
--- An identical document that stays inherits the chunks of each one deleted
--- (sql/functions/dedup_v1.sql).
+-- An identical document that stays inherits each deleted one's chunks (dedup_v1.sql).
 SELECT pgrag.documents_hand_over_v1(d.id, d.collection_id, d.source, %(ids)s)
   FROM pgrag.documents d WHERE d.id = ANY (%(ids)s) ORDER BY d.source;
 
 -- name: delete_chunks
--- The documents' chunks, in one statement, so that the keyword index's statement trigger
--- runs once (a cascade from documents would run it once per document).
+-- Delete the documents' chunks in one statement (the keyword trigger then runs once).
 DELETE FROM pgrag.chunks WHERE document_id = ANY (%(ids)s);
 
 -- name: delete_documents
--- The documents.
+-- Delete the documents.
 DELETE FROM pgrag.documents WHERE id = ANY (%(ids)s);

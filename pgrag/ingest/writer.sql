@@ -1,6 +1,5 @@
 -- name: keep_old_vectors
--- A streamed document's stored vectors of the model, kept by content hash until the write
--- commits, for its chunks whose text does not change.
+-- Keep a streamed document's stored vectors by content hash until commit (for reuse).
 CREATE TEMP TABLE pgrag_old_vectors ON COMMIT DROP AS
 SELECT c.content_hash, e.embedding FROM pgrag.chunks c
   JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(model_id)s
@@ -13,8 +12,7 @@ SELECT DISTINCT ON (content_hash) content_hash, embedding
   FROM pgrag_old_vectors WHERE content_hash = ANY (%(hashes)s);
 
 -- name: lock_collection
--- The collection's active model, and whether it has other models that are not retired; the
--- row is held FOR SHARE until the write commits (pgrag.activate_model_v1 takes it FOR UPDATE).
+-- Lock the collection until commit: its active model, and whether it has others in use.
 SELECT c.model_id,
        EXISTS (SELECT 1 FROM pgrag.collection_models m WHERE m.collection_id = c.id
                AND m.status <> 'retired' AND m.model_id <> %(model_id)s)
@@ -35,20 +33,19 @@ SELECT content_hash, principals FROM pgrag.documents
 SELECT nextval(pg_get_serial_sequence('pgrag.chunks', 'id')) FROM generate_series(1, %(n)s);
 
 -- name: upsert_document
--- Insert or update a document's row; its readers are those given, else (new: public; stored:
--- as they were). The file is its source now, not a body once written with SQL (migration 0008).
+-- Insert or update a document's row: readers as given, else public (new) or as they were.
 INSERT INTO pgrag.documents (collection_id, source, title, metadata, content_hash, principals)
 VALUES (%(collection_id)s, %(source)s, %(title)s, %(metadata)s, %(content_hash)s,
         coalesce(%(allow)s::text[], '{public}'))
 ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,
        metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,
        principals = coalesce(%(allow)s::text[], pgrag.documents.principals),
+       -- the file is its source now, not a body once written with SQL (migration 0008)
        body = NULL, updated_at = now()
 RETURNING id, principals;
 
 -- name: hand_over
--- Identical documents elsewhere keep a rewritten document's old content
--- (sql/functions/dedup_v1.sql).
+-- Identical documents keep a rewritten document's old content (sql/functions/dedup_v1.sql).
 SELECT pgrag.documents_hand_over_v1(%(document_id)s, %(collection_id)s, %(source)s);
 
 -- name: stored_chunks
