@@ -22,9 +22,9 @@ from psycopg.types.json import Jsonb
 
 import pgrag
 from pgrag.cli import cli
+from pgrag.collections import list_collections
 from pgrag.db.principals import PRINCIPAL, check_principals
 from pgrag.ingest.loaders import from_text
-from pgrag.ingest.pipeline import list_collections
 
 TEAMS = ("billing", "sales", "support")
 # (source, principals, metadata, text): three tenants, some individual grants, some public.

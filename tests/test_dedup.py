@@ -225,7 +225,7 @@ def test_a_copy_whose_original_changes_before_it_is_written_fails_cleanly(
     (folder / "a.md").write_text(_doc())
     pgrag.ingest(db, [folder], collection="race")
     (folder / "b.md").write_text(_doc())
-    real_embed = ingest_module._embed
+    real_embed = ingest_module.embed_batch
 
     def embed_while_another_writer_acts(*args: object, **kwargs: object) -> object:
         with psycopg.connect(db.dsn) as other:  # another process rewrites a.md meanwhile
@@ -235,7 +235,7 @@ def test_a_copy_whose_original_changes_before_it_is_written_fails_cleanly(
             )
         return real_embed(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(ingest_module, "_embed", embed_while_another_writer_acts)
+    monkeypatch.setattr(ingest_module, "embed_batch", embed_while_another_writer_acts)
     errors: list[str] = []
     report = pgrag.ingest(
         db, [folder], collection="race", on_error=lambda path, reason: errors.append(reason)

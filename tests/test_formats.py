@@ -13,7 +13,10 @@ import pytest
 import pgrag
 from pgrag.db.connect import Database
 from pgrag.errors import InputError
-from pgrag.ingest.formats import JsonlFields, html_to_markdown, sniff
+from pgrag.ingest import formats, loaders
+from pgrag.ingest.formats import sniff
+from pgrag.ingest.formats.html import html_to_markdown
+from pgrag.ingest.formats.jsonl import JsonlFields
 from pgrag.ingest.loaders import LoadedFile, load_path
 
 HTML = """<!DOCTYPE html>
@@ -338,3 +341,97 @@ def test_a_json_lines_metadata_change_is_stored_without_embedding(
     assert report.count("updated") == 1 and report.chunks_embedded == 0
     hits = pgrag.search(db, "refunds", collection="meta", filter={"team": "y"}, mode="keyword")
     assert len(hits) == 1
+
+
+# -- the registry: a format is one module ----------------------------------------------------
+
+RST_FORMAT = '''
+"""reStructuredText, for the test: a title underlined with ===, read as plain text."""
+
+import re
+
+NAME = "rst"
+LABEL = "reStructuredText"
+SUFFIXES = (".rst",)
+ORDER = 350
+
+_TITLE = re.compile(r"^(\\S.*)\\n=+\\s*$", re.M)
+
+
+def detect(sample):
+    return sample.known == NAME
+
+
+def convert(text):
+    match = _TITLE.search(text)
+    return text, match.group(1).strip() if match else None
+'''
+
+
+def _package_with(tmp_path: Path, name: str, modules: dict[str, str]) -> str:
+    """A package of format modules on sys.path: copies of pgrag's, plus ``modules``."""
+    package = tmp_path / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for module in Path(formats.__file__).parent.glob("*.py"):
+        if module.name != "__init__.py":
+            (package / module.name).write_text(module.read_text())
+    for module_name, source in modules.items():
+        (package / f"{module_name}.py").write_text(source)
+    return name
+
+
+def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
+    assert [f.name for f in formats.formats()] == ["pdf", "html", "jsonl", "markdown", "text"]
+    assert dict(formats.suffixes()) == {
+        ".pdf": "pdf",
+        ".html": "html",
+        ".htm": "html",
+        ".xhtml": "html",
+        ".jsonl": "jsonl",
+        ".ndjson": "jsonl",
+        ".md": "markdown",
+        ".markdown": "markdown",
+        ".txt": "text",
+        ".text": "text",
+    }
+
+
+def test_a_format_module_dropped_into_the_package_is_read_with_no_other_edit(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = _package_with(tmp_path, "formats_with_rst", {"rst": RST_FORMAT})
+    monkeypatch.setattr(formats, "PACKAGE", package)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    guide = folder / "guide.rst"
+    guide.write_text("Refund guide\n============\n\nRefunds take five business days.\n")
+    (folder / "notes.md").write_text("# Notes\n\nNothing about money.\n")
+    assert sniff(guide.read_bytes(), ".rst") == "rst"
+    assert sniff(b"# Title\n", ".md") == "markdown"  # the others still there
+    doc = _one(guide)
+    assert (doc.format, doc.title, doc.markdown) == ("rst", "Refund guide", False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    [(_, problem)] = list(loaders.find_files([empty]))
+    assert problem is not None and ".rst" in str(problem)  # the walk's suffixes include it
+    report = pgrag.ingest(db, [folder], collection="rst")
+    assert report.count("added") == 2 and not report.failed
+    hits = pgrag.search(db, "refunds business days", collection="rst", k=1, mode="keyword")
+    assert hits[0].title == "Refund guide" and hits[0].metadata["format"] == "rst"
+    again = pgrag.ingest(db, [folder], collection="rst", prune=True)  # walked: never pruned
+    assert again.count("unchanged") == 2 and not again.count("deleted")
+
+
+def test_a_module_that_is_not_a_format_or_claims_a_taken_suffix_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    broken = _package_with(tmp_path, "formats_broken", {"half": 'NAME = "half"\n'})
+    with pytest.raises(TypeError, match="formats_broken.half is not a format module"):
+        formats.discover(broken)
+    twice = RST_FORMAT.replace('(".rst",)', '(".rst", ".md")')
+    clash = _package_with(tmp_path, "formats_clash", {"rst": twice})
+    with pytest.raises(TypeError, match="claims '.md'"):
+        formats.discover(clash)

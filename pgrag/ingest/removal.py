@@ -10,11 +10,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgrag.db.connect import Database, transaction
+from pgrag.collections import collection_id, require_collection_id
+from pgrag.db import queries
+from pgrag.db.connect import transaction
 from pgrag.errors import InputError
+from pgrag.ingest import formats
+from pgrag.ingest.indexes import maintain_keyword_index
+from pgrag.ingest.report import FileResult, IngestReport, Seen
 
 if TYPE_CHECKING:
-    from pgrag.ingest.pipeline import IngestReport, Seen
+    from pgrag.db.connect import Database
+
+Q = queries.load(__name__)
 
 
 @dataclass
@@ -54,7 +61,7 @@ def remove(
     file's records. A target that names nothing is listed in ``unmatched``."""
     report = RemoveReport(collection=collection, dry_run=dry_run)
     with transaction(db) as conn:
-        cid = _collection_id(conn, collection)
+        cid = require_collection_id(conn, collection)
         found: dict[int, tuple[str, int]] = {}
         for target in targets:
             raw = str(target)
@@ -62,16 +69,9 @@ def remove(
                 raise InputError("an empty path or source names no document")
             absolute = str(Path(raw).expanduser().resolve())
             rows = conn.execute(
-                "SELECT d.id, d.source, (SELECT count(*) FROM pgrag.chunks c"
-                "                        WHERE c.document_id = d.id)"
-                "  FROM pgrag.documents d"
-                " WHERE d.collection_id = %(c)s"
-                "   AND (d.source = ANY (%(exact)s)"
-                "        OR left(d.source, length(%(under)s)) = %(under)s"
-                "        OR (d.metadata ->> 'format' = 'jsonl'"
-                "            AND d.source = %(records)s || (d.metadata ->> 'record')))",
+                Q.documents_named,
                 {
-                    "c": cid,
+                    "collection_id": cid,
                     "exact": [raw, absolute],
                     "under": absolute.rstrip(os.sep) + os.sep,
                     "records": absolute + "#",
@@ -85,7 +85,7 @@ def remove(
             _delete(conn, list(found))
     report.documents = sorted(found.values())
     if found and not dry_run:
-        _fold_statistics(db, collection)
+        maintain_keyword_index(db, collection)
     return report
 
 
@@ -95,24 +95,18 @@ def prune_missing(
     """Delete the documents stored from files under ``directories`` that this ingest did not
     meet: the file is gone, or (JSON Lines) the record is. A file that is there but failed to
     load keeps every document it had, so a transient error never deletes anything."""
-    from pgrag.ingest.pipeline import FileResult
-
     if not directories:
         return
     with transaction(db) as conn:
-        row = conn.execute(
-            "SELECT id FROM pgrag.collections WHERE name = %(n)s", {"n": report.collection}
-        ).fetchone()
-        if row is None:
+        cid = collection_id(conn, report.collection)
+        if cid is None:
             return
         rows = conn.execute(
-            "SELECT d.id, d.source, d.metadata ->> 'format', d.metadata ->> 'record',"
-            "       (SELECT count(*) FROM pgrag.chunks c WHERE c.document_id = d.id)"
-            "  FROM pgrag.documents d"
-            " WHERE d.collection_id = %(c)s"
-            "   AND EXISTS (SELECT 1 FROM unnest(%(prefixes)s::text[]) p"
-            "                WHERE left(d.source, length(p)) = p)",
-            {"c": row[0], "prefixes": [d.rstrip(os.sep) + os.sep for d in directories]},
+            Q.documents_under,
+            {
+                "collection_id": cid,
+                "prefixes": [d.rstrip(os.sep) + os.sep for d in directories],
+            },
         ).fetchall()
         gone = []
         # A path that failed is a file, or a directory the walk could not read or found
@@ -131,51 +125,26 @@ def prune_missing(
         if gone and not dry_run:
             _delete(conn, gone)
     if gone and not dry_run:
-        _fold_statistics(db, report.collection)
+        maintain_keyword_index(db, report.collection)
 
 
 def _walked(file: str, directories: list[str]) -> bool:
     """Whether a walk of ``directories`` would meet this file: no hidden part below the
     directory, and a suffix it reads. A document stored from a file named explicitly, that a
     walk skips, is never pruned by one."""
-    from pgrag.ingest.formats import SUFFIXES
-
+    suffixes = formats.suffixes()
     for directory in directories:
         root = directory.rstrip(os.sep) + os.sep
         if file.startswith(root):
             parts = file[len(root) :].split(os.sep)
             return not any(p.startswith(".") for p in parts) and (
-                Path(file).suffix.lower() in SUFFIXES
+                Path(file).suffix.lower() in suffixes
             )
     return False
 
 
-def _collection_id(conn: Any, name: str) -> int:
-    row = conn.execute(
-        "SELECT id FROM pgrag.collections WHERE name = %(n)s", {"n": name}
-    ).fetchone()
-    if row is None:
-        raise InputError(
-            f"collection {name!r} does not exist; `pgrag collections` lists the collections"
-        )
-    return int(row[0])
-
-
 def _delete(conn: Any, document_ids: list[int]) -> None:
-    # An identical document that stays inherits the chunks (sql/functions/dedup_v1.sql).
-    conn.execute(
-        "SELECT pgrag.documents_hand_over_v1(d.id, d.collection_id, d.source, %(ids)s)"
-        "  FROM pgrag.documents d WHERE d.id = ANY (%(ids)s) ORDER BY d.source",
-        {"ids": document_ids},
-    )
-    # Then chunks, in one statement, so the keyword index's statement trigger runs once
-    # (a cascade from documents would run it once per document).
-    conn.execute(
-        "DELETE FROM pgrag.chunks WHERE document_id = ANY (%(ids)s)", {"ids": document_ids}
-    )
-    conn.execute("DELETE FROM pgrag.documents WHERE id = ANY (%(ids)s)", {"ids": document_ids})
-
-
-def _fold_statistics(db: Database, collection: str) -> None:
-    with transaction(db) as conn:
-        conn.execute("SELECT * FROM pgrag.keyword_maintain_v2(%(c)s)", {"c": collection})
+    # An identical document that stays inherits the chunks, then chunks go in one statement.
+    conn.execute(Q.hand_over_all, {"ids": document_ids})
+    conn.execute(Q.delete_chunks, {"ids": document_ids})
+    conn.execute(Q.delete_documents, {"ids": document_ids})

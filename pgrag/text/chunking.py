@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pgrag.text.tokens import TokenCounter
 
 __all__ = [
+    "CONTEXT_TOKENS",
     "Chunk",
     "Section",
     "chunk_lines",
@@ -25,6 +26,11 @@ __all__ = [
     "pack_sentences",
     "split_sentences",
 ]
+
+# At most this much of a chunk's heading context (its section path, or the document's title)
+# is embedded in front of its text, so that the context never crowds the text out of the
+# model's input.
+CONTEXT_TOKENS = 32
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,90 @@
+"""A document ready to chunk (:class:`LoadedFile`): what a format makes of a file, or
+:func:`from_text` of text an application hands over."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pgrag.errors import InputError
+
+
+@dataclass(frozen=True)
+class LoadedFile:
+    """A document ready to chunk: from a file, or from text an application hands over."""
+
+    label: str  # what messages call it: the path as given, or the source
+    source: str  # the document's identity within a collection (a file's absolute path)
+    format: str  # the NAME of its format module (pgrag.ingest.formats): markdown, pdf, ...
+    text: str  # for HTML, its Markdown-shaped text; for PDF, the pages joined
+    title: str
+    content_hash: str
+    metadata: dict[str, Any]  # stored in pgrag.documents.metadata
+    pages: tuple[str, ...] | None = None  # PDF: the text of each page, page 1 first
+    stream: Path | None = None  # a large file: chunked from here a line at a time (text "")
+    # Whether the text is chunked as Markdown: headings (Markdown, and HTML converted to it)
+    # and table rows (HTML and PDF) kept as units. Its format's MARKDOWN says so.
+    markdown: bool = False
+
+
+def from_text(
+    source: str,
+    text: str,
+    *,
+    title: str | None = None,
+    metadata: dict[str, Any] | None = None,
+    format: str = "text",
+) -> LoadedFile:
+    """A document given as text rather than read from a file (records, datasets, an app)."""
+    if format not in ("text", "markdown"):
+        raise InputError(f"unknown format {format!r}; use 'text' or 'markdown'")
+    if not source:
+        raise InputError("a document needs a non-empty source (its identity in the collection)")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        raise InputError("has no text to index")
+    if "\x00" in text:
+        raise InputError("contains NUL characters; PostgreSQL text cannot store them")
+    title = title if title is not None else source
+    # The metadata is part of what is compared, so that a change of it alone is stored (it
+    # re-embeds nothing: every chunk keeps its row and vector).
+    identity = f"{title}\n{format}\n{text}"
+    described = json.dumps(metadata, sort_keys=True, default=str) if metadata else ""
+    if described:
+        identity += "\n" + described
+    if "\x00" in title or "\\u0000" in described:
+        raise InputError(
+            "has a NUL character in its title or metadata; PostgreSQL text cannot store it"
+        )
+    digest = hashlib.sha256(identity.encode()).hexdigest()
+    return LoadedFile(
+        label=source,
+        source=source,
+        format=format,
+        text=text,
+        title=title,
+        content_hash=digest,
+        metadata={**(metadata or {}), "format": format},
+        markdown=format == "markdown",
+    )
+
+
+def file_metadata(path: Path, fmt: str, size: int, mtime: float) -> dict[str, Any]:
+    """What every document read from a file records about the file."""
+    return {
+        "path": str(path),
+        "format": fmt,
+        "bytes": size,
+        "modified": datetime.fromtimestamp(mtime, tz=UTC).date().isoformat(),
+    }
+
+
+def name_title(path: Path) -> str:
+    """A title made of a file's name, for a document that has none of its own."""
+    stem = re.sub(r"[-_]+", " ", path.stem).strip()
+    return stem[:1].upper() + stem[1:] if stem else path.name

@@ -1,0 +1,90 @@
+"""Embedding an ingest's chunks in batches: each distinct new text once, and none that the
+collection already has a vector for (in any document)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from pgrag.collections import Collection
+from pgrag.db import queries
+from pgrag.db.connect import transaction
+from pgrag.errors import PgragError
+from pgrag.ingest.plan import PreparedDoc
+from pgrag.ingest.report import IngestReport
+
+if TYPE_CHECKING:
+    from pgrag.db.connect import Database
+    from pgrag.embeddings.local import Embedder
+
+Q = queries.load(__name__)
+
+
+def batches(docs: list[PreparedDoc], size: int) -> Iterable[list[PreparedDoc]]:
+    """Whole documents, in batches of about ``size`` chunks."""
+    batch: list[PreparedDoc] = []
+    n = 0
+    for doc in docs:
+        batch.append(doc)
+        n += len(doc.chunks)
+        if n >= size:
+            yield batch
+            batch, n = [], 0
+    if batch:
+        yield batch
+
+
+def embed_batch(
+    batch: list[PreparedDoc],
+    embedder: Embedder,
+    report: IngestReport,
+    db: Database | None = None,
+    coll: Collection | None = None,
+) -> list[list[Any]]:
+    """Vectors for every chunk of the batch, embedding each distinct new text once: a text
+    the collection already has a vector for (in any document) is not embedded again."""
+    todo: dict[str, str] = {}
+    for doc in batch:
+        for chunk in doc.chunks:
+            todo.setdefault(chunk.content_hash, chunk.embed_text)
+    fresh: dict[str, Any] = {}
+    if todo and db is not None and coll is not None:
+        fresh = stored_vectors(db, coll, list(todo))
+        todo = {h: t for h, t in todo.items() if h not in fresh}
+    if todo:
+        matrix = embedder.embed(list(todo.values()))
+        if matrix.shape != (len(todo), embedder.dimension):
+            raise PgragError(
+                f"embedding model {embedder.name!r} returned vectors of shape {matrix.shape},"
+                f" expected ({len(todo)}, {embedder.dimension})"
+            )
+        fresh.update(zip(todo, matrix, strict=True))
+        report.chunks_embedded += len(todo)
+    return [[fresh[c.content_hash] for c in doc.chunks] for doc in batch]
+
+
+def stored_vectors(
+    db: Database, coll: Collection, hashes: list[str], *, vectors: bool = True
+) -> dict[str, Any]:
+    """Stored vectors of the collection's model for chunks with these content hashes
+    (chunks_collection_hash_idx, migration 0005); with ``vectors=False`` only which hashes
+    have one (the values are None)."""
+    with transaction(db) as conn:
+        return vectors_by_hash(conn, coll, hashes, vectors=vectors)
+
+
+def vectors_by_hash(
+    conn: Any, coll: Collection, hashes: list[str], *, vectors: bool = True
+) -> dict[str, Any]:
+    """:func:`stored_vectors`, in the caller's transaction."""
+    rows = conn.execute(
+        Q.vectors_by_hash,
+        {
+            "vectors": vectors,
+            "model_id": coll.model_id,
+            "collection_id": coll.id,
+            "prefixes": [h[:16] for h in hashes],
+            "hashes": hashes,
+        },
+    ).fetchall()
+    return dict(rows)

@@ -1,0 +1,111 @@
+"""PDF: one text per page with pypdf, so each chunk knows its page (chunks never span pages);
+a table's row stays on one line. Read an object at a time, never whole."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from pgrag.errors import InputError
+from pgrag.ingest.document import LoadedFile, file_metadata, name_title
+from pgrag.ingest.formats._base import Sample, one_line
+
+NAME = "pdf"
+LABEL = "PDF"
+SUFFIXES = (".pdf",)
+ORDER = 100
+MARKDOWN = True  # (for table rows: a page's lines never become headings)
+BINARY = True
+
+MAX_PDF_BYTES = 2 * 1024 * 1024 * 1024
+
+
+def detect(sample: Sample) -> bool:
+    """Starts with %PDF-, whatever its name; a file named .pdf that does not is refused."""
+    if sample.head.lstrip(b"\xef\xbb\xbf \t\r\n")[:5] == b"%PDF-":
+        return True
+    if sample.known == NAME:
+        raise InputError("is named .pdf but does not start like a PDF (%PDF-); corrupt or misnamed")
+    return False
+
+
+def read(
+    path: Path, fh: BinaryIO, options: Mapping[str, Any]
+) -> Iterator[tuple[str, LoadedFile | InputError]]:
+    yield str(path), _load(path, fh)
+
+
+def _load(path: Path, fh: BinaryIO) -> LoadedFile:
+    st = path.stat()
+    if st.st_size > MAX_PDF_BYTES:
+        raise InputError(f"file is {st.st_size} bytes, over the {MAX_PDF_BYTES}-byte PDF limit")
+    digest = hashlib.sha256()
+    fh.seek(0)
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        digest.update(block)
+    fh.seek(0)
+    pages, title = pdf_pages(fh)
+    pages = [p.replace("\r\n", "\n").replace("\r", "\n") for p in pages]
+    return LoadedFile(
+        label=str(path),
+        source=str(path.resolve()),
+        format=NAME,
+        text="\n\n".join(pages),
+        title=title or name_title(path),
+        content_hash=digest.hexdigest(),
+        metadata={**file_metadata(path, NAME, st.st_size, st.st_mtime), "pages": len(pages)},
+        pages=tuple(pages),
+        markdown=MARKDOWN,
+    )
+
+
+def pdf_pages(stream: IO[bytes]) -> tuple[list[str], str | None]:
+    """(text of each page, the document's title) of a PDF, read from an open file: pypdf
+    reads the objects it needs from it, not the whole file into memory."""
+    from pypdf import PdfReader
+    from pypdf.errors import PdfReadError
+
+    try:
+        reader = PdfReader(stream)
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise InputError("is an encrypted PDF; decrypt it first (e.g. `qpdf --decrypt`)")
+        pages = [_page_text(page) for page in reader.pages]
+        meta = reader.metadata
+        title = str(meta.title).replace("\x00", "").strip() if meta and meta.title else None
+    except InputError:
+        raise
+    except PdfReadError as err:
+        raise InputError(f"cannot be read as a PDF ({one_line(err)}); it may be corrupt") from err
+    except Exception as err:  # pypdf raises many types on malformed files
+        raise InputError(
+            f"cannot be read as a PDF ({type(err).__name__}: {one_line(err)}); it may be corrupt"
+        ) from err
+    if not any(p.strip() for p in pages):
+        raise InputError("has no text layer (a scanned PDF?); run OCR on it first")
+    return pages, title
+
+
+_COLUMN_GAP = re.compile(r" {4,}")
+
+
+def _page_text(page: Any) -> str:
+    """A page's text in reading order, a table row per line as ``| a | b |`` (pypdf's layout
+    mode keeps a row's cells on one line, columns apart; plain mode gives one cell a line)."""
+    try:
+        raw = page.extract_text(extraction_mode="layout") or ""
+    except Exception:  # layout mode is the fussier one; plain text is still worth having
+        raw = page.extract_text() or ""
+    lines = []
+    for line in raw.replace("\x00", "").splitlines():
+        line = line.strip()
+        if _COLUMN_GAP.search(line):
+            line = "| " + " | ".join(_COLUMN_GAP.split(line)) + " |"
+        else:
+            line = re.sub(r" {2,}", " ", line)
+        if line.startswith("#"):
+            line = "\\" + line  # chunked as Markdown (for the rows): never a heading
+        lines.append(line)
+    return "\n".join(lines).strip()

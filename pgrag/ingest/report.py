@@ -1,0 +1,86 @@
+"""What an ingest did, file by file: the report ``pgrag ingest`` prints and returns as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class FileResult:
+    path: str
+    # added | updated | unchanged | access (only who may read it changed) | duplicate (identical
+    # to another document, recorded without chunks) | deleted | failed
+    status: str
+    chunks: int = 0
+    reason: str | None = None
+    embed: int = 0  # chunks whose text must be embedded (the others reuse stored vectors)
+
+
+@dataclass
+class IngestReport:
+    collection: str
+    files: list[FileResult] = field(default_factory=list)
+    chunks_written: int = 0
+    chunks_embedded: int = 0  # texts sent to the model (fewer than written when reused)
+    chunks_deleted: int = 0  # of documents removed (--prune)
+    dry_run: bool = False  # nothing was written: the counts say what an ingest would do
+
+    def count(self, status: str) -> int:
+        return sum(1 for f in self.files if f.status == status)
+
+    @property
+    def failed(self) -> list[FileResult]:
+        return [f for f in self.files if f.status == "failed"]
+
+    def summary(self) -> str:
+        parts = [
+            f"{self.count('added')} added",
+            f"{self.count('updated')} updated",
+            f"{self.count('unchanged')} unchanged",
+        ]
+        if self.count("access"):
+            parts.append(f"{self.count('access')} with new access only")
+        if self.count("duplicate"):
+            parts.append(f"{self.count('duplicate')} identical to another, stored once")
+        if self.count("deleted"):
+            parts.append(f"{self.count('deleted')} deleted")
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed")
+        deleted = f", {self.chunks_deleted} deleted" if self.chunks_deleted else ""
+        if self.dry_run:
+            return (
+                f"dry run, nothing written: collection {self.collection!r}:"
+                f" {len(self.files)} documents ({', '.join(parts)}); would write"
+                f" {self.chunks_written} chunks and embed {self.chunks_embedded}{deleted}"
+            )
+        return (
+            f"collection {self.collection!r}: {len(self.files)} documents ({', '.join(parts)});"
+            f" {self.chunks_written} chunks written, {self.chunks_embedded} embedded{deleted}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "collection": self.collection,
+            "added": self.count("added"),
+            "updated": self.count("updated"),
+            "unchanged": self.count("unchanged"),
+            "access_changed": self.count("access"),
+            "deleted": self.count("deleted"),
+            "duplicates": self.count("duplicate"),
+            "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "chunks_written": self.chunks_written,
+            "chunks_embedded": self.chunks_embedded,
+            "chunks_deleted": self.chunks_deleted,
+            "dry_run": self.dry_run,
+            "files": [vars(f) for f in self.files],
+        }
+
+
+@dataclass
+class Seen:
+    """What a walk met: the sources it loaded, and the files (absolute paths) it could not
+    read whole. ``--prune`` deletes only documents of files that are neither."""
+
+    sources: set[str] = field(default_factory=set)
+    failed_files: set[str] = field(default_factory=set)

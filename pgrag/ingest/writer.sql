@@ -1,0 +1,114 @@
+-- name: keep_old_vectors
+-- Keep a streamed document's stored vectors by content hash until commit (for reuse).
+CREATE TEMP TABLE pgrag_old_vectors ON COMMIT DROP AS
+SELECT c.content_hash, e.embedding FROM pgrag.chunks c
+  JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(model_id)s
+  JOIN pgrag.documents d ON d.id = c.document_id
+ WHERE d.collection_id = %(collection_id)s AND d.source = %(source)s;
+
+-- name: old_vectors
+-- The kept vectors (keep_old_vectors) of these content hashes, one per hash.
+SELECT DISTINCT ON (content_hash) content_hash, embedding
+  FROM pgrag_old_vectors WHERE content_hash = ANY (%(hashes)s);
+
+-- name: lock_collection
+-- Lock the collection until commit: its active model, and whether it has others in use.
+SELECT c.model_id,
+       EXISTS (SELECT 1 FROM pgrag.collection_models m WHERE m.collection_id = c.id
+               AND m.status <> 'retired' AND m.model_id <> %(model_id)s)
+  FROM pgrag.collections c WHERE c.id = %(collection_id)s FOR SHARE OF c;
+
+-- name: enqueue_chunks
+-- Queue chunks for the collection's other models (pgrag worker embeds them).
+SELECT pgrag.embedding_enqueue_v1(%(collection_id)s, %(chunk_ids)s);
+
+-- name: lock_original
+-- The content and readers of a copy's original, if it is still one, locked until commit.
+SELECT content_hash, principals FROM pgrag.documents
+ WHERE collection_id = %(collection_id)s AND source = %(source)s
+   AND NOT metadata ? 'duplicate_of' AND body IS NULL FOR SHARE;
+
+-- name: new_chunk_ids
+-- Ids for n new chunks.
+SELECT nextval(pg_get_serial_sequence('pgrag.chunks', 'id')) FROM generate_series(1, %(n)s);
+
+-- name: upsert_document
+-- Insert or update a document's row: readers as given, else public (new) or as they were.
+INSERT INTO pgrag.documents (collection_id, source, title, metadata, content_hash, principals)
+VALUES (%(collection_id)s, %(source)s, %(title)s, %(metadata)s, %(content_hash)s,
+        coalesce(%(allow)s::text[], '{public}'))
+ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,
+       metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,
+       principals = coalesce(%(allow)s::text[], pgrag.documents.principals),
+       -- the file is its source now, not a body once written with SQL (migration 0008)
+       body = NULL, updated_at = now()
+RETURNING id, principals;
+
+-- name: hand_over
+-- Identical documents keep a rewritten document's old content (sql/functions/dedup_v1.sql).
+SELECT pgrag.documents_hand_over_v1(%(document_id)s, %(collection_id)s, %(source)s);
+
+-- name: stored_chunks
+-- A document's stored chunks, in order: what identifies each one's content.
+SELECT id, content_hash, page, section FROM pgrag.chunks
+ WHERE document_id = %(document_id)s ORDER BY ordinal;
+
+-- name: delete_chunks_except
+-- Delete a document's chunks but those kept.
+DELETE FROM pgrag.chunks WHERE document_id = %(document_id)s AND id <> ALL (%(keep)s);
+
+-- name: park_ordinals
+-- Move kept chunks out of the way of the new ordinals ((document, ordinal) is unique).
+UPDATE pgrag.chunks SET ordinal = -1 - ordinal WHERE id = ANY (%(ids)s);
+
+-- name: place_ordinals
+-- Put kept chunks at their new ordinals.
+UPDATE pgrag.chunks c SET ordinal = m.ordinal
+  FROM unnest(%(ids)s::bigint[], %(ordinals)s::int[]) AS m(id, ordinal)
+ WHERE c.id = m.id;
+
+-- name: staging_chunks_table
+-- A session-private table shaped like the chunk columns ingest writes, emptied at each commit.
+CREATE TEMP TABLE IF NOT EXISTS pgrag_staging_chunks ON COMMIT DELETE ROWS AS
+SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,
+       content_hash, principals, text_config FROM pgrag.chunks WITH NO DATA;
+
+-- name: staging_vectors_table
+-- A session-private table shaped like the vector columns ingest writes, emptied at each commit.
+CREATE TEMP TABLE IF NOT EXISTS pgrag_staging_vectors ON COMMIT DELETE ROWS AS
+SELECT model_id, chunk_id, embedding FROM pgrag.chunk_embeddings WITH NO DATA;
+
+-- name: copy_chunks
+-- Chunks into the staging table, in binary.
+COPY pgrag_staging_chunks (id, document_id, collection_id, ordinal, content,
+     section, page, token_count, content_hash, principals, text_config)
+FROM STDIN (FORMAT BINARY);
+
+-- name: copy_vectors
+-- Vectors into the staging table, in binary.
+COPY pgrag_staging_vectors (model_id, chunk_id, embedding) FROM STDIN (FORMAT BINARY);
+
+-- name: insert_staged_chunks
+-- The staged chunks into pgrag.chunks (through its row-level security policies).
+INSERT INTO pgrag.chunks (id, document_id, collection_id, ordinal, content, section,
+       page, token_count, content_hash, principals, text_config)
+SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,
+       content_hash, principals, text_config FROM pgrag_staging_chunks;
+
+-- name: insert_staged_vectors
+-- The staged vectors into pgrag.chunk_embeddings.
+INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)
+SELECT model_id, chunk_id, embedding FROM pgrag_staging_vectors;
+
+-- name: empty_staged_chunks
+-- Empty the chunk staging table.
+DELETE FROM pgrag_staging_chunks;
+
+-- name: empty_staged_vectors
+-- Empty the vector staging table.
+DELETE FROM pgrag_staging_vectors;
+
+-- name: set_access
+-- New readers for a stored document; its chunks, vectors and postings follow (trigger).
+UPDATE pgrag.documents SET principals = %(principals)s, updated_at = now()
+ WHERE id = %(document_id)s;
