@@ -10,6 +10,7 @@ from pgrag.answer.agentic import ask_agentic
 from pgrag.answer.ask import ask as run_ask
 from pgrag.answer.traces import get_trace
 from pgrag.cli.options import (
+    budget_option,
     collection_option,
     database,
     emit_json,
@@ -28,13 +29,7 @@ from pgrag.retrieval.rerank import reranker_from_config
 @click.argument("question")
 @collection_option
 @click.option("--k", "-k", default=8, show_default=True, help="Passages to retrieve.")
-@click.option(
-    "--budget",
-    default=1500,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Token budget for passages in the prompt.",
-)
+@budget_option
 @click.option(
     "--context",
     type=click.Choice(["chunk", "section"]),

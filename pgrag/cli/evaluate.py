@@ -13,6 +13,7 @@ import click
 
 from pgrag.answer.scoring import score_answers
 from pgrag.cli.options import (
+    budget_option,
     collection_option,
     database,
     emit_json,
@@ -157,13 +158,7 @@ def eval_retrieval(
     type=click.IntRange(1, 100),
     help="Passages to retrieve.",
 )
-@click.option(
-    "--budget",
-    default=1500,
-    show_default=True,
-    type=click.IntRange(min=1),
-    help="Token budget for passages in the prompt.",
-)
+@budget_option
 @click.option(
     "--max-false-refusal",
     default=0.1,

@@ -132,6 +132,16 @@ def json_option(f: F) -> F:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(f)
 
 
+def budget_option(f: F) -> F:
+    return click.option(
+        "--budget",
+        default=1500,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Token budget for passages in the prompt.",
+    )(f)
+
+
 def reranker_option(f: F) -> F:
     return click.option(
         "--reranker",
