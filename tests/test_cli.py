@@ -109,7 +109,8 @@ def test_subcommand_help_and_usage_errors_load_nothing_heavy() -> None:
     # import psycopg to look at them.
     code = (
         "import sys, pgrag.cli\n"
-        "for argv in (['search', '--help'], ['db', 'upgrade', '--help'], ['nosuchcommand']):\n"
+        "for argv in (['--help'], ['search', '--help'], ['db', 'upgrade', '--help'],"
+        " ['eval', 'retrieval', '--help'], ['nosuchcommand']):\n"
         "    try:\n"
         "        pgrag.cli.cli(argv, prog_name='pgrag')\n"
         "    except SystemExit:\n"
@@ -183,6 +184,50 @@ def test_database_errors_become_one_line(loaded: str) -> None:
         conn.execute("ALTER FUNCTION pgrag.search_v5 RENAME TO search_v5_gone")
     result = run(loaded, "search", "refund", "-c", "docs")
     assert_one_error_line(result, "error: function pgrag.search_v5(")
+
+
+# --- configuration: read once, at the root, from pgrag.config ------------------------------
+
+
+def test_collection_defaults_to_pgrag_collection(loaded: str) -> None:
+    # No -c: PGRAG_COLLECTION names it; -c wins over the variable; neither: "default".
+    rows = json.loads(
+        ok(loaded, "search", "refund", "--json", env={"PGRAG_COLLECTION": "docs"}).stdout
+    )
+    assert rows and rows[0]["source"].endswith("refunds.md")
+    result = run(loaded, "search", "refund", "-c", "nope", env={"PGRAG_COLLECTION": "docs"})
+    assert_one_error_line(result, "error: collection 'nope' does not exist")
+    assert_one_error_line(run(loaded, "search", "refund"), "error: collection 'default' does")
+    # The help shows the built-in default, as before, whatever the environment says.
+    help_text = CliRunner().invoke(cli, ["search", "--help"], env={"PGRAG_COLLECTION": "docs"})
+    assert "[default: default]" in help_text.stdout
+
+
+def test_dsn_defaults_to_pgrag_dsn(loaded: str) -> None:
+    result = CliRunner().invoke(cli, ["collections", "--json"], env={"PGRAG_DSN": loaded})
+    assert result.exit_code == 0, result.stderr
+    assert [r["name"] for r in json.loads(result.stdout)] == ["docs"]
+    # --dsn wins over PGRAG_DSN.
+    unreachable = "postgresql://nobody@127.0.0.1:1/nowhere"
+    assert ok(loaded, "collections", env={"PGRAG_DSN": unreachable}).stdout.startswith("docs\t")
+
+
+def test_the_environment_is_read_once_per_command(
+    loaded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgrag import config
+
+    calls = []
+    real = config.from_env
+
+    def counting(environ: Any = None) -> config.Settings:
+        calls.append(environ)
+        return real(environ)
+
+    monkeypatch.setattr(config, "from_env", counting)
+    ok(loaded, "search", "refund", "-c", "docs", "--json")
+    ok(loaded, "db", "check")
+    assert len(calls) == 2, calls
 
 
 # --- ask, offline reader ------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""``pgrag ingest`` and ``pgrag rm``: documents in, documents out."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import click
+
+from pgrag.cli.options import collection_option, database, emit_json, json_option
+from pgrag.ingest.formats import JsonlFields
+from pgrag.ingest.pipeline import ingest as run_ingest
+from pgrag.ingest.removal import remove
+
+
+@click.command()
+# readable=False: an unreadable path is reported by the ingest itself, on one line, and
+# does not stop the other paths.
+@click.argument("paths", nargs=-1, required=True, type=click.Path(readable=False, path_type=str))
+@collection_option
+@click.option(
+    "--allow",
+    multiple=True,
+    metavar="PRINCIPAL",
+    help="Who may read these documents (repeatable), e.g. --allow alice --allow group:billing;"
+    " public is everyone. Default: public for new documents, unchanged for stored ones.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Write nothing; say what would be added, updated, deleted and left alone.",
+)
+@click.option(
+    "--prune",
+    is_flag=True,
+    help="Also remove the documents of files that are gone from the directories given.",
+)
+@click.option(
+    "--jsonl-text",
+    default="text",
+    show_default=True,
+    metavar="FIELD",
+    help="JSON Lines: the field holding a record's text.",
+)
+@click.option(
+    "--jsonl-title",
+    default="title",
+    show_default=True,
+    metavar="FIELD",
+    help="JSON Lines: the field holding a record's title.",
+)
+@click.option(
+    "--jsonl-id",
+    default=None,
+    metavar="FIELD",
+    help="JSON Lines: the field identifying a record (default: _id or id, else the line).",
+)
+@click.option(
+    "--jsonl-metadata",
+    default=None,
+    metavar="FIELD,...",
+    help="JSON Lines: the fields kept as metadata (default: all the others).",
+)
+@json_option
+@click.pass_context
+def ingest(
+    ctx: click.Context,
+    paths: tuple[str, ...],
+    collection: str,
+    allow: tuple[str, ...],
+    dry_run: bool,
+    prune: bool,
+    jsonl_text: str,
+    jsonl_title: str,
+    jsonl_id: str | None,
+    jsonl_metadata: str | None,
+    as_json: bool,
+) -> None:
+    """Chunk, embed and index files and directories: Markdown, text, HTML, PDF, JSON Lines.
+
+    The content decides the format (a directory walk picks .md .markdown .txt .text .html .htm
+    .xhtml .pdf .jsonl .ndjson). Unchanged files are skipped (with --allow, their access is
+    updated without re-embedding); in a changed one only the chunks whose text changed are
+    embedded again. A file that cannot be read is reported on one line and the others are
+    still ingested; the exit status is then 1.
+    """
+    # `kill`, systemd and Kubernetes stop with SIGTERM: unwind normally, so an interrupted
+    # bulk load still rebuilds the index it dropped.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    db = database(ctx)
+    bar: Any = None
+    fields = JsonlFields(
+        text=jsonl_text,
+        title=jsonl_title or None,
+        id=jsonl_id,
+        metadata=None
+        if jsonl_metadata is None
+        else tuple(f.strip() for f in jsonl_metadata.split(",") if f.strip()),
+    )
+
+    def on_error(path: str, reason: str) -> None:
+        click.echo(f"error: {path}: {reason}", err=True)
+
+    def on_plan(total: int) -> None:
+        nonlocal bar
+        if total:
+            bar = click.progressbar(
+                length=total, label="embedding", file=sys.stderr, show_pos=True, show_eta=True
+            )
+            bar.__enter__()
+
+    def on_batch(files_done: int, files_total: int) -> None:
+        if bar is not None:
+            bar.label = f"{files_done}/{files_total} files, chunks"
+
+    def progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n)
+
+    try:
+        report = run_ingest(
+            db,
+            list(paths),
+            collection=collection,
+            on_error=on_error,
+            on_plan=on_plan,
+            progress=progress,
+            on_batch=on_batch,
+            allow=list(allow) if allow else None,
+            jsonl=fields,
+            dry_run=dry_run,
+            prune=prune,
+        )
+    finally:
+        if bar is not None:
+            bar.__exit__(None, None, None)
+    if dry_run and not as_json:
+        for f in report.files:
+            if f.status in ("added", "updated") and f.reason:
+                click.echo(f"{f.status:9} {f.path} ({f.reason})")
+            elif f.status in ("added", "updated"):
+                click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks, {f.embed} to embed)")
+            elif f.status == "deleted":
+                click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks)")
+            elif f.status == "duplicate":
+                click.echo(f"{f.status:9} {f.path} ({f.reason}: stored once)")
+            elif f.status != "failed":
+                click.echo(f"{f.status:9} {f.path}")
+    if as_json:
+        emit_json(report.to_dict())
+    click.echo(report.summary(), err=True)
+    if report.failed:
+        sys.exit(1)
+
+
+@click.command("rm")
+@click.argument("targets", nargs=-1, required=True)
+@collection_option
+@click.option("--dry-run", is_flag=True, help="Remove nothing; list what would be removed.")
+@json_option
+@click.pass_context
+def rm(
+    ctx: click.Context, targets: tuple[str, ...], collection: str, dry_run: bool, as_json: bool
+) -> None:
+    """Remove documents: by file path, by directory (every document under it), or by source.
+
+    Chunks, vectors and keyword postings go with them, in one transaction. A target that
+    names no document is an error (exit status 1); the others are still removed.
+    """
+    report = remove(database(ctx), list(targets), collection=collection, dry_run=dry_run)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        for source, chunks in report.documents:
+            click.echo(f"{'would remove' if dry_run else 'removed'} {source} ({chunks} chunks)")
+    for target in report.unmatched:
+        click.echo(
+            f"error: {target}: no document in collection {collection!r} has this"
+            " path or source; `pgrag search` or pgrag.documents_v1 shows sources",
+            err=True,
+        )
+    click.echo(report.summary(), err=True)
+    if report.unmatched:
+        sys.exit(1)

@@ -1,0 +1,213 @@
+"""What every command family shares: the options they have in common, the one place that
+turns a library error into ``error: ...`` and exit status 1, the configuration the root group
+read, JSON on stdout and a few formatting helpers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from pgrag import config
+from pgrag.config import Settings
+from pgrag.db.connect import Database, connect, describe_error, resolve_dsn
+from pgrag.errors import PgragError
+from pgrag.retrieval.search import SearchSettings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# -- configuration and the database ---------------------------------------------------------
+
+
+@dataclass
+class State:
+    """What the root group hands every command (``ctx.obj``): the ``--dsn`` it was given and
+    the one snapshot of the environment (:func:`pgrag.config.from_env`) this invocation uses."""
+
+    dsn: str | None = None
+    settings: Settings = field(default_factory=config.from_env)
+
+
+def state(ctx: click.Context) -> State:
+    """The invocation's :class:`State` (made here when a command runs without the root group)."""
+    return ctx.ensure_object(State)
+
+
+def database(ctx: click.Context) -> Database:
+    """Open the database for this command; it is closed when the command ends."""
+    st = state(ctx)
+    db = connect(st.dsn, settings=st.settings)
+    ctx.call_on_close(db.close)
+    return db
+
+
+def dsn(ctx: click.Context) -> str:
+    """The connection string this command uses (starts the embedded server when that is it)."""
+    st = state(ctx)
+    return resolve_dsn(st.dsn, st.settings)
+
+
+# -- errors and output ----------------------------------------------------------------------
+
+
+class Group(click.Group):
+    """Translate library errors into one line with the next step, once, here."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except PgragError as err:
+            fail(str(err))
+        except Exception as err:
+            # click's own Exit/UsageError (``pgrag search --help``) pass through here too: only
+            # look at psycopg when a command already imported it, so help stays light.
+            psycopg = sys.modules.get("psycopg")
+            if psycopg is not None and isinstance(err, psycopg.Error):
+                fail(describe_error(err))
+            raise
+
+
+def fail(message: str) -> NoReturn:
+    """``error: MESSAGE`` on stderr, exit status 1."""
+    click.echo(f"error: {message}", err=True)
+    sys.exit(1)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def place(title: str | None, section: str | None) -> str:
+    """'Title > Section', without repeating a title the section path already starts with."""
+    if not section:
+        return title or ""
+    if not title or section == title or section.startswith(f"{title} > "):
+        return section
+    return f"{title} > {section}"
+
+
+# -- shared options -------------------------------------------------------------------------
+
+
+def _default_collection(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    # Unset on the command line: PGRAG_COLLECTION, as the invocation's Settings read it.
+    if ctx.get_parameter_source("collection") is ParameterSource.DEFAULT:
+        return state(ctx).settings.collection
+    return value
+
+
+def collection_option(f: F) -> F:
+    return click.option(
+        "--collection",
+        "-c",
+        default="default",
+        show_default=True,
+        callback=_default_collection,
+        help="Collection to use (env: PGRAG_COLLECTION).",
+    )(f)
+
+
+def principal_option(f: F) -> F:
+    return click.option(
+        "--principal",
+        "principals",
+        multiple=True,
+        metavar="PRINCIPAL",
+        help="Read as this principal (repeatable; public is always included), e.g. --principal"
+        " alice --principal group:billing. The database enforces it.",
+    )(f)
+
+
+def json_option(f: F) -> F:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON on stdout.")(f)
+
+
+def budget_option(f: F) -> F:
+    return click.option(
+        "--budget",
+        default=1500,
+        show_default=True,
+        type=click.IntRange(min=1),
+        help="Token budget for passages in the prompt.",
+    )(f)
+
+
+def reranker_option(f: F) -> F:
+    return click.option(
+        "--reranker",
+        "reranker_spec",
+        metavar="PATH|URL|none",
+        help="Rerank with a local cross-encoder directory or a /rerank endpoint"
+        " (default: $PGRAG_RERANKER, else none). See docs/reranking.md.",
+    )(f)
+
+
+def mmr_option(f: F) -> F:
+    return click.option(
+        "--mmr",
+        type=click.FloatRange(0, 1),
+        help="Diversify: pick the results by Maximal Marginal Relevance with this lambda"
+        " (1 = relevance only; 0.5 is a common choice).",
+    )(f)
+
+
+def tuning_options(f: F) -> F:
+    """search_v5's knobs; each left unset keeps the function's measured default. The command
+    takes them as ``**tuning`` and passes them to :func:`search_settings`."""
+    options = [
+        click.option("--rrf-k", type=click.IntRange(min=1), help="RRF constant (default 5)."),
+        click.option(
+            "--vector-weight",
+            type=click.FloatRange(min=0),
+            help="Vector arm's RRF weight (default 0.5).",
+        ),
+        click.option(
+            "--keyword-weight",
+            type=click.FloatRange(min=0),
+            help="Keyword arm's RRF weight (default 1.0).",
+        ),
+        click.option(
+            "--depth",
+            type=click.IntRange(min=1, max=1000),
+            help="Candidates per arm before fusion (default max(4k, 40)).",
+        ),
+        click.option(
+            "--postings-per-term",
+            type=click.IntRange(min=0),
+            help="Keyword arm: above this many postings per query, read a budget of this"
+            " many, best first (default 50,000; 0 = read everything).",
+        ),
+        click.option(
+            "--fallback-chunks",
+            type=click.IntRange(min=0, max=1_000_000),
+            help="When nothing matches (only stop words, or unknown words), match the words"
+            " as typed in up to this many chunks (default 5,000; 0 = off).",
+        ),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def search_settings(tuning: dict[str, Any]) -> SearchSettings:
+    """The :class:`SearchSettings` that :func:`tuning_options` asked for."""
+    depth = tuning.get("depth")
+    return SearchSettings(
+        rrf_k=tuning.get("rrf_k"),
+        vector_weight=tuning.get("vector_weight"),
+        keyword_weight=tuning.get("keyword_weight"),
+        vector_depth=depth,
+        keyword_depth=depth,
+        postings_per_term=tuning.get("postings_per_term"),
+        fallback_chunks=tuning.get("fallback_chunks"),
+    )

@@ -1,0 +1,150 @@
+"""``pgrag search``: hybrid search (or ``--sql``, the statement it would run)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+
+from pgrag.cli.options import (
+    collection_option,
+    database,
+    emit_json,
+    json_option,
+    mmr_option,
+    place,
+    principal_option,
+    reranker_option,
+    search_settings,
+    tuning_options,
+)
+from pgrag.db.principals import check_principals
+from pgrag.errors import PgragError
+from pgrag.retrieval.rerank import reranker_from_config
+from pgrag.retrieval.search import search as run_search
+from pgrag.retrieval.search import search_sql
+
+
+@click.command()
+@click.argument("query")
+@collection_option
+@click.option("--k", "-k", default=10, show_default=True, help="Number of results.")
+@click.option(
+    "--mode",
+    type=click.Choice(["hybrid", "keyword", "vector"]),
+    default="hybrid",
+    show_default=True,
+    help="Which arms to use.",
+)
+@click.option(
+    "--filter",
+    "filter_json",
+    help="Only documents whose metadata matches this JSON filter, e.g."
+    ' \'{"team": "billing"}\', \'{"tags": {"$in": ["eu", "us"]}}\','
+    ' \'{"date": {"$gte": "2024-01-01"}}\' (docs/search.md#filters).',
+)
+@principal_option
+@click.option(
+    "--model",
+    "model_name",
+    help="Search with this model of the collection (default: the active one); e.g. one that"
+    " `pgrag models reembed` is building, to compare before switching.",
+)
+@click.option(
+    "--sql",
+    "show_sql",
+    is_flag=True,
+    help="Print the SQL statement instead of running it ($1 is the query's embedding).",
+)
+@reranker_option
+@mmr_option
+@tuning_options
+@json_option
+@click.pass_context
+def search(
+    ctx: click.Context,
+    /,
+    query: str,
+    collection: str,
+    k: int,
+    mode: str,
+    filter_json: str | None,
+    show_sql: bool,
+    reranker_spec: str | None,
+    mmr: float | None,
+    principals: tuple[str, ...],
+    as_json: bool,
+    model_name: str | None = None,
+    **tuning: Any,
+) -> None:
+    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v5)."""
+    filt = _parse_filter(filter_json)
+    settings = search_settings(tuning)
+    if show_sql:
+        if principals:
+            from psycopg import sql
+
+            names = ",".join(check_principals(principals))
+            click.echo("BEGIN;")
+            click.echo(
+                sql.SQL("SELECT set_config('pgrag.principals', {}, true);")
+                .format(sql.Literal(names))
+                .as_string(None)
+            )
+        click.echo(
+            search_sql(
+                query,
+                collection=collection,
+                k=k,
+                mode=mode,
+                filter=filt,
+                settings=settings,
+                model=model_name,
+            )
+            + ";"
+        )
+        if principals:
+            click.echo("COMMIT;")
+        return
+    results = run_search(
+        database(ctx),
+        query,
+        collection=collection,
+        k=k,
+        mode=mode,
+        filter=filt,
+        settings=settings,
+        reranker=reranker_from_config(reranker_spec),
+        mmr=mmr,
+        principals=list(principals) if principals else None,
+        model=model_name,
+    )
+    if as_json:
+        emit_json([r.to_dict() for r in results])
+        return
+    if not results:
+        click.echo("no results", err=True)
+    for r in results:
+        arms = f"vector #{r.vector_rank or '-'}, keyword #{r.keyword_rank or '-'}"
+        if r.rerank_score is not None:
+            arms += f", reranked {r.rerank_score:.3f}"
+        where = place(r.title, r.section) or r.source
+        click.echo(click.style(f"{r.rank}. {where}", bold=True) + f"  ({r.score:.4f}; {arms})")
+        click.echo(f"   {r.source}")
+        snippet = " ".join(r.text.split())
+        click.echo(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}\n")
+
+
+def _parse_filter(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise PgragError(
+            f'--filter is not valid JSON ({err.msg}); e.g. \'{{"team": "billing"}}\''
+        ) from err
+    if not isinstance(value, dict):
+        raise PgragError('--filter must be a JSON object, e.g. \'{"team": "billing"}\'')
+    return value
