@@ -35,13 +35,9 @@ from typing import Any
 from _bench import fresh_database, log
 
 import pgrag
-from pgrag.ingest.pipeline import (
-    CONTEXT_TOKENS,
-    DEFAULT_CHUNK_OVERLAP,
-    DEFAULT_CHUNK_TOKENS,
-    _load_files,
-    _prepare_chunks,
-)
+from pgrag.embeddings.local import configured_embedder
+from pgrag.ingest.loaders import load_files
+from pgrag.ingest.plan import chunk_limits, prepare_chunks
 
 MARKER = "pgrag benchmark: ingest_throughput"
 SQUAD = Path.home() / ".cache/pgrag-bench/squad-dev-v1.1.json"
@@ -77,12 +73,11 @@ def write_corpus(root: Path, squad: dict[str, Any], editions: int, articles: int
 
 def embed_texts(paths: list[Path], embedder: Any) -> list[str]:
     """What the ingest will embed for these files: pgrag's chunker, its heading context."""
-    limit = min(DEFAULT_CHUNK_TOKENS, embedder.max_tokens - 2 - CONTEXT_TOKENS)
-    overlap = min(DEFAULT_CHUNK_OVERLAP, limit - 1)
+    limit, overlap = chunk_limits(None, embedder)  # a new collection's
     texts = []
-    for _, item in _load_files(paths):
+    for _, item in load_files(paths):
         assert not isinstance(item, Exception), item
-        texts += [c.embed_text for c in _prepare_chunks(item, embedder, limit, overlap)]
+        texts += [c.embed_text for c in prepare_chunks(item, embedder, limit, overlap)]
     return texts
 
 
@@ -105,7 +100,7 @@ def main() -> None:
         names = sorted(work.iterdir())
         halves = [names[: len(names) // 2], names[len(names) // 2 :]]
         db = pgrag.connect(dsn)
-        embedder = db.embedder
+        embedder = configured_embedder(db)
         embedder.embed(["warm up the model"])
         seconds = {"embed": 0.0, "ingest": 0.0}
         chunks = {"embed": 0, "ingest": 0}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag.db import queries
 from pgrag.db.connect import transaction
-from pgrag.embeddings.local import require_model
+from pgrag.embeddings.local import configured_embedder, require_model
 from pgrag.embeddings.models import describe
 from pgrag.errors import CollectionNotFound, InputError
 
@@ -50,7 +50,7 @@ def check_name(name: str) -> None:
 def ensure_collection(db: Database, name: str, embedder: Embedder | None = None) -> Collection:
     """Get a collection, creating it (and registering its embedding model) on first use."""
     check_name(name)
-    embedder = embedder or db.embedder
+    embedder = embedder or configured_embedder(db)
     with transaction(db) as conn:
         conn.execute(
             Q.create_collection,

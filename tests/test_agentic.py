@@ -16,6 +16,7 @@ import pgrag
 from pgrag.answer.agentic import ask_agentic
 from pgrag.answer.traces import get_trace
 from pgrag.cli import cli
+from pgrag.embeddings.local import configured_embedder
 from pgrag.llm.chat import LLMConfig
 
 
@@ -211,6 +212,6 @@ def test_searches_share_the_prompts_token_budget(loaded: Any, llm: ScriptedLLM) 
     got = ask_agentic(
         loaded, "Monthly refund window?", config=config, collection="docs", k=1, budget_tokens=400
     )
-    count = loaded.embedder.tokens.count
+    count = configured_embedder(loaded).tokens.count
     assert len(got.sources) > 1
     assert sum(count(s.result.text) + 16 for s in got.sources) <= 400

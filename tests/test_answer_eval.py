@@ -9,6 +9,7 @@ how citations map back to paragraphs, how answers are normalised) shows in the n
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socket
@@ -370,7 +371,7 @@ def test_eval_answers_refuses_a_collection_with_other_documents(
 
 
 def test_saved_threshold_makes_ask_abstain_without_asking_the_generator(
-    db: Database, squad: Path, oracle: OracleLLM, monkeypatch: pytest.MonkeyPatch
+    db: Database, squad: Path, oracle: OracleLLM
 ) -> None:
     report = evaluate_answers(db, load_squad_answers(squad), questions=4, save=True)
     assert report.saved_threshold is not None
@@ -400,14 +401,15 @@ def test_saved_threshold_makes_ask_abstain_without_asking_the_generator(
     )
     assert unchecked.threshold is None and len(oracle.requests) == 1
 
-    # PGRAG_MIN_CONFIDENCE wins over the saved value; "off" turns it off; junk is an error.
-    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "0")
+    # PGRAG_MIN_CONFIDENCE (the connection's setting) wins over the saved value; "off" turns
+    # it off; junk is an error.
+    db.settings = dataclasses.replace(db.settings, min_confidence="0")
     low = pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
     assert low.threshold == 0 and low.reason != answer.reason
-    monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", "off")
+    db.settings = dataclasses.replace(db.settings, min_confidence="off")
     assert pgrag.ask(db, far, collection=report.collection, llm=oracle.config).threshold is None
     for junk in ("high", "36", "nan"):  # 36: a percentage, not a confidence
-        monkeypatch.setenv("PGRAG_MIN_CONFIDENCE", junk)
+        db.settings = dataclasses.replace(db.settings, min_confidence=junk)
         with pytest.raises(ConfigError, match="PGRAG_MIN_CONFIDENCE must be a number between"):
             pgrag.ask(db, far, collection=report.collection, llm=oracle.config)
 

@@ -18,6 +18,7 @@ from pgrag.answer.traces import get_trace
 from pgrag.cli import cli
 from pgrag.config import from_env
 from pgrag.db.connect import Database
+from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.llm.chat import LLMConfig
 from pgrag.llm.completions import CompletionClient
@@ -194,7 +195,9 @@ def test_budget_counted_with_the_generators_tokenizer(
         answer = pgrag.ask(
             loaded, question, collection="docs", llm=llm, budget_tokens=budget, log=False
         )
-        assert answer.tokenizer == (tokenizer or f"embedding model {loaded.embedder.name}")
+        assert answer.tokenizer == (
+            tokenizer or f"embedding model {configured_embedder(loaded).name}"
+        )
         assert answer.to_dict()["tokenizer"] == answer.tokenizer
         assert answer.checks()["tokenizer"] == answer.tokenizer  # recorded with the answer
         return [s.result.chunk_id for s in sorted(answer.sources, key=lambda s: s.result.rank)]
@@ -205,7 +208,7 @@ def test_budget_counted_with_the_generators_tokenizer(
     assert (
         by_words == greedy(hits, budget, lambda t: len(t.split())) == [h.chunk_id for h in hits[:4]]
     )
-    assert by_embedding == greedy(hits, budget, loaded.embedder.tokens.count)
+    assert by_embedding == greedy(hits, budget, configured_embedder(loaded).tokens.count)
     assert len(by_chars) < len(by_embedding) < len(by_words)
 
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import pgrag
 from pgrag.cli import cli
 from pgrag.db.connect import Database
+from pgrag.embeddings.local import configured_embedder
 
 
 def _counts(db: Database) -> tuple[int, int, int]:
@@ -69,11 +70,11 @@ def test_chunks_fit_the_model_and_carry_sections(db: Database, tmp_path: Path) -
     rows = db.conn.execute(
         "SELECT content, section, token_count FROM pgrag.chunks ORDER BY ordinal"
     ).fetchall()
-    counter = db.embedder.tokens
+    counter = configured_embedder(db).tokens
     assert len(rows) > 5
     for content, section, token_count in rows:
         # What the model sees: heading context + chunk + [CLS]/[SEP]; never over 256.
-        assert counter.count(f"{section}\n{content}") + 2 <= db.embedder.max_tokens
+        assert counter.count(f"{section}\n{content}") + 2 <= configured_embedder(db).max_tokens
         assert token_count == counter.count(content)
     assert {r[1] for r in rows} == {"Handbook > Reporting", "Handbook > Audits"}
 

@@ -26,6 +26,7 @@ from pgrag.answer.prompt import fit_budget
 from pgrag.cli import cli
 from pgrag.config import from_env
 from pgrag.db.connect import Database
+from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.llm import local as local_llm
 from pgrag.llm.chat import LLMConfig
@@ -268,7 +269,7 @@ def test_stand_in_ask_streams_counts_with_the_model_tokenizer_and_caches_the_mod
     # The budget was spent in the stand-in's tokens (bytes), not the embedding model's.
     results = pgrag.search(loaded, QUESTION, collection="docs", k=8)
     by_bytes = fit_budget(results, budget, lambda t: len(t.encode("utf-8")))
-    by_embedder = fit_budget(results, budget, loaded.embedder.tokens.count)
+    by_embedder = fit_budget(results, budget, configured_embedder(loaded).tokens.count)
     assert len(by_bytes) < len(by_embedder)  # the two counts lead to different prompts
     assert sorted(s.result.chunk_id for s in answer.sources) == sorted(r.chunk_id for r in by_bytes)
     assert stand_in.loads == [

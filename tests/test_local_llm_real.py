@@ -23,6 +23,7 @@ from pgrag.answer.ask import judge
 from pgrag.answer.prompt import fit_budget
 from pgrag.cli import cli
 from pgrag.db.connect import Database
+from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.llm import local as local_llm
 from pgrag.llm.local import LocalChatClient, LocalLLMConfig
@@ -89,7 +90,7 @@ def test_ask_streams_real_tokens_and_spends_the_budget_in_gguf_tokens(
     client = LocalChatClient(config)
     results = pgrag.search(loaded, QUESTION, collection="docs", k=8)
     by_gguf = fit_budget(results, budget, client.count_tokens)
-    by_embedder = fit_budget(results, budget, loaded.embedder.tokens.count)
+    by_embedder = fit_budget(results, budget, configured_embedder(loaded).tokens.count)
     assert len(by_gguf) < len(by_embedder)
     assert sorted(s.result.chunk_id for s in answer.sources) == sorted(r.chunk_id for r in by_gguf)
     assert sum(client.count_tokens(r.text) + 16 for r in by_gguf) <= budget or len(by_gguf) == 1

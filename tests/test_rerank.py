@@ -28,7 +28,6 @@ from pgrag.retrieval.rerank import (
     HTTPReranker,
     mmr,
     rerank,
-    reranker_from_config,
     reranker_from_settings,
 )
 
@@ -566,7 +565,6 @@ def test_from_config_path(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert reranker.path == tiny_model.resolve()
     monkeypatch.setenv("PGRAG_RERANKER", str(tiny_model))
     assert isinstance(reranker_from_settings(from_env()), CrossEncoderReranker)
-    assert isinstance(reranker_from_config(), CrossEncoderReranker)  # the CLI's, for now
 
 
 def test_from_config_errors(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from pgrag.answer.scoring import passage_prompt, score_answers, span_logprobs
 from pgrag.cli import cli
 from pgrag.config import from_env
 from pgrag.db.connect import Database
+from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, GenerationError, InputError
 from pgrag.llm.chat import LLMConfig
 
@@ -151,7 +152,7 @@ def test_scoring_uses_the_endpoint_the_connection_was_opened_with(
     drinks: Database, completions_llm: CompletionsServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = from_env({"PGRAG_LLM_BASE_URL": completions_llm.url, "PGRAG_LLM_MODEL": "toy"})
-    db = pgrag.connect(drinks.dsn, embedder=drinks.embedder, settings=settings)
+    db = pgrag.connect(drinks.dsn, embedder=configured_embedder(drinks), settings=settings)
     try:
         # The environment is not read at call time: only the connection's settings count.
         monkeypatch.setenv("PGRAG_LLM_BASE_URL", "http://127.0.0.1:9/v1")

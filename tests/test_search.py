@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import pgrag
 from pgrag.db.connect import Database
+from pgrag.embeddings.local import configured_embedder
 
 
 @pytest.fixture
@@ -42,7 +43,7 @@ def test_search_v1_from_plain_sql_keyword_only(loaded: Database) -> None:
 
 
 def test_search_v1_from_plain_sql_with_vector(loaded: Database) -> None:
-    vector = loaded.embedder.embed(["two-factor login requirement"])[0]
+    vector = configured_embedder(loaded).embed(["two-factor login requirement"])[0]
     literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
     with psycopg.connect(loaded.dsn) as conn:
         rows = conn.execute(
@@ -201,7 +202,7 @@ def test_plans_use_the_vector_and_keyword_indexes(
         )
     loaded.conn.execute("ANALYZE pgrag.chunks")
     loaded.conn.commit()
-    vector = loaded.embedder.embed(["passwords"])[0]
+    vector = configured_embedder(loaded).embed(["passwords"])[0]
     literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
     plans = _nested_plans(
         loaded.dsn,
@@ -229,7 +230,7 @@ def test_search_security_and_fixed_search_path(loaded: Database, fn: str) -> Non
 def test_search_restores_callers_ef_search(loaded: Database, fn: str) -> None:
     with psycopg.connect(loaded.dsn) as conn:
         conn.execute("SET hnsw.ef_search = 77")
-        vector = loaded.embedder.embed(["office"])[0]
+        vector = configured_embedder(loaded).embed(["office"])[0]
         literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
         conn.execute(
             f"SELECT count(*) FROM pgrag.{fn}('docs', 'office', %s::vector, k => 50)",  # noqa: S608 - fixed names
@@ -259,7 +260,7 @@ def test_search_validates_its_arguments(loaded: Database, fn: str) -> None:
 
 @each_function
 def test_an_arm_weighted_zero_is_switched_off(loaded: Database, fn: str) -> None:
-    vector = loaded.embedder.embed(["refund"])[0]
+    vector = configured_embedder(loaded).embed(["refund"])[0]
     with psycopg.connect(loaded.dsn) as conn:
         from pgvector.psycopg import register_vector
 
@@ -357,7 +358,7 @@ def test_search_sql_is_the_statement_search_runs(loaded: Database) -> None:
     assert result.exit_code == 0, result.stderr
     statement = result.stdout.strip().rstrip(";")
     assert "pgrag.search_v5('docs', 'refund o''clock', $1::vector, k => 4" in statement
-    vector = loaded.embedder.embed([query])[0]
+    vector = configured_embedder(loaded).embed([query])[0]
     with psycopg.connect(loaded.dsn) as conn:
         register_vector(conn)
         rows = conn.execute(statement.replace("$1", "%s"), (vector,)).fetchall()

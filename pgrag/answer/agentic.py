@@ -28,6 +28,7 @@ from pgrag.answer.prompt import (
 )
 from pgrag.answer.tools import NAME, run_search_call, search_tool
 from pgrag.answer.traces import record_answer
+from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, InputError
 from pgrag.llm.chat import ChatClient, LLMConfig
 from pgrag.retrieval.confidence import collection_model, retrieval_confidence
@@ -157,7 +158,9 @@ def ask_agentic(
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     model = collection_model(db, collection)
-    first = retrieval_confidence(question, results, model[1] if model else db.embedder.distance)
+    first = retrieval_confidence(
+        question, results, model[1] if model else configured_embedder(db).distance
+    )
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
     timings["searches"] = float(steps)
     if sources:

@@ -36,6 +36,7 @@ from pgrag.answer.prompt import (
 from pgrag.answer.reader import extractive_answer
 from pgrag.answer.support import sentence_support, split_sentences
 from pgrag.answer.traces import record_answer
+from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import InputError
 from pgrag.llm.chat import ChatClient, LLMConfig
 from pgrag.llm.completions import CompletionClient
@@ -208,7 +209,9 @@ def ask(
         principals=principals,
     )
     passages = widen(db, results, principals=principals) if context == "section" else results
-    measured = retrieval_confidence(question, results, model[1] if model else db.embedder.distance)
+    measured = retrieval_confidence(
+        question, results, model[1] if model else configured_embedder(db).distance
+    )
     confidence = measured.value if measured else None
     doubtful = threshold is not None and confidence is not None and confidence < threshold
     # The budget is counted in the generator's own tokens when known.
@@ -229,7 +232,7 @@ def ask(
         text, abstained = ABSTAIN_TEXT, True
         reason = describe(confidence, threshold, threshold_from)
     elif client is None:
-        reader = extractive_answer(question, sources, db.embedder)
+        reader = extractive_answer(question, sources, configured_embedder(db))
         checked = check_citations(reader.text, sources)
         text, abstained, reason = checked.text, reader.abstained, reader.reason
         citations = checked.citations
@@ -334,7 +337,7 @@ def budget_counter(
         return client.count_tokens, f"{config.label} (its own tokenizer)"
     if config is not None and config.tokenizer:
         return generator_counter(config.tokenizer).count, config.tokenizer
-    return db.embedder.tokens.count, f"embedding model {db.embedder.name}"
+    return configured_embedder(db).tokens.count, f"embedding model {configured_embedder(db).name}"
 
 
 def _describe(config: LLMConfig) -> str:

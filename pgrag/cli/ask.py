@@ -22,7 +22,7 @@ from pgrag.cli.options import (
 )
 from pgrag.llm.chat import LLMConfig
 from pgrag.retrieval.confidence import parse_threshold
-from pgrag.retrieval.rerank import reranker_from_config
+from pgrag.retrieval.rerank import reranker_from_settings
 
 
 @click.command()
@@ -90,7 +90,7 @@ def ask(
                 "--agentic does not support a local model (PGRAG_LLM_GGUF) yet; unset it and set"
                 " PGRAG_LLM_BASE_URL to a tool-calling endpoint, e.g. llama.cpp's llama-server"
             )
-        config = LLMConfig.from_env()
+        config = LLMConfig.from_settings(state(ctx).settings)
         if config is None:
             raise click.UsageError(
                 "--agentic needs a tool-calling model: set PGRAG_LLM_BASE_URL (or"
@@ -134,7 +134,7 @@ def ask(
         collection=collection,
         k=k,
         budget_tokens=budget,
-        reranker=reranker_from_config(reranker_spec),
+        reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
         on_token=None if as_json else on_token,
         log=not no_log,
         principals=list(principals) if principals else None,

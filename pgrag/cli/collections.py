@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from pgrag.cli.options import database, emit_json, json_option, plural
+from pgrag.collections import list_collections
 from pgrag.embeddings.worker import status as collection_status
-from pgrag.ingest.pipeline import list_collections
 
 
 def _print(

@@ -23,14 +23,15 @@ from pgrag.cli.options import (
     principal_option,
     reranker_option,
     search_settings,
+    state,
     tuning_options,
 )
 from pgrag.errors import PgragError
 from pgrag.evaluation.answers import evaluate_answers
 from pgrag.evaluation.datasets import load_dataset, load_squad_answers, sample_queries
 from pgrag.evaluation.retrieval import ARMS, evaluate_retrieval
-from pgrag.llm.local import config_from_env
-from pgrag.retrieval.rerank import reranker_from_config
+from pgrag.llm.local import config_from_settings
+from pgrag.retrieval.rerank import reranker_from_settings
 
 
 @click.group("eval")
@@ -114,7 +115,7 @@ def eval_retrieval(
             arms=arms or ARMS,
             peers=not no_peers,
             settings=search_settings(tuning),
-            reranker=reranker_from_config(reranker_spec),
+            reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
             progress=progress,
         )
     if as_json:
@@ -199,7 +200,7 @@ def eval_answers(
     PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL) or PGRAG_LLM_GGUF is set. The retrieval-confidence
     threshold is calibrated on half of the questions and its effect reported on the other half.
     """
-    config = config_from_env()
+    config = config_from_settings(state(ctx).settings)
     with stage_progress() as progress:
         report = evaluate_answers(
             database(ctx),

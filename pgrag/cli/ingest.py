@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from pgrag.cli.options import collection_option, database, emit_json, json_option
-from pgrag.ingest.formats import JsonlFields
+from pgrag.ingest.formats.jsonl import JsonlFields
 from pgrag.ingest.pipeline import ingest as run_ingest
 from pgrag.ingest.removal import remove
 

@@ -9,7 +9,14 @@ from typing import Any
 
 import click
 
-from pgrag.cli.options import collection_option, database, emit_json, json_option, plural
+from pgrag.cli.options import (
+    collection_option,
+    database,
+    emit_json,
+    json_option,
+    plural,
+    state,
+)
 from pgrag.embeddings.local import SentenceTransformerEmbedder
 from pgrag.embeddings.models import add_model, collection_models, get_model, list_models
 from pgrag.embeddings.reembed import activate, reembed, retire
@@ -96,7 +103,8 @@ def models_add(ctx: click.Context, /, name: str, **opts: Any) -> None:
                 "name": name,
                 "api_key_env": opts["api_key_env"],
                 **extra,
-            }
+            },
+            state(ctx).settings,
         )
         embedder.dimension  # noqa: B018  (probes the server now, not at the first query)
     else:

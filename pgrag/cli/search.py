@@ -17,11 +17,12 @@ from pgrag.cli.options import (
     principal_option,
     reranker_option,
     search_settings,
+    state,
     tuning_options,
 )
 from pgrag.db.principals import check_principals
 from pgrag.errors import PgragError
-from pgrag.retrieval.rerank import reranker_from_config
+from pgrag.retrieval.rerank import reranker_from_settings
 from pgrag.retrieval.search import search as run_search
 from pgrag.retrieval.search import search_sql
 
@@ -115,7 +116,7 @@ def search(
         mode=mode,
         filter=filt,
         settings=settings,
-        reranker=reranker_from_config(reranker_spec),
+        reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
         mmr=mmr,
         principals=list(principals) if principals else None,
         model=model_name,

@@ -106,16 +106,6 @@ class Database:
     # The configuration this connection was opened with (pgrag.config: read once, here).
     settings: Settings = field(default_factory=Settings)
 
-    @property
-    def embedder(self) -> Embedder:
-        """Compatibility only: :func:`pgrag.embeddings.local.configured_embedder` (the given
-        embedder, else the configured default). To be removed once no caller uses it."""
-        # A function-level import of a light module, and the db family reaching up to
-        # embeddings: both go with this property.
-        from pgrag.embeddings.local import configured_embedder
-
-        return configured_embedder(self)
-
     def close(self) -> None:
         self.conn.close()
 

@@ -25,6 +25,7 @@ from pgrag.db import queries
 from pgrag.db.connect import describe_error, transaction
 from pgrag.embeddings.models import embedder_for, models_by_id
 from pgrag.errors import DatabaseError, PgragError
+from pgrag.text.chunking import CONTEXT_TOKENS
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -49,7 +50,6 @@ class WorkReport:
 
 def embed_text(section: str | None, content: str, embedder: Embedder) -> str:
     """What a chunk's vector is made from: its section (cut short) and its text, as ingest."""
-    from pgrag.ingest.pipeline import CONTEXT_TOKENS
 
     if not section:
         return content

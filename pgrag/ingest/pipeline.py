@@ -21,16 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pgrag.collections import (
-    DEFAULT_CHUNK_OVERLAP,
-    DEFAULT_CHUNK_TOKENS,
     Collection,
     check_model,
     check_name,
     ensure_collection,
     get_collection,
-    list_collections,
 )
 from pgrag.db.principals import check_principals
+from pgrag.embeddings.local import configured_embedder
 from pgrag.embeddings.models import active_embedder
 from pgrag.errors import InputError
 from pgrag.ingest.document import LoadedFile
@@ -44,32 +42,16 @@ from pgrag.ingest.indexes import (
     vector_count,
 )
 from pgrag.ingest.loaders import load_files
-from pgrag.ingest.plan import PreparedDoc, plan, prepare_chunks
+from pgrag.ingest.plan import PreparedDoc, plan
 from pgrag.ingest.removal import prune_missing
 from pgrag.ingest.report import FileResult, IngestReport, Seen
 from pgrag.ingest.writer import set_access, write_batch, write_streamed
-from pgrag.text.chunking import CONTEXT_TOKENS
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
     from pgrag.embeddings.local import Embedder
 
-__all__ = [
-    "ingest",
-    "ingest_documents",
-    # Imported from here by modules the lead moves at the merge, then dropped: pgrag.cli
-    # (list_collections), pgrag.embeddings.worker (CONTEXT_TOKENS), and
-    # benchmarks/ingest_throughput.py (CONTEXT_TOKENS, DEFAULT_CHUNK_*, _load_files,
-    # _prepare_chunks).
-    "CONTEXT_TOKENS",
-    "DEFAULT_CHUNK_OVERLAP",
-    "DEFAULT_CHUNK_TOKENS",
-    "list_collections",
-    "_load_files",
-    "_prepare_chunks",
-]
-_load_files = load_files
-_prepare_chunks = prepare_chunks
+__all__ = ["ingest", "ingest_documents"]
 
 
 def ingest(
@@ -178,7 +160,7 @@ def _ingest(
 ) -> IngestReport:
     check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
-    embedder = db.embedder
+    embedder = configured_embedder(db)
     coll = get_collection(db, collection)
     if coll is not None:
         # An existing collection is written with its active model (pgrag models).

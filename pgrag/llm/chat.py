@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pgrag import config
 from pgrag.config import Settings
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.http import Endpoint, Transient, describe, error_excerpt, one_line
@@ -135,12 +134,6 @@ class LLMConfig:
             template=(settings.llm_template or "chat").lower(),
             tokenizer=settings.llm_tokenizer,
         )
-
-    @classmethod
-    def from_env(cls) -> LLMConfig | None:
-        """:meth:`from_settings` of the environment now. Kept for ``pgrag.cli`` until it
-        passes ``db.settings``; library code takes a :class:`Settings` instead."""
-        return cls.from_settings(config.from_env())
 
 
 def json_payload(

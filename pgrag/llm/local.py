@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pgrag import config
 from pgrag.config import Settings
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.http import one_line
@@ -245,9 +244,3 @@ def config_from_settings(settings: Settings) -> LLMConfig | LocalLLMConfig | Non
                 f" template and tokenizer); unset {variable}"
             )
     return local
-
-
-def config_from_env() -> LLMConfig | LocalLLMConfig | None:
-    """:func:`config_from_settings` of the environment now. Kept for ``pgrag.cli`` until it
-    passes ``db.settings``; library code takes a :class:`Settings` instead."""
-    return config_from_settings(config.from_env())

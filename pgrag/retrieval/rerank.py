@@ -25,7 +25,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, overload
 
-from pgrag import config
 from pgrag.config import Settings
 from pgrag.errors import ConfigError, InputError, RerankError
 from pgrag.http import Endpoint, error_excerpt, one_line
@@ -39,7 +38,6 @@ __all__ = [
     "Reranker",
     "mmr",
     "rerank",
-    "reranker_from_config",
     "reranker_from_settings",
 ]
 
@@ -340,12 +338,6 @@ def reranker_from_settings(settings: Settings, spec: str | None = None) -> Reran
             f" fix PGRAG_RERANKER ({_DOCS})"
         )
     return CrossEncoderReranker(spec)
-
-
-def reranker_from_config(spec: str | None = None) -> Reranker | None:
-    """:func:`reranker_from_settings` of the environment now. Kept for ``pgrag.cli`` until it
-    passes ``db.settings``; library code takes a :class:`Settings` instead."""
-    return reranker_from_settings(config.from_env(), spec)
 
 
 # --- applying one --------------------------------------------------------------------------

@@ -46,14 +46,10 @@ from pgrag.errors import InputError
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.formats._base import SNIFF_BYTES, Sample
 
-# (pgrag.cli imports JsonlFields from here; the lead moves that import to the jsonl module.)
-from pgrag.ingest.formats.jsonl import JsonlFields
-
 __all__ = [
     "PACKAGE",
     "SNIFF_BYTES",
     "Format",
-    "JsonlFields",
     "Sample",
     "discover",
     "format_of",
