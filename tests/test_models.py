@@ -549,7 +549,7 @@ def test_the_default_model_is_the_connections_setting(
         assert configured_embedder(plain) is default_embedder()
         assert default_embedder().name == DEFAULT_MODEL_NAME
         assert configured_embedder(given) is embedder and given.given_embedder is embedder
-        assert db.given_embedder is None and db.embedder is chosen  # the compatibility property
+        assert db.given_embedder is None
     finally:
         for each in (db, plain, given):
             each.close()
