@@ -66,7 +66,7 @@ def scattered(admin_dsn: str, template_dsn: str) -> Iterator[dict[str, Any]]:
             "INSERT INTO pgrag.collections (name) VALUES ('vis') RETURNING id"
         ).fetchone()[0]
         model = conn.execute(
-            "SELECT pgrag.register_model_v1('synthetic', 'test', %s, 'cosine', true)", (DIM,)
+            "SELECT pgrag.register_model('synthetic', 'test', %s, 'cosine', true)", (DIM,)
         ).fetchone()[0]
         conn.execute("UPDATE pgrag.collections SET model_id = %s WHERE id = %s", (model, cid))
         doc_ids = []

@@ -6,7 +6,7 @@ whether someone else asked the same thing:
 
 - in this process, the last :data:`MEMORY_ENTRIES` vectors;
 - in the database, ``pgrag.query_embedding_cache`` (migration 0008), through the SECURITY
-  DEFINER functions ``query_cache_get_v1`` / ``query_cache_put_v1``, which scope entries to the
+  DEFINER functions ``query_cache_get`` / ``query_cache_put``, which scope entries to the
   session themselves. This one serves separate processes too: a second ``pgrag ask`` of the
   same question does not load the embedding model at all.
 
@@ -66,7 +66,7 @@ def embed_query(
         with transaction(db) as conn:
             access.apply(conn, principals)
             row = conn.execute(
-                "SELECT pgrag.query_cache_get_v1(%(m)s, %(k)s)", {"m": model.id, "k": digest}
+                "SELECT pgrag.query_cache_get(%(m)s, %(k)s)", {"m": model.id, "k": digest}
             ).fetchone()
         if row is not None and row[0] is not None:
             import json
@@ -83,7 +83,7 @@ def embed_query(
             with transaction(db) as conn:
                 access.apply(conn, principals)
                 conn.execute(
-                    "SELECT pgrag.query_cache_put_v1(%(m)s, %(k)s, %(v)s)",
+                    "SELECT pgrag.query_cache_put(%(m)s, %(k)s, %(v)s)",
                     {"m": model.id, "k": digest, "v": _text(vector)},
                 )
     with _lock:

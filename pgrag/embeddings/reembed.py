@@ -88,7 +88,7 @@ def reembed(
     report = Backfill(model=model.name, collection=collection)
     with transaction(db) as conn:
         row = conn.execute(
-            "SELECT pgrag.model_missing_v1(%(c)s, %(m)s)", {"c": collection_id, "m": model.id}
+            "SELECT pgrag.model_missing(%(c)s, %(m)s)", {"c": collection_id, "m": model.id}
         ).fetchone()
         report.missing_before = int(row[0]) if row else 0
     last = 0
@@ -114,14 +114,14 @@ def build_model_index(db: Database, model: Model) -> bool:
     name = f"pgrag.chunk_embeddings_hnsw_{int(model.id)}"
     with transaction(db) as conn:
         row = conn.execute(
-            "SELECT pgrag.model_index_ddl_v1(%(m)s, true),"
+            "SELECT pgrag.model_index_ddl(%(m)s, true),"
             " (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(i)s))",
             {"m": model.id, "i": name},
         ).fetchone()
     if row is None or row[0] is None or row[1] is True:
         return False
     with open_connection(db.dsn, autocommit=True) as conn:
-        # One build per model at a time (ensure_model_index_v3 takes the same lock): an index
+        # One build per model at a time (ensure_model_index takes the same lock): an index
         # another session is still building is invalid too, and must not be dropped.
         conn.execute("SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %s)", (model.id,))
         again = conn.execute(
@@ -258,7 +258,7 @@ def retire(
     while True:
         with transaction(db) as conn:
             row = conn.execute(
-                "SELECT pgrag.retire_model_vectors_v1(%(c)s, %(m)s, %(n)s)",
+                "SELECT pgrag.retire_model_vectors(%(c)s, %(m)s, %(n)s)",
                 {"c": collection_id, "m": model.id, "n": batch},
             ).fetchone()
         n = int(row[0]) if row else 0

@@ -272,7 +272,7 @@ def run(
     of the collections it touched are folded (``keyword_maintain_v2``)."""
     total = WorkReport()
     touched: set[int] = set()
-    if not once:  # woken by new items (embedding_enqueue_v1 notifies), else every `poll` s
+    if not once:  # woken by new items (embedding_enqueue notifies), else every `poll` s
         with db.conn.transaction():
             db.conn.execute("LISTEN pgrag_embedding_queue")
     while not should_stop():
@@ -332,7 +332,7 @@ def status(db: Database) -> list[dict[str, Any]]:
 
     try:
         with transaction(db) as conn:
-            rows = conn.execute("SELECT * FROM pgrag.status_v1()").fetchall()
+            rows = conn.execute("SELECT * FROM pgrag.status()").fetchall()
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
             raise PgragError(

@@ -157,7 +157,7 @@ def ensure_collection(db: Database, name: str, embedder: Embedder | None = None)
     with transaction(db) as conn:
         conn.execute(
             "INSERT INTO pgrag.collections (name, model_id)"
-            " VALUES (%(name)s, pgrag.register_model_v1(%(model)s, %(provider)s, %(dim)s,"
+            " VALUES (%(name)s, pgrag.register_model(%(model)s, %(provider)s, %(dim)s,"
             " %(distance)s, %(normalized)s, %(max_tokens)s))"
             " ON CONFLICT (name) DO NOTHING",
             {
@@ -878,9 +878,7 @@ def _lock_collection(conn: Any, coll: Collection) -> bool:
 
 
 def _enqueue(conn: Any, coll: Collection, chunk_ids: list[int]) -> None:
-    conn.execute(
-        "SELECT pgrag.embedding_enqueue_v1(%(c)s, %(ids)s)", {"c": coll.id, "ids": chunk_ids}
-    )
+    conn.execute("SELECT pgrag.embedding_enqueue(%(c)s, %(ids)s)", {"c": coll.id, "ids": chunk_ids})
 
 
 def _without_nul(lines: Iterable[str]) -> Iterator[str]:
@@ -977,7 +975,7 @@ def _replace_document(
     if doc.replaces is not None:
         # Identical documents elsewhere keep the old content (sql/functions/dedup_v1.sql).
         conn.execute(
-            "SELECT pgrag.documents_hand_over_v1(%(d)s, %(c)s, %(s)s)",
+            "SELECT pgrag.documents_hand_over(%(d)s, %(c)s, %(s)s)",
             {"d": doc_id, "c": coll.id, "s": f.source},
         )
     keep: dict[int, int] = {}  # chunk id -> its new ordinal
@@ -1120,7 +1118,7 @@ def _build_model_index(db: Database, model_id: int, analyze: bool = False) -> No
     """Create the model's HNSW index if it is missing (a no-op when it exists)."""
     with transaction(db) as conn:
         conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-        conn.execute("SELECT pgrag.ensure_model_index_v3(%(m)s)", {"m": model_id})
+        conn.execute("SELECT pgrag.ensure_model_index(%(m)s)", {"m": model_id})
     if analyze:
         with transaction(db) as conn:
             conn.execute("ANALYZE pgrag.chunks")

@@ -164,7 +164,7 @@ def _collection_id(conn: Any, name: str) -> int:
 def _delete(conn: Any, document_ids: list[int]) -> None:
     # An identical document that stays inherits the chunks (sql/functions/dedup_v1.sql).
     conn.execute(
-        "SELECT pgrag.documents_hand_over_v1(d.id, d.collection_id, d.source, %(ids)s)"
+        "SELECT pgrag.documents_hand_over(d.id, d.collection_id, d.source, %(ids)s)"
         "  FROM pgrag.documents d WHERE d.id = ANY (%(ids)s) ORDER BY d.source",
         {"ids": document_ids},
     )
