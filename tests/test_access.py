@@ -209,7 +209,9 @@ def test_a_reader_cannot_write_unprotect_or_change_role(tenants: Tenants) -> Non
         "SET ROLE pgrag_writer",
         "SET ROLE pgrag_app",
         "TRUNCATE pgrag.keyword_postings",
-        "SELECT * FROM pgrag.search_v2('t', 'refund')",  # invoker functions read the tables
+        # The engine runs as its caller: only the entry points' owner may call it.
+        "SELECT * FROM pgrag.search_engine('t', 'refund', NULL, 10, '{}', 5, NULL, NULL,"
+        " 0.5, 1.0, 0.02, 50000, 5000, NULL)",
         "SELECT pgrag.grant_roles()",
     ]
     with psycopg.connect(tenants.reader_dsn, autocommit=True) as conn:
@@ -592,7 +594,8 @@ def test_the_query_log_takes_entries_from_restricted_roles_but_shows_them_nothin
             conn.execute("SELECT set_config('pgrag.principals', 'tenant:acme', true)")
             (entry,) = conn.execute(
                 "INSERT INTO pgrag.queries (question, principals, prompt)"
-                " VALUES ('acme question', pgrag.session_principals(), 'acme passages') RETURNING id"
+                " VALUES ('acme question', pgrag.session_principals(), 'acme passages')"
+                " RETURNING id"
             ).fetchone()
             assert entry > 0
         for statement in (

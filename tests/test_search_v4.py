@@ -246,7 +246,7 @@ def test_the_fallback_shows_only_what_the_caller_may_see(tenants: Tenants) -> No
 def test_0004_downgrades_and_upgrades_cleanly(dsn: str) -> None:
     from pgrag.db import schema as migrate
 
-    migrate.downgrade(dsn, "0003")
+    migrate.downgrade(dsn, "0003", confirm=True)
     with psycopg.connect(dsn) as conn:
         names = {
             r[0]
@@ -254,8 +254,8 @@ def test_0004_downgrades_and_upgrades_cleanly(dsn: str) -> None:
                 "SELECT proname FROM pg_proc WHERE pronamespace = 'pgrag'::regnamespace"
             ).fetchall()
         }
-        assert "search_v4" not in names and "grant_roles" not in names
-        assert "search_v3" in names and "grant_roles" in names
+        assert "search_v4" not in names and "grant_roles_v2" not in names
+        assert "search_v3" in names and "grant_roles_v1" in names
     migrate.upgrade(dsn)
     with psycopg.connect(dsn) as conn:
         granted = conn.execute(

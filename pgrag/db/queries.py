@@ -13,13 +13,12 @@ and is called by name::
     conn.execute(Q.document_by_source, {"collection_id": 1, "source": "a.md"})
 
 Parameters are always named (``%(name)s``); a query run without parameters is sent as written,
-so a literal ``%`` is written once there and doubled (``%%``) in a query that takes parameters. Each statement is a ``LiteralString``, so a type
-checker that knows PEP 675 rejects SQL built with f-strings where psycopg expects a query;
-identifiers that must vary are composed with ``psycopg.sql`` around a named query, never
-spliced in as text. ``tests/unit/test_queries.py`` checks that every name a module uses is
-defined in its file, that every query defined is used, and that no ``execute`` in the package
-is given SQL as a string literal.
-"""
+so a literal ``%`` is written once there and doubled (``%%``) in a query that takes parameters.
+Each statement is a ``LiteralString``, so a type checker that knows PEP 675 rejects SQL built
+with f-strings where psycopg expects a query; identifiers that must vary are composed with
+``psycopg.sql`` around a named query, never spliced in as text. ``tests/unit/test_queries.py``
+checks that every name a module uses is defined in its file, that every query defined is used,
+and that no ``execute`` in the package is given SQL as a string literal."""
 
 from __future__ import annotations
 

@@ -282,7 +282,8 @@ def upgrade(dsn: str, revision: str = "head") -> None:
     with _migrating(dsn) as (cfg, _, raw):
         if revision in ("head", head()) and revision_of(raw) is None and not _schema_exists(raw):
             install(raw)
-            _alembic(cfg, "stamp", "head")  # env.py's finish() finds nothing to do
+            _alembic(cfg, "stamp", "head")  # env.py's finish() finds nothing left to do
+            raw.execute(Q.grant_roles)  # the version table exists now: every role may read it
         else:
             _alembic(cfg, "upgrade", revision)
 
