@@ -44,7 +44,7 @@ SELECT c.oid::regclass::text,
        CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
        a.privilege_type
   FROM pg_class c,
-       aclexplode(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's' ELSE 'r' END,
+       aclexplode(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's'::"char" ELSE 'r'::"char" END,
                                                 c.relowner))) a
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
    AND a.grantee <> c.relowner
@@ -81,6 +81,7 @@ SELECT co.conrelid::regclass::text || '.' || co.conname, pg_get_constraintdef(co
        co.convalidated
   FROM pg_constraint co
  WHERE co.connamespace = 'pgrag'::regnamespace AND co.conrelid <> 0
+   AND co.contype <> 'n'  -- NOT NULL (a constraint since PostgreSQL 18): the columns say it
  ORDER BY 1;
 
 -- name: indexes

@@ -102,6 +102,9 @@ def _without_literals(sql: str) -> str:
 def load(module: str) -> Queries:
     """The queries of ``module``'s ``.sql`` file (``pgrag.ingest.writer`` →
     ``pgrag/ingest/writer.sql``)."""
+    if module == "__main__":  # run with python -m: the module's own name
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else module
     package, _, leaf = module.rpartition(".")
     if not package or module.endswith(".__init__"):
         raise ValueError(f"named queries belong to a module inside a package, not {module!r}")

@@ -260,6 +260,9 @@ def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any]]:
             cfg.attributes["version_table_schema"] = version_table_schema(raw)
             yield cfg, conn, raw
             conn.commit()
+            # Alembic commits what it ran; anything run on the psycopg connection after it is
+            # committed here.
+            raw.commit()
 
 
 def _alembic(cfg: Config, command: str, revision: str) -> None:
