@@ -10,7 +10,7 @@ the query with it as halfvec. This script measures both index types on the same 
 - a second model row, `index_type = 'halfvec'`, attached to the collection and given copies of
   the same vectors;
 - both HNSW indexes dropped and built again here, one after the other, with the same settings
-  (ensure_model_index_v3: m = 16, ef_construction = 128; maintenance_work_mem = 1GB), timed;
+  (ensure_model_index: m = 16, ef_construction = 128; maintenance_work_mem = 1GB), timed;
 - the same 1,000 queries through `pgrag.search_v5(collection, NULL, q, k => k, model => ...)`
   for each model, alternating per query so that drift on a shared machine hits both alike,
   each result set compared with numpy's exact top k over the float32 vectors.
@@ -94,7 +94,7 @@ def rebuild(conn: psycopg.Connection[Any], model: int) -> dict[str, Any]:
     conn.execute(f"DROP INDEX IF EXISTS pgrag.chunk_embeddings_hnsw_{model}")
     conn.execute("SET maintenance_work_mem = '1GB'")
     t0 = time.perf_counter()
-    conn.execute("SELECT pgrag.ensure_model_index_v3(%s)", (model,))
+    conn.execute("SELECT pgrag.ensure_model_index(%s)", (model,))
     seconds = time.perf_counter() - t0
     row = conn.execute(
         "SELECT pg_get_indexdef(c.oid), pg_relation_size(c.oid) FROM pg_class c"

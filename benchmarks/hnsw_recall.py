@@ -25,7 +25,7 @@ of stored vectors. The distribution is printed with the results.
 
 Load path: documents, chunks (content 'v<i>', through the keyword trigger) and chunk_embeddings
 are COPYed (vectors in binary) with the model's HNSW index dropped, then the index is built once
-by pgrag.ensure_model_index_v2 with maintenance_work_mem = 1GB (timed), then VACUUM ANALYZE:
+by pgrag.ensure_model_index with maintenance_work_mem = 1GB (timed), then VACUUM ANALYZE:
 the same index pgrag's bulk ingest builds.
 
 The database (default pgrag_bench_hnsw, on --dsn / PGRAG_DSN / PG* / the embedded server) is
@@ -258,7 +258,7 @@ def load(dsn: str, args: argparse.Namespace, stored: np.ndarray, phases: Phases)
         assert row is not None
         cid = int(row[0])
         row = conn.execute(
-            "SELECT pgrag.register_model_v1(%(name)s, %(provider)s, %(dim)s, 'cosine', true)",
+            "SELECT pgrag.register_model(%(name)s, %(provider)s, %(dim)s, 'cosine', true)",
             {"name": MODEL[0], "provider": MODEL[1], "dim": DIMENSION},
         ).fetchone()
         assert row is not None
@@ -324,14 +324,14 @@ def load(dsn: str, args: argparse.Namespace, stored: np.ndarray, phases: Phases)
 
 
 def build_index(dsn: str, model: int, phases: Phases) -> list[str]:
-    """pgrag.ensure_model_index_v2 with 1GB of maintenance_work_mem; the server's notices."""
+    """pgrag.ensure_model_index with 1GB of maintenance_work_mem; the server's notices."""
     notices: list[str] = []
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
         conn.execute("SET maintenance_work_mem = '1GB'")
         phases.run(
-            "build HNSW index (ensure_model_index_v2)",
-            lambda: conn.execute("SELECT pgrag.ensure_model_index_v2(%(m)s)", {"m": model}),
+            "build HNSW index (ensure_model_index)",
+            lambda: conn.execute("SELECT pgrag.ensure_model_index(%(m)s)", {"m": model}),
         )
         phases.run(
             "VACUUM ANALYZE",

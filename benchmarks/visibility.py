@@ -91,7 +91,7 @@ def load(dsn: str, vectors: np.ndarray, texts: list[str], tenants: np.ndarray) -
             "INSERT INTO pgrag.collections (name) VALUES (%(n)s) RETURNING id", {"n": COLLECTION}
         ).fetchone()[0]
         model = conn.execute(
-            "SELECT pgrag.register_model_v1('synthetic-mixture-384', 'benchmark', %(d)s,"
+            "SELECT pgrag.register_model('synthetic-mixture-384', 'benchmark', %(d)s,"
             " 'cosine', true)",
             {"d": DIMENSION},
         ).fetchone()[0]
@@ -152,7 +152,7 @@ def load(dsn: str, vectors: np.ndarray, texts: list[str], tenants: np.ndarray) -
         conn.execute("SELECT setval(pg_get_serial_sequence('pgrag.chunks', 'id'), %s)", (n,))
         conn.commit()
         conn.execute("SET maintenance_work_mem = '1GB'")
-        conn.execute("SELECT pgrag.ensure_model_index_v2(%s)", (model,))
+        conn.execute("SELECT pgrag.ensure_model_index(%s)", (model,))
         conn.execute("SELECT * FROM pgrag.keyword_maintain_v2(%s)", (COLLECTION,))
         conn.commit()
     with psycopg.connect(dsn, autocommit=True) as conn:

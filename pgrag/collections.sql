@@ -1,7 +1,7 @@
 -- name: create_collection
 -- A new collection with the embedder's model (registered if it is new); nothing if it exists.
 INSERT INTO pgrag.collections (name, model_id)
-VALUES (%(name)s, pgrag.register_model_v1(%(model)s, %(provider)s, %(dim)s,
+VALUES (%(name)s, pgrag.register_model(%(model)s, %(provider)s, %(dim)s,
         %(distance)s, %(normalized)s, %(max_tokens)s))
 ON CONFLICT (name) DO NOTHING;
 

@@ -209,8 +209,10 @@ def test_a_reader_cannot_write_unprotect_or_change_role(tenants: Tenants) -> Non
         "SET ROLE pgrag_writer",
         "SET ROLE pgrag_app",
         "TRUNCATE pgrag.keyword_postings",
-        "SELECT * FROM pgrag.search_v2('t', 'refund')",  # invoker functions read the tables
-        "SELECT pgrag.grant_roles_v1()",
+        # The engine runs as its caller: only the entry points' owner may call it.
+        "SELECT * FROM pgrag.search_engine('t', 'refund', NULL, 10, '{}', 5, NULL, NULL,"
+        " 0.5, 1.0, 0.02, 50000, 5000, NULL)",
+        "SELECT pgrag.grant_roles()",
     ]
     with psycopg.connect(tenants.reader_dsn, autocommit=True) as conn:
         for statement in attempts:
@@ -355,7 +357,7 @@ def test_principal_pattern_agrees_with_the_database(tenants: Tenants) -> None:
     ]
     with psycopg.connect(tenants.dsn) as conn:
         for case in cases:
-            (ok,) = conn.execute("SELECT pgrag.principals_valid_v1(ARRAY[%s])", (case,)).fetchone()
+            (ok,) = conn.execute("SELECT pgrag.principals_valid(ARRAY[%s])", (case,)).fetchone()
             assert ok == bool(PRINCIPAL.fullmatch(case)), case
     assert check_principals(["a", "a", "b"]) == ["a", "b"]
 
@@ -592,7 +594,8 @@ def test_the_query_log_takes_entries_from_restricted_roles_but_shows_them_nothin
             conn.execute("SELECT set_config('pgrag.principals', 'tenant:acme', true)")
             (entry,) = conn.execute(
                 "INSERT INTO pgrag.queries (question, principals, prompt)"
-                " VALUES ('acme question', pgrag.principals_v1(), 'acme passages') RETURNING id"
+                " VALUES ('acme question', pgrag.session_principals(), 'acme passages')"
+                " RETURNING id"
             ).fetchone()
             assert entry > 0
         for statement in (
@@ -645,9 +648,9 @@ def test_odd_values_in_metadata_and_arguments_are_handled(tenants: Tenants) -> N
             "2024-01-01-05",
             "2024-01-01-0530",
         ):
-            assert conn.execute("SELECT pgrag.metadata_time_v1(%s)", (value,)).fetchone() == (None,)
+            assert conn.execute("SELECT pgrag.metadata_time(%s)", (value,)).fetchone() == (None,)
         assert conn.execute(
-            "SELECT pgrag.metadata_time_v1('2024-01-01T00:00+15:30') IS NOT NULL"
+            "SELECT pgrag.metadata_time('2024-01-01T00:00+15:30') IS NOT NULL"
         ).fetchone() == (True,)
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="between 1 and 10000"):
             conn.execute("SELECT * FROM pgrag.search_v3('t', 'refund', vector_depth => 2000000000)")

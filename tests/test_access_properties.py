@@ -66,7 +66,7 @@ def scattered(admin_dsn: str, template_dsn: str) -> Iterator[dict[str, Any]]:
             "INSERT INTO pgrag.collections (name) VALUES ('vis') RETURNING id"
         ).fetchone()[0]
         model = conn.execute(
-            "SELECT pgrag.register_model_v1('synthetic', 'test', %s, 'cosine', true)", (DIM,)
+            "SELECT pgrag.register_model('synthetic', 'test', %s, 'cosine', true)", (DIM,)
         ).fetchone()[0]
         conn.execute("UPDATE pgrag.collections SET model_id = %s WHERE id = %s", (model, cid))
         doc_ids = []
@@ -383,7 +383,7 @@ def test_upgrade_from_0002_moves_stored_access_lists(empty_dsn: str) -> None:
                 len(conn.execute("SELECT source FROM pgrag.search_v3('u', 'budgets')").fetchall())
                 == 2
             )
-    migrate.downgrade(empty_dsn, "0002")  # and back: 0002's index still answers
+    migrate.downgrade(empty_dsn, "0002", confirm=True)  # and back: 0002's index still answers
     with psycopg.connect(empty_dsn) as conn:
         rows = conn.execute("SELECT source FROM pgrag.search_v2('u', 'budgets')").fetchall()
         assert sorted(rows) == [("open.md",), ("secret.md",)]

@@ -168,7 +168,7 @@ def test_downgrading_0005_gives_every_copy_its_chunks(twins: tuple[Database, Pat
     db, _ = twins
     chunks = _state(db.dsn, "d")["a.md"][0]
     db.close()
-    migrate.downgrade(db.dsn, "0004")  # (through 0007, 0006 and 0005)
+    migrate.downgrade(db.dsn, "0004", confirm=True)  # (through 0007, 0006 and 0005)
     assert _state(db.dsn, "d") == {"a.md": (chunks, None), "b.md": (chunks, None)}
     migrate.upgrade(db.dsn)
 

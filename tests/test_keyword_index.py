@@ -1,4 +1,4 @@
-"""The BM25 keyword arm of search_v2: scores, statistics under writes, pruning, concurrency.
+"""The BM25 keyword arm of the search: scores, statistics under writes, pruning, concurrency.
 
 Chunks are written with plain SQL here (no embeddings needed for the keyword arm), which is also
 how an application that writes pgrag's tables itself keeps the keyword index in step: the
@@ -150,7 +150,7 @@ def _keyword_search(
     return [
         (int(r[0]), float(r[1]), float(r[2]))
         for r in conn.execute(
-            "SELECT chunk_id, keyword_score, probability FROM pgrag.search_v2('kw', %(q)s,"  # noqa: S608
+            "SELECT chunk_id, keyword_score, probability FROM pgrag.search_v5('kw', %(q)s,"  # noqa: S608
             f" k => %(k)s{named})",
             {"q": query, "k": k, **options},
         ).fetchall()
@@ -349,7 +349,7 @@ def test_a_filter_reads_every_posting_so_it_keeps_k(kw: Any) -> None:
         "UPDATE pgrag.documents SET metadata = '{\"team\": \"ops\"}' WHERE source LIKE 'doc1%%'"
     )
     rows = conn.execute(
-        "SELECT chunk_id, source FROM pgrag.search_v2('kw', 'refund invoice billing', k => 8,"
+        "SELECT chunk_id, source FROM pgrag.search_v5('kw', 'refund invoice billing', k => 8,"
         ' filter => \'{"team": "ops"}\', postings_per_term => 1)'
     ).fetchall()
     assert len(rows) == 8 and all(r[1].startswith("doc1") for r in rows)
@@ -418,14 +418,14 @@ def test_upgrade_from_0001_indexes_the_chunks_already_stored(empty_dsn: str) -> 
         assert _keyword_search(conn, "refund invoice")
 
 
-def test_search_v2_validates_its_new_arguments(kw: Any) -> None:
+def test_search_validates_the_keyword_arguments(kw: Any) -> None:
     conn, _ = kw
     for bad, message in (
         ("temperature => 0", "temperature must be a finite number > 0"),
         ("postings_per_term => 0", "postings_per_term must be at least 1"),
     ):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
-            conn.execute(f"SELECT * FROM pgrag.search_v2('kw', 'refund', {bad})")  # noqa: S608 - constant cases
+            conn.execute(f"SELECT * FROM pgrag.search_v5('kw', 'refund', {bad})")  # noqa: S608 - constant cases
 
 
 @settings(
@@ -464,7 +464,7 @@ def test_any_sequence_of_writes_leaves_the_index_exact(kw: Any, ops: list[Any]) 
 
 
 def test_keyword_only_fast_path_agrees_with_the_general_statement(kw: Any) -> None:
-    """Keyword-only, unfiltered search has a statement of its own (search_v2's fast path); a
+    """Keyword-only, unfiltered search has a statement of its own (the lean path); a
     filter every document passes takes the general statement: same rows, same numbers."""
     conn, _ = kw
     conn.execute("UPDATE pgrag.documents SET metadata = '{\"all\": true}'")
@@ -474,11 +474,11 @@ def test_keyword_only_fast_path_agrees_with_the_general_statement(kw: Any) -> No
     )
     for query in ("refund invoice payment", "vpn outage escalation ticket", "tax"):
         fast = conn.execute(
-            f"SELECT {columns} FROM pgrag.search_v2('kw', %s, k => 7)",  # noqa: S608 - fixed
+            f"SELECT {columns} FROM pgrag.search_v5('kw', %s, k => 7)",  # noqa: S608 - fixed
             (query,),
         ).fetchall()
         general = conn.execute(
-            f"SELECT {columns} FROM pgrag.search_v2('kw', %s, k => 7,"  # noqa: S608 - fixed
+            f"SELECT {columns} FROM pgrag.search_v5('kw', %s, k => 7,"  # noqa: S608 - fixed
             " filter => '{\"all\": true}')",
             (query,),
         ).fetchall()
@@ -517,9 +517,9 @@ def test_extreme_temperatures_and_long_queries(kw: Any) -> None:
     assert rows[0][2] == pytest.approx(1.0) and rows[-1][2] == pytest.approx(0.0)
     for bad in ("'NaN'", "'Infinity'"):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
-            conn.execute(f"SELECT * FROM pgrag.search_v2('kw', 'refund', temperature => {bad})")  # noqa: S608 - constant cases
+            conn.execute(f"SELECT * FROM pgrag.search_v5('kw', 'refund', temperature => {bad})")  # noqa: S608 - constant cases
     with pytest.raises(psycopg.errors.InvalidParameterValue, match="finite"):
-        conn.execute("SELECT * FROM pgrag.search_v2('kw', 'refund', keyword_weight => 'NaN')")
+        conn.execute("SELECT * FROM pgrag.search_v5('kw', 'refund', keyword_weight => 'NaN')")
     # More distinct words than the pruned path can track: still exact BM25 scores.
     words = [f"w{i}x" for i in range(70)]
     _add_document(conn, cid, "long.md", [" ".join(words), " ".join(words[:40])])

@@ -412,7 +412,7 @@ def test_a_search_naming_its_model_never_reads_another_during_switches(loaded: A
             "SELECT id FROM pgrag.embedding_models WHERE name = 'negated'"
         ).fetchone()
         assert negated is not None
-        conn.execute("SELECT pgrag.ensure_model_index_v3(%s)", negated)
+        conn.execute("SELECT pgrag.ensure_model_index(%s)", negated)
     query = configured_embedder(loaded).embed(["two-factor authentication for employees"])[0]
     statement = (
         "SELECT array_agg(chunk_id ORDER BY rank) FROM pgrag.search_v5('docs', NULL, %s,"

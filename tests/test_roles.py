@@ -77,10 +77,10 @@ def test_non_superuser_owner_with_extension_elsewhere(
 
     # A fresh session that never loaded pgvector's library, keyword only, from plain SQL.
     with psycopg.connect(app_dsn) as conn:
-        rows = conn.execute("SELECT source FROM pgrag.search_v1('default', 'bicycles')").fetchall()
+        rows = conn.execute("SELECT source FROM pgrag.search_v5('default', 'bicycles')").fetchall()
     assert rows and rows[0][0].endswith("office.txt")
 
-    migrate.downgrade(app_dsn, "base")
+    migrate.downgrade(app_dsn, "base", confirm=True)
     assert migrate.current(app_dsn) is None
     migrate.upgrade(app_dsn)
     assert migrate.current(app_dsn) == migrate.head()

@@ -1,8 +1,8 @@
-"""search_v1 and search_v2 in the database and pgrag.search in Python, on the real model.
+"""search_v5 in the database and pgrag.search in Python, on the real model.
 
-search_v1 is released and stays; search_v2 (BM25 keyword arm) is what pgrag.search calls. The
-contract both keep (validation, fixed search_path, ef_search restored, the k guarantee under a
-selective filter) is tested on both.
+The contract every search entry point keeps (validation, fixed search_path, ef_search restored,
+the k guarantee under a selective filter) is tested on search_v5 and on the deprecated
+search_v3 and search_v4, which are wrappers over the same engine.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ def loaded(db: Database, corpus: Path) -> Database:
     return db
 
 
-def test_search_v1_from_plain_sql_keyword_only(loaded: Database) -> None:
+def test_search_v5_from_plain_sql_keyword_only(loaded: Database) -> None:
     # What an application does from any language: no Python layer, no embedding.
     with psycopg.connect(loaded.dsn) as conn:
         rows = conn.execute(
             "SELECT rank, chunk_id, source, title, section, text, vector_rank, keyword_rank"
-            " FROM pgrag.search_v1('docs', 'refund monthly subscription')"
+            " FROM pgrag.search_v5('docs', 'refund monthly subscription')"
         ).fetchall()
     assert rows, "keyword-only search found nothing"
     top = rows[0]
@@ -42,13 +42,13 @@ def test_search_v1_from_plain_sql_keyword_only(loaded: Database) -> None:
     assert [r[7] for r in rows] == sorted(r[7] for r in rows)
 
 
-def test_search_v1_from_plain_sql_with_vector(loaded: Database) -> None:
+def test_search_v5_from_plain_sql_with_vector(loaded: Database) -> None:
     vector = configured_embedder(loaded).embed(["two-factor login requirement"])[0]
     literal = "[" + ",".join(f"{x:.7f}" for x in vector) + "]"
     with psycopg.connect(loaded.dsn) as conn:
         rows = conn.execute(
             "SELECT rank, source, section, vector_rank, keyword_rank, vector_distance"
-            " FROM pgrag.search_v1('docs', 'two-factor login requirement', %s::vector, k => 3)",
+            " FROM pgrag.search_v5('docs', 'two-factor login requirement', %s::vector, k => 3)",
             (literal,),
         ).fetchall()
     assert len(rows) == 3
@@ -78,7 +78,7 @@ def test_both_arms_contribute_to_fused_ranking(loaded: Database) -> None:
     }
     assert any(r.vector_rank is not None for r in hybrid)
     assert any(r.keyword_rank is not None for r in hybrid)
-    # The fused score is exactly RRF over the two arm ranks (search_v2's defaults: rrf_k 5,
+    # The fused score is exactly RRF over the two arm ranks (the search's defaults: rrf_k 5,
     # keyword weight 1, vector weight 0.5).
     for r in hybrid:
         expected = (0.5 / (5 + r.vector_rank) if r.vector_rank else 0) + (
@@ -127,14 +127,12 @@ def test_unknown_collection_and_wrong_dimension_are_clear_errors(loaded: Databas
 
 
 SEARCH_FUNCTIONS = {
-    "search_v1": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
-    "double precision",
-    "search_v2": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
-    "double precision,double precision,integer",
     "search_v3": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
     "double precision,double precision,integer",
     "search_v4": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
     "double precision,double precision,integer,integer",
+    "search_v5": "text,text,vector,integer,jsonb,integer,integer,integer,double precision,"
+    "double precision,double precision,integer,integer,text",
 }
 each_function = pytest.mark.parametrize("fn", sorted(SEARCH_FUNCTIONS))
 
@@ -156,7 +154,7 @@ def test_search_injection_through_collection_name_is_harmless(loaded: Database) 
 
 
 def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
-    """The plans of the statements search_v1 runs inside itself, via auto_explain as NOTICEs."""
+    """The plans of the statements a search runs inside itself, via auto_explain as NOTICEs."""
     notices: list[str] = []
     with psycopg.connect(dsn) as conn:
         conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
@@ -178,10 +176,9 @@ def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
 @pytest.mark.parametrize(
     ("fn", "keyword_index"),
     [
-        ("search_v1", "chunks_tsv_idx"),
-        ("search_v2", "keyword_postings_impact_idx"),
         ("search_v3", "keyword_postings_impact_idx"),
         ("search_v4", "keyword_postings_impact_idx"),
+        ("search_v5", "keyword_postings_impact_idx"),
     ],
 )
 def test_plans_use_the_vector_and_keyword_indexes(
@@ -219,11 +216,20 @@ def test_search_security_and_fixed_search_path(loaded: Database, fn: str) -> Non
         "SELECT prosecdef, proconfig FROM pg_proc WHERE oid = %s::regprocedure",
         (f"pgrag.{fn}({SEARCH_FUNCTIONS[fn]})",),
     ).fetchone()
-    # search_v3 and search_v4 are SECURITY DEFINER on purpose: they apply the session's access
-    # themselves, so restricted roles search without any SELECT on the tables
-    # (docs/application.md).
-    assert row[0] is (fn in ("search_v3", "search_v4"))
+    # The entry points are SECURITY DEFINER on purpose: the engine applies the session's access
+    # itself, so restricted roles search without any SELECT on the tables
+    # (docs/application.md). The engine runs as its caller (the entry point's owner), and no
+    # one else may call it.
+    assert row[0] is True
     assert "search_path=pg_catalog, pg_temp" in row[1]
+    engine = loaded.conn.execute(
+        "SELECT p.prosecdef, p.proconfig, has_function_privilege('public', p.oid, 'EXECUTE')"
+        " FROM pg_proc p WHERE p.pronamespace = 'pgrag'::regnamespace"
+        " AND p.proname = 'search_engine'"
+    ).fetchall()
+    assert len(engine) == 1
+    assert engine[0][0] is False and engine[0][2] is False
+    assert "search_path=pg_catalog, pg_temp" in engine[0][1]
 
 
 @each_function

@@ -246,7 +246,7 @@ def test_the_fallback_shows_only_what_the_caller_may_see(tenants: Tenants) -> No
 def test_0004_downgrades_and_upgrades_cleanly(dsn: str) -> None:
     from pgrag.db import schema as migrate
 
-    migrate.downgrade(dsn, "0003")
+    migrate.downgrade(dsn, "0003", confirm=True)
     with psycopg.connect(dsn) as conn:
         names = {
             r[0]

@@ -415,7 +415,7 @@ def test_a_writer_role_syncs_and_works_the_queue_and_a_reader_uses_the_cache(
             got = pgrag.search(rdb, "when does the rooftop garden open", collection="docs", k=1)
             assert got[0].source == "app.notes/1" and got[0].vector_rank == 1
             with psycopg.connect(make_conninfo(loaded.dsn, user=reader)) as conn:
-                scope = conn.execute("SELECT pgrag.query_cache_scope_v1()").fetchone()
+                scope = conn.execute("SELECT pgrag.query_cache_scope()").fetchone()
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute("SELECT * FROM pgrag.query_embedding_cache")
         finally:
@@ -563,7 +563,7 @@ def test_sync_row_refuses_a_misnamed_or_mistyped_principals_column(loaded: Any) 
         assert leaked == (0,)
         with pytest.raises(psycopg.errors.DataException, match="expected 384 dimensions"):
             conn.execute(
-                "SELECT pgrag.query_cache_put_v1(1, sha256('x'), %s)",
+                "SELECT pgrag.query_cache_put(1, sha256('x'), %s)",
                 ("[" + ",".join(["0.1"] * 16000) + "]",),
             )
 

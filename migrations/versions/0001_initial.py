@@ -9,16 +9,25 @@ Released migrations are frozen: never edit one after it has shipped; add a new o
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from alembic import op
 from sqlalchemy import text
 
-from pgrag.db.resources import sql_file
 from pgrag.errors import SchemaError
 
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
+
+# The function files this migration ran, kept unchanged in migrations/history/.
+HISTORY = Path(__file__).resolve().parents[1] / "history"
+
+
+def sql_file(name: str) -> str:
+    return (HISTORY / name.removeprefix("functions/")).read_text(encoding="utf-8")
+
 
 MIN_PGVECTOR = (0, 8)
 

@@ -10,14 +10,21 @@ Released migrations are frozen: never edit one after it has shipped; add a new o
 
 from __future__ import annotations
 
-from alembic import op
+from pathlib import Path
 
-from pgrag.db.resources import sql_file
+from alembic import op
 
 revision = "0007"
 down_revision = "0006"
 branch_labels = None
 depends_on = None
+
+# The function files this migration ran, kept unchanged in migrations/history/.
+HISTORY = Path(__file__).resolve().parents[1] / "history"
+
+
+def sql_file(name: str) -> str:
+    return (HISTORY / name.removeprefix("functions/")).read_text(encoding="utf-8")
 
 
 def _sql(statements: str) -> None:

@@ -3,7 +3,7 @@
 INSERT INTO pgrag.queries (collection_id, model_id, question, principals,
        retrieved, prompt, generator, answer, citations, abstained, abstain_reason,
        timings, checks)
-SELECT c.id, c.model_id, %(q)s, pgrag.principals_v1(), %(retrieved)s, %(prompt)s,
+SELECT c.id, c.model_id, %(q)s, pgrag.session_principals(), %(retrieved)s, %(prompt)s,
        %(generator)s, %(answer)s, %(citations)s, %(abstained)s, %(reason)s, %(timings)s,
        %(checks)s
   FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id;

@@ -12,13 +12,13 @@ and is called by name::
     Q = queries.load(__name__)
     conn.execute(Q.document_by_source, {"collection_id": 1, "source": "a.md"})
 
-Parameters are always named (``%(name)s``). Each statement is a ``LiteralString``, so a type
-checker that knows PEP 675 rejects SQL built with f-strings where psycopg expects a query;
-identifiers that must vary are composed with ``psycopg.sql`` around a named query, never
-spliced in as text. ``tests/unit/test_queries.py`` checks that every name a module uses is
-defined in its file, that every query defined is used, and that no ``execute`` in the package
-is given SQL as a string literal.
-"""
+Parameters are always named (``%(name)s``); a query run without parameters is sent as written,
+so a literal ``%`` is written once there and doubled (``%%``) in a query that takes parameters.
+Each statement is a ``LiteralString``, so a type checker that knows PEP 675 rejects SQL built
+with f-strings where psycopg expects a query; identifiers that must vary are composed with
+``psycopg.sql`` around a named query, never spliced in as text. ``tests/unit/test_queries.py``
+checks that every name a module uses is defined in its file, that every query defined is used,
+and that no ``execute`` in the package is given SQL as a string literal."""
 
 from __future__ import annotations
 
@@ -90,7 +90,9 @@ def parse(text: str, source: str = "<sql>") -> list[tuple[str, str, str]]:
 
 
 def _without_literals(sql: str) -> str:
-    # Semicolons inside quoted literals, identifiers and comments do not end a statement.
+    # Semicolons inside dollar-quoted bodies, quoted literals, identifiers and comments do not
+    # end a statement.
+    sql = re.sub(r"\$(\w*)\$.*?\$\1\$", "''", sql, flags=re.DOTALL)
     sql = re.sub(r"'(?:[^']|'')*'", "''", sql)
     sql = re.sub(r'"(?:[^"]|"")*"', '""', sql)
     return re.sub(r"--[^\n]*", "", sql)
@@ -100,6 +102,9 @@ def _without_literals(sql: str) -> str:
 def load(module: str) -> Queries:
     """The queries of ``module``'s ``.sql`` file (``pgrag.ingest.writer`` →
     ``pgrag/ingest/writer.sql``)."""
+    if module == "__main__":  # run with python -m: the module's own name
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else module
     package, _, leaf = module.rpartition(".")
     if not package or module.endswith(".__init__"):
         raise ValueError(f"named queries belong to a module inside a package, not {module!r}")

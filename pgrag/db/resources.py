@@ -24,7 +24,7 @@ def migrations_dir() -> Path:
 
 
 def sql_dir() -> Path:
-    return _find("sql", "functions/search_v1.sql")
+    return _find("sql", "functions/search.sql")
 
 
 @cache

@@ -1,28 +1,63 @@
-"""pgrag's schema, moved only by Alembic migrations driven from code.
+"""pgrag's schema: installed, moved and checked from code.
 
-The CLI (`pgrag db ...`), the tests and a user's ops pipeline all call these functions, so they
-all run the same migrations. ``check`` is what every other command relies on to refuse to work
-on a database whose schema does not match the code.
+The CLI (``pgrag db ...``), the tests and a user's ops pipeline all call these functions, so
+they all do the same thing. Where the SQL lives (sql/README.md says it in full):
+
+- ``sql/schema/`` -- the tables, triggers and policies of this release, run on an empty
+  database by the first ``upgrade``;
+- ``migrations/versions/`` -- Alembic migrations, DDL only, which move a database installed by
+  an earlier release to this one (``migrations/history/`` keeps the function files that the
+  migrations before 0010 ran);
+- ``sql/functions/`` -- every function body, once, in ``CREATE OR REPLACE`` files by area,
+  re-applied at the end of every upgrade (a body changes without a migration) and by
+  ``pgrag db repair``.
+
+:func:`require_current` is what every other command relies on to refuse to work on a database
+whose schema is not this release's: the revision, and the digest of the functions.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgrag.db.resources import migrations_dir
-from pgrag.errors import SchemaError
+from pgrag import __version__
+from pgrag.db import queries
+from pgrag.db.resources import migrations_dir, sql_file
+from pgrag.errors import InputError, SchemaError, SchemaNotReady
 
 if TYPE_CHECKING:
     from alembic.config import Config
     from sqlalchemy.engine import Connection
 
+Q = queries.load(__name__)
+
 VERSION_TABLE = "alembic_version_pgrag"
-# Serialises concurrent `pgrag db upgrade` runs (say, several app replicas migrating at start):
-# the second waits, then finds the schema at head and does nothing.
 MIGRATION_LOCK = 0x70677261  # "pgra"
+# From this revision on, the functions come from sql/functions/ (before it, from the history
+# files the migrations ran).
+FUNCTIONS_SINCE = "0010"
+# The files of sql/functions/, in the order they are applied: the functions the table
+# definitions call first; a LANGUAGE sql function after the functions and tables it reads.
+FUNCTION_FILES = (
+    "schema_functions",
+    "access",
+    "filter",
+    "keyword",
+    "models",
+    "dedup",
+    "sync",
+    "sections",
+    "cache",
+    "status",
+    "search",
+    "grants",
+)
+MIN_PGVECTOR = (0, 8)
 
 
 def alembic_config() -> Config:
@@ -41,10 +76,160 @@ def head() -> str:
     return rev
 
 
+def functions_digest() -> str:
+    """The sha256 of this release's function files, as applied (first 16 hex digits)."""
+    h = hashlib.sha256()
+    for name in FUNCTION_FILES:
+        h.update(sql_file(f"functions/{name}.sql").encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+# -- the database's state ------------------------------------------------------------------
+
+
+def _find_version_table(conn: Any) -> str | None:
+    row = conn.execute(Q.version_table, {"table": VERSION_TABLE}).fetchone()
+    return None if row is None else str(row[0])
+
+
+def version_table_schema(conn: Any) -> str:
+    """Where the version table is, or where Alembic should create it: the connection's
+    current schema (the first existing one on its search_path)."""
+    found = _find_version_table(conn)
+    if found:
+        return found
+    row = conn.execute(Q.current_schema).fetchone()
+    if row is None or row[0] is None:
+        raise SchemaError(
+            "no schema on this connection's search_path exists to hold pgrag's version table;"
+            " set search_path (e.g. ALTER ROLE ... SET search_path = public) and retry"
+        )
+    return str(row[0])
+
+
+def revision_of(conn: Any) -> str | None:
+    """The revision recorded in ``conn``'s database; None when pgrag was never installed."""
+    from psycopg import sql
+
+    schema = _find_version_table(conn)
+    if schema is None:
+        return None
+    row = conn.execute(
+        sql.SQL(Q.revision).format(
+            schema=sql.Identifier(schema), table=sql.Identifier(VERSION_TABLE)
+        )
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def installed_release(conn: Any) -> dict[str, str] | None:
+    """What the database's functions say of themselves: {"digest", "version"}, or None."""
+    exists = conn.execute(Q.release_exists).fetchone()
+    if not (exists and exists[0]):
+        return None
+    row = conn.execute(Q.installed_release).fetchone()
+    return None if row is None or row[0] is None else dict(row[0])
+
+
+def current(dsn: str) -> str | None:
+    """The revision the database is at, or None when pgrag's schema was never installed."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return revision_of(conn)
+
+
+@dataclass(frozen=True)
+class SchemaState:
+    current: str | None
+    head: str
+    release: dict[str, str] | None = None  # the installed functions' digest and version
+
+    @property
+    def revision_current(self) -> bool:
+        return self.current == self.head
+
+    @property
+    def functions_current(self) -> bool:
+        return self.release is not None and self.release.get("digest") == functions_digest()
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.revision_current and self.functions_current
+
+    def describe(self) -> str:
+        if self.current is None:
+            return "pgrag's schema is not installed in this database; run `pgrag db upgrade`"
+        if self.current not in _known_revisions():
+            return (
+                f"schema is at revision {self.current}, which this pgrag ({self.head}) does"
+                " not know; upgrade pgrag itself"
+            )
+        if not self.revision_current:
+            return (
+                f"schema is at revision {self.current}, code expects {self.head};"
+                " run `pgrag db upgrade`"
+            )
+        if not self.functions_current:
+            theirs = (self.release or {}).get("version", "an unknown version")
+            if _newer(theirs, __version__):
+                return (
+                    f"pgrag's SQL functions in this database are from pgrag {theirs}, newer than"
+                    f" this pgrag ({__version__}); upgrade pgrag itself"
+                )
+            return (
+                f"pgrag's SQL functions in this database (from pgrag {theirs}) are not this"
+                f" release's ({__version__}); run `pgrag db upgrade`"
+            )
+        return f"schema is at revision {self.current} (head): up to date"
+
+
+def _newer(a: str, b: str) -> bool:
+    def key(v: str) -> tuple[int, ...]:
+        return tuple(int(p) for p in v.split(".") if p.isdigit())
+
+    try:
+        return key(a) > key(b)
+    except ValueError:  # pragma: no cover - versions are ours
+        return False
+
+
+def _known_revisions() -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(alembic_config())
+    return {rev.revision for rev in script.walk_revisions()}
+
+
+def state_of(conn: Any) -> SchemaState:
+    revision = revision_of(conn)
+    release = (
+        installed_release(conn) if revision is not None and revision >= FUNCTIONS_SINCE else None
+    )
+    return SchemaState(current=revision, head=head(), release=release)
+
+
+def state(dsn: str) -> SchemaState:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        return state_of(conn)
+
+
+def require_current(conn: Any) -> None:
+    """Raise SchemaNotReady unless pgrag's schema in ``conn``'s database is this release's."""
+    st = state_of(conn)
+    if not st.up_to_date:
+        raise SchemaNotReady(st.describe())
+
+
+# -- moving it -------------------------------------------------------------------------------
+
+
 @contextmanager
 def _sqlalchemy(dsn: str) -> Iterator[Connection]:
     # SQLAlchemy gets its connections from psycopg with exactly the DSN pgrag resolved, so
-    # there is one place (pgrag.db) that understands DSNs and libpq environment variables.
+    # there is one place (pgrag.db.connect) that understands DSNs and libpq variables.
     import psycopg
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
@@ -59,125 +244,182 @@ def _sqlalchemy(dsn: str) -> Iterator[Connection]:
         engine.dispose()
 
 
-def _run(dsn: str, command: str, revision: str) -> None:
+@contextmanager
+def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any]]:
+    """Alembic's config and a connection in one transaction, under the migration lock (held on
+    a side connection): the second of two concurrent upgrades waits, then finds nothing to do.
+    Commits when the block ends without an error."""
     import psycopg
+
+    cfg = alembic_config()
+    with psycopg.connect(dsn, autocommit=True) as lock:
+        lock.execute(Q.lock, {"key": MIGRATION_LOCK})
+        with _sqlalchemy(dsn) as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            cfg.attributes["connection"] = conn
+            cfg.attributes["version_table_schema"] = version_table_schema(raw)
+            yield cfg, conn, raw
+            conn.commit()
+            # Alembic commits what it ran; anything run on the psycopg connection after it is
+            # committed here.
+            raw.commit()
+
+
+def _alembic(cfg: Config, command: str, revision: str) -> None:
     from alembic import command as alembic_command
     from alembic.util import CommandError
 
-    cfg = alembic_config()
-    # A session-level advisory lock on a side connection, held while Alembic works.
-    with psycopg.connect(dsn, autocommit=True) as lock:
-        lock.execute("SELECT pg_advisory_lock(%(key)s)", {"key": MIGRATION_LOCK})
-        with _sqlalchemy(dsn) as conn:
-            cfg.attributes["connection"] = conn
-            cfg.attributes["version_table_schema"] = version_table_schema(
-                conn.connection.driver_connection
-            )
-            try:
-                getattr(alembic_command, command)(cfg, revision)
-            except CommandError as err:
-                raise SchemaError(
-                    f"cannot {command} to {revision!r}: {err}; `pgrag db current` shows where"
-                    " the database is, and revisions are 'head', 'base' or an id like 0001"
-                ) from err
-            conn.commit()
+    try:
+        getattr(alembic_command, command)(cfg, revision)
+    except CommandError as err:
+        raise SchemaError(
+            f"cannot {command} to {revision!r}: {err}; `pgrag db current` shows where"
+            " the database is, and revisions are 'head', 'base' or an id like 0001"
+        ) from err
 
 
 def upgrade(dsn: str, revision: str = "head") -> None:
-    _run(dsn, "upgrade", revision)
+    """Move the database to ``revision`` (default: this release's head). An empty database is
+    installed from sql/schema/ and sql/functions/; one installed by an earlier release goes
+    through the migrations; either way the functions are this release's at the end."""
+    with _migrating(dsn) as (cfg, _, raw):
+        if revision in ("head", head()) and revision_of(raw) is None and not _schema_exists(raw):
+            install(raw)
+            _alembic(cfg, "stamp", "head")  # env.py's finish() finds nothing left to do
+            raw.execute(Q.grant_roles)  # the version table exists now: every role may read it
+        else:
+            _alembic(cfg, "upgrade", revision)
 
 
-def downgrade(dsn: str, revision: str) -> None:
-    _run(dsn, "downgrade", revision)
+def downgrade(dsn: str, revision: str, *, confirm: bool = False) -> list[str]:
+    """Move the database back to ``revision`` ('base' removes pgrag's schema). What the
+    downgrade would remove is listed first (:func:`pgrag.db.roundtrip.plan`); unless
+    ``confirm``, anything it would remove with rows in it is an :class:`InputError` naming it
+    all, and nothing changes. What an upgrade can restore is kept aside for it. Returns the
+    lines describing what was removed."""
+    from pgrag.db import roundtrip
 
-
-def _find_version_table(conn: Any) -> str | None:
-    """The schema holding pgrag's version table, wherever a previous upgrade created it."""
-    row = conn.execute(
-        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE c.relname = %(t)s AND c.relkind IN ('r', 'p')"
-        " ORDER BY n.nspname = current_schema() DESC, n.nspname LIMIT 1",
-        {"t": VERSION_TABLE},
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
-def version_table_schema(conn: Any) -> str:
-    """Where the version table is, or where Alembic should create it: the connection's
-    current schema (the first existing one on its search_path)."""
-    found = _find_version_table(conn)
-    if found:
-        return found
-    row = conn.execute("SELECT current_schema()").fetchone()
-    if row is None or row[0] is None:
-        raise SchemaError(
-            "no schema on this connection's search_path exists to hold pgrag's version table;"
-            " set search_path (e.g. ALTER ROLE ... SET search_path = public) and retry"
-        )
-    return str(row[0])
-
-
-def _revision(conn: Any) -> str | None:
-    from psycopg import sql
-
-    schema = _find_version_table(conn)
-    if schema is None:
-        return None
-    row = conn.execute(
-        sql.SQL("SELECT version_num FROM {}.{}").format(
-            sql.Identifier(schema), sql.Identifier(VERSION_TABLE)
-        )
-    ).fetchone()
-    return None if row is None else str(row[0])
-
-
-def current(dsn: str) -> str | None:
-    """The revision the database is at, or None when pgrag's schema was never installed."""
-    import psycopg
-
-    with psycopg.connect(dsn) as conn:
-        return _revision(conn)
-
-
-@dataclass(frozen=True)
-class SchemaState:
-    current: str | None
-    head: str
-
-    @property
-    def up_to_date(self) -> bool:
-        return self.current == self.head
-
-    def describe(self) -> str:
-        if self.current is None:
-            return "pgrag's schema is not installed in this database; run `pgrag db upgrade`"
-        if self.up_to_date:
-            return f"schema is at revision {self.current} (head): up to date"
-        known = _known_revisions()
-        if self.current not in known:
-            return (
-                f"schema is at revision {self.current}, which this pgrag ({self.head}) does"
-                " not know; upgrade pgrag itself"
+    with _migrating(dsn) as (cfg, _, raw):
+        start = revision_of(raw)
+        target = _resolve(revision, start)
+        losses = roundtrip.plan(raw, start, target)
+        lines = [loss.describe() for loss in losses if loss.rows]
+        if lines and not confirm:
+            raise InputError(
+                f"downgrading from {start} to {target or 'base'} would remove: "
+                + "; ".join(lines)
+                + ". Nothing was changed; run again with --yes (confirm=True) to downgrade"
             )
-        return (
-            f"schema is at revision {self.current}, code expects {self.head};"
-            " run `pgrag db upgrade`"
-        )
+        roundtrip.save(raw, losses, target)
+        _alembic(cfg, "downgrade", revision)
+        return lines
 
 
-def _known_revisions() -> set[str]:
+def _resolve(revision: str, start: str | None) -> str | None:
+    """The revision a downgrade to ``revision`` ends at (None: base)."""
     from alembic.script import ScriptDirectory
 
+    if revision == "base":
+        return None
     script = ScriptDirectory.from_config(alembic_config())
-    return {rev.revision for rev in script.walk_revisions()}
+    try:
+        if revision.startswith("-") and start is not None:
+            steps = int(revision[1:])
+            rev = script.get_revision(start)
+            for _ in range(steps):
+                if rev is None or rev.down_revision is None:
+                    return None
+                rev = script.get_revision(str(rev.down_revision))
+            return None if rev is None else rev.revision
+        found = script.get_revision(revision)
+    except Exception as err:  # noqa: BLE001 - alembic raises several kinds for a bad id
+        raise SchemaError(
+            f"cannot downgrade to {revision!r}: {err}; revisions are 'base', an id like 0001 or -N"
+        ) from err
+    return None if found is None else found.revision
 
 
-def state(dsn: str) -> SchemaState:
-    return SchemaState(current=current(dsn), head=head())
+def _schema_exists(conn: Any) -> bool:
+    row = conn.execute(Q.schema_exists).fetchone()
+    return bool(row and row[0])
 
 
-def require_current(conn: Any) -> None:
-    """Raise SchemaError unless pgrag's schema in ``conn``'s database is at head."""
-    st = SchemaState(current=_revision(conn), head=head())
-    if not st.up_to_date:
-        raise SchemaError(st.describe())
+def require_pgvector(conn: Any) -> None:
+    row = conn.execute(Q.pgvector).fetchone()
+    if row is None:
+        raise SchemaError(
+            "this PostgreSQL server does not have the pgvector extension installed;"
+            " install pgvector >= 0.8 on the server (or use the pgvector/pgvector Docker image)"
+            " and run `pgrag db upgrade` again"
+        )
+    default_version, installed_version = row
+    version = installed_version or default_version
+    if tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) < MIN_PGVECTOR:
+        raise SchemaError(
+            f"pgvector {version} is too old: pgrag needs pgvector >= 0.8 (iterative index scans);"
+            " upgrade pgvector on the server, then run `ALTER EXTENSION vector UPDATE`"
+            " and `pgrag db upgrade`"
+        )
+
+
+def _use_vector(conn: Any) -> None:
+    conn.execute(Q.vector_on_search_path)
+    conn.execute(Q.load_vector)
+
+
+def install(conn: Any) -> None:
+    """Install this release's schema on a database that has none, in the caller's
+    transaction: pgvector, schema pgrag, tables, roles, functions, triggers, policies."""
+    require_pgvector(conn)
+    conn.execute(Q.create_vector)
+    _use_vector(conn)
+    conn.execute(Q.create_schema)
+    conn.execute(Q.comment_schema)
+    conn.execute(sql_file("functions/schema_functions.sql"))
+    conn.execute(sql_file("schema/tables.sql"))
+    conn.execute(Q.create_roles)
+    apply_functions(conn)
+    conn.execute(sql_file("schema/triggers.sql"))
+    conn.execute(sql_file("schema/policies.sql"))
+
+
+def apply_functions(conn: Any) -> None:
+    """Create or replace every function of sql/functions/, record their digest and this
+    version in pgrag.release(), and grant pgrag's roles what they need."""
+    from psycopg import sql
+
+    _use_vector(conn)
+    for name in FUNCTION_FILES:
+        conn.execute(sql_file(f"functions/{name}.sql"))
+    release = json.dumps({"digest": functions_digest(), "version": __version__})
+    body = sql.Literal(f"SELECT {sql_quote(release)}::jsonb")
+    conn.execute(sql.SQL(Q.define_release).format(body=body))
+    conn.execute(Q.grant_roles)
+
+
+def sql_quote(text: str) -> str:
+    """``text`` as an SQL string literal (for a function body composed as a literal)."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def finish(conn: Any, before: str | None, after: str | None) -> None:
+    """What every Alembic run ends with (migrations/env.py calls it): from revision 0010 on,
+    this release's functions, unless they are there already; after an upgrade, what a
+    downgrade kept aside is put back, and chunks that lost their queue entries are queued."""
+    from pgrag.db import roundtrip
+
+    if after is None or after < FUNCTIONS_SINCE:
+        return
+    release = installed_release(conn)
+    if release is not None and _newer(release.get("version", "0"), __version__):
+        raise SchemaError(
+            f"pgrag's SQL functions in this database are from pgrag {release['version']},"
+            f" newer than this pgrag ({__version__}); upgrade pgrag itself, or downgrade with it"
+        )
+    if release is None or release.get("digest") != functions_digest():
+        apply_functions(conn)
+    if before is None or before < after:
+        roundtrip.restore(conn)
+        if before is None or before < roundtrip.QUEUE_REVISION:
+            roundtrip.requeue(conn)

@@ -6,7 +6,7 @@ whether someone else asked the same thing:
 
 - in this process, the last :data:`MEMORY_ENTRIES` vectors;
 - in the database, ``pgrag.query_embedding_cache`` (migration 0008), through the SECURITY
-  DEFINER functions ``query_cache_get_v1`` / ``query_cache_put_v1``, which scope entries to the
+  DEFINER functions ``query_cache_get`` / ``query_cache_put``, which scope entries to the
   session themselves. This one serves separate processes too: a second ``pgrag ask`` of the
   same question does not load the embedding model at all.
 

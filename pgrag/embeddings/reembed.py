@@ -100,7 +100,7 @@ def build_model_index(db: Database, model: Model) -> bool:
         return False
     drop = sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index))
     with open_connection(db.dsn, autocommit=True) as conn:
-        # One build per model at a time (ensure_model_index_v3 takes the same lock): an index
+        # One build per model at a time (ensure_model_index takes the same lock): an index
         # another session is still building is invalid too, and must not be dropped.
         conn.execute(Q.lock_model_index, {"model_id": model.id})
         again = conn.execute(Q.index_valid, {"index": name}).fetchone()
@@ -110,7 +110,7 @@ def build_model_index(db: Database, model: Model) -> bool:
         if again is not None:  # a concurrent build that was killed left it invalid
             conn.execute(drop)
         try:
-            conn.execute(row[0])  # the DDL pgrag.model_index_ddl_v1 returned
+            conn.execute(row[0])  # the DDL pgrag.model_index_ddl returned
         except psycopg.Error:
             # A failed concurrent build leaves an invalid index behind: drop it, so that the
             # next run builds it again rather than skipping it as present.

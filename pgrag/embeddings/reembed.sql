@@ -7,15 +7,15 @@ ON CONFLICT (collection_id, model_id) DO UPDATE SET status = 'building', retired
 
 -- name: missing_vectors
 -- How many chunks of the collection have no vector of the model yet.
-SELECT pgrag.model_missing_v1(%(collection_id)s, %(model_id)s);
+SELECT pgrag.model_missing(%(collection_id)s, %(model_id)s);
 
 -- name: model_index
 -- The DDL of the model's HNSW index (built concurrently), and whether that index is valid now.
-SELECT pgrag.model_index_ddl_v1(%(model_id)s, true),
+SELECT pgrag.model_index_ddl(%(model_id)s, true),
        (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s));
 
 -- name: lock_model_index
--- Take the session lock on building the model's index (ensure_model_index_v3 takes it too).
+-- Take the session lock on building the model's index (ensure_model_index takes it too).
 SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %(model_id)s);
 
 -- name: index_valid
@@ -67,4 +67,4 @@ SELECT pgrag.retire_model_v1(%(collection)s, %(model_id)s);
 
 -- name: delete_retired_vectors
 -- Delete up to %(batch)s of the retired model's vectors in the collection; how many went.
-SELECT pgrag.retire_model_vectors_v1(%(collection_id)s, %(model_id)s, %(batch)s);
+SELECT pgrag.retire_model_vectors(%(collection_id)s, %(model_id)s, %(batch)s);

@@ -237,7 +237,7 @@ def run(
     of the collections it touched are folded (``keyword_maintain_v2``)."""
     total = WorkReport()
     touched: set[int] = set()
-    if not once:  # woken by new items (embedding_enqueue_v1 notifies), else every `poll` s
+    if not once:  # woken by new items (embedding_enqueue notifies), else every `poll` s
         with db.conn.transaction():
             db.conn.execute(Q.listen_queue)
     while not should_stop():

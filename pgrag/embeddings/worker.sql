@@ -46,7 +46,7 @@ UPDATE pgrag.embedding_queue SET attempts = attempts + 1,
  WHERE model_id = %(model_id)s AND chunk_id = ANY (%(chunk_ids)s);
 
 -- name: listen_queue
--- Be woken when items are queued (embedding_enqueue_v1 notifies).
+-- Be woken when items are queued (embedding_enqueue notifies).
 LISTEN pgrag_embedding_queue;
 
 -- name: collection_names
@@ -59,4 +59,4 @@ SELECT * FROM pgrag.keyword_maintain_v2(%(collection)s);
 
 -- name: status
 -- Per collection: documents, chunks, pending and failed queue items, models.
-SELECT * FROM pgrag.status_v1();
+SELECT * FROM pgrag.status();

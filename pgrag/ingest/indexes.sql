@@ -18,7 +18,7 @@ SET LOCAL maintenance_work_mem = '512MB';
 
 -- name: ensure_model_index
 -- Create a model's HNSW index if it is missing (a no-op when it exists).
-SELECT pgrag.ensure_model_index_v3(%(model_id)s);
+SELECT pgrag.ensure_model_index(%(model_id)s);
 
 -- name: analyze_chunks
 -- Planner statistics for chunks.

@@ -20,7 +20,7 @@ SELECT d.id, d.source, d.metadata ->> 'format', d.metadata ->> 'record',
 
 -- name: hand_over_all
 -- An identical document that stays inherits each deleted one's chunks (dedup_v1.sql).
-SELECT pgrag.documents_hand_over_v1(d.id, d.collection_id, d.source, %(ids)s)
+SELECT pgrag.documents_hand_over(d.id, d.collection_id, d.source, %(ids)s)
   FROM pgrag.documents d WHERE d.id = ANY (%(ids)s) ORDER BY d.source;
 
 -- name: delete_chunks

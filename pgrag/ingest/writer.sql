@@ -20,7 +20,7 @@ SELECT c.model_id,
 
 -- name: enqueue_chunks
 -- Queue chunks for the collection's other models (pgrag worker embeds them).
-SELECT pgrag.embedding_enqueue_v1(%(collection_id)s, %(chunk_ids)s);
+SELECT pgrag.embedding_enqueue(%(collection_id)s, %(chunk_ids)s);
 
 -- name: lock_original
 -- The content and readers of a copy's original, if it is still one, locked until commit.
@@ -46,7 +46,7 @@ RETURNING id, principals;
 
 -- name: hand_over
 -- Identical documents keep a rewritten document's old content (sql/functions/dedup_v1.sql).
-SELECT pgrag.documents_hand_over_v1(%(document_id)s, %(collection_id)s, %(source)s);
+SELECT pgrag.documents_hand_over(%(document_id)s, %(collection_id)s, %(source)s);
 
 -- name: stored_chunks
 -- A document's stored chunks, in order: what identifies each one's content.

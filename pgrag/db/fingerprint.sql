@@ -1,0 +1,142 @@
+-- name: plain_search_path
+-- Catalog text written the same way on every server: pgvector's types without their schema.
+SELECT set_config('search_path',
+                  'pg_catalog, ' || coalesce((SELECT format('%I', n.nspname)
+                                                FROM pg_extension e
+                                                JOIN pg_namespace n ON n.oid = e.extnamespace
+                                               WHERE e.extname = 'vector'), 'public'),
+                  true);
+
+-- name: functions
+-- Every function of schema pgrag with what defines it (not its comment or owner), except
+-- pgrag.release(), which names the release itself.
+SELECT p.oid::regprocedure::text,
+       jsonb_build_object('language', l.lanname, 'source', p.prosrc, 'kind', p.prokind,
+                          'definer', p.prosecdef, 'volatility', p.provolatile,
+                          'parallel', p.proparallel, 'strict', p.proisstrict,
+                          'leakproof', p.proleakproof, 'cost', p.procost, 'rows', p.prorows,
+                          'arguments', pg_get_function_arguments(p.oid),
+                          'result', pg_get_function_result(p.oid), 'config', p.proconfig)
+  FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
+ WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname <> 'release'
+ ORDER BY 1;
+
+-- name: function_grants
+-- Who may execute what, besides the owner (PUBLIC included; NULL ACL = the defaults).
+SELECT p.oid::regprocedure::text,
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
+       a.privilege_type
+  FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
+ WHERE p.pronamespace = 'pgrag'::regnamespace AND a.grantee <> p.proowner
+   AND p.proname <> 'release'
+ ORDER BY 1, 2, 3;
+
+-- name: relations
+-- Tables, views, sequences and other relations of schema pgrag (not indexes), with their
+-- row-level security switches.
+SELECT c.oid::regclass::text, c.relkind::text, c.relrowsecurity, c.relforcerowsecurity
+  FROM pg_class c
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
+ ORDER BY 1;
+
+-- name: relation_grants
+SELECT c.oid::regclass::text,
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
+       a.privilege_type
+  FROM pg_class c,
+       aclexplode(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's'::"char" ELSE 'r'::"char" END,
+                                                c.relowner))) a
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
+   AND a.grantee <> c.relowner
+ ORDER BY 1, 2, 3;
+
+-- name: columns
+-- Every column of pgrag's tables, in order (dropped ones left out).
+SELECT c.oid::regclass::text, a.attname::text, format_type(a.atttypid, a.atttypmod),
+       a.attnotnull, pg_get_expr(d.adbin, d.adrelid), a.attidentity::text,
+       a.attgenerated::text,
+       CASE WHEN a.attcollation <> t.typcollation THEN co.collname::text END
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid
+  JOIN pg_type t ON t.oid = a.atttypid
+  LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+  LEFT JOIN pg_collation co ON co.oid = a.attcollation
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind IN ('r', 'p')
+   AND a.attnum > 0 AND NOT a.attisdropped
+ ORDER BY 1, a.attnum;
+
+-- name: column_grants
+SELECT c.oid::regclass::text || '.' || a.attname,
+       CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(x.grantee) END,
+       x.privilege_type
+  FROM pg_attribute a
+  JOIN pg_class c ON c.oid = a.attrelid,
+       aclexplode(a.attacl) x
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND a.attacl IS NOT NULL
+   AND x.grantee <> c.relowner
+ ORDER BY 1, 2, 3;
+
+-- name: constraints
+SELECT co.conrelid::regclass::text || '.' || co.conname, pg_get_constraintdef(co.oid),
+       co.convalidated
+  FROM pg_constraint co
+ WHERE co.connamespace = 'pgrag'::regnamespace AND co.conrelid <> 0
+   AND co.contype <> 'n'  -- NOT NULL (a constraint since PostgreSQL 18): the columns say it
+ ORDER BY 1;
+
+-- name: indexes
+-- Every index of schema pgrag but the models' HNSW indexes (one per model: checked against
+-- the models instead).
+SELECT i.oid::regclass::text, pg_get_indexdef(i.oid), x.indisvalid
+  FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
+ WHERE i.relnamespace = 'pgrag'::regnamespace
+   AND i.relname !~ '^chunk_embeddings_hnsw_[0-9]+$'
+ ORDER BY 1;
+
+-- name: triggers
+SELECT t.tgrelid::regclass::text || '.' || t.tgname, pg_get_triggerdef(t.oid),
+       t.tgenabled::text
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND NOT t.tgisinternal
+ ORDER BY 1;
+
+-- name: policies
+SELECT p.polrelid::regclass::text || '.' || p.polname, p.polcmd::text, p.polpermissive,
+       ARRAY(SELECT CASE WHEN r = 0 THEN 'public' ELSE pg_get_userbyid(r) END
+               FROM unnest(p.polroles) r ORDER BY 1),
+       pg_get_expr(p.polqual, p.polrelid), pg_get_expr(p.polwithcheck, p.polrelid)
+  FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+ WHERE c.relnamespace = 'pgrag'::regnamespace
+ ORDER BY 1;
+
+-- name: schema_grants
+SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
+       a.privilege_type
+  FROM pg_namespace n, aclexplode(coalesce(n.nspacl, acldefault('n', n.nspowner))) a
+ WHERE n.nspname = 'pgrag' AND a.grantee <> n.nspowner
+ ORDER BY 1, 2;
+
+-- name: types
+-- Types defined in schema pgrag on their own (a table's row type does not count).
+SELECT t.oid::regtype::text, t.typtype::text
+  FROM pg_type t LEFT JOIN pg_class c ON c.oid = t.typrelid
+ WHERE t.typnamespace = 'pgrag'::regnamespace AND t.typtype IN ('c', 'd', 'e', 'r', 'm')
+   AND (t.typrelid = 0 OR c.relkind = 'c')
+ ORDER BY 1;
+
+-- name: foreign_owners
+-- pgrag's functions and relations that its schema's owner does not own.
+SELECT 'function ' || p.oid::regprocedure::text, pg_get_userbyid(p.proowner),
+       pg_get_userbyid(n.nspowner)
+  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+ WHERE n.nspname = 'pgrag' AND p.proowner <> n.nspowner
+UNION ALL
+SELECT 'relation ' || c.oid::regclass::text, pg_get_userbyid(c.relowner),
+       pg_get_userbyid(n.nspowner)
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'pgrag' AND c.relowner <> n.nspowner AND c.relkind NOT IN ('i', 'I', 't')
+ ORDER BY 1;
+
+-- name: roles
+-- pgrag's roles that exist in this cluster (grants to the others cannot be there).
+SELECT rolname::text FROM pg_roles WHERE rolname IN ('pgrag_reader', 'pgrag_writer', 'pgrag_app');

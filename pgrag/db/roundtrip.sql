@@ -1,0 +1,172 @@
+-- name: count_checks
+SELECT count(*) FROM pgrag.queries WHERE checks IS NOT NULL;
+
+-- name: count_thresholds
+SELECT count(*) FROM pgrag.embedding_models WHERE min_confidence IS NOT NULL;
+
+-- name: count_model_links
+SELECT count(*) FROM pgrag.collection_models WHERE status <> 'active';
+
+-- name: count_index_types
+SELECT count(*) FROM pgrag.embedding_models WHERE index_type <> 'vector';
+
+-- name: count_bodies
+SELECT count(*) FROM pgrag.documents WHERE body IS NOT NULL;
+
+-- name: count_queue
+SELECT count(*) FROM pgrag.embedding_queue;
+
+-- name: count_cache
+SELECT count(*) FROM pgrag.query_embedding_cache;
+
+-- name: count_duplicates
+SELECT count(*) FROM pgrag.documents WHERE metadata ? 'duplicate_of';
+
+-- name: count_role_mappings
+SELECT count(*) FROM pgrag.role_principals;
+
+-- name: count_acls
+SELECT count(*) FROM pgrag.acls WHERE id <> 1;
+
+-- name: count_postings
+SELECT count(*) FROM pgrag.keyword_postings;
+
+-- name: count_documents
+SELECT count(*) FROM pgrag.documents;
+
+-- name: count_chunks
+SELECT count(*) FROM pgrag.chunks;
+
+-- name: count_vectors
+SELECT count(*) FROM pgrag.chunk_embeddings;
+
+-- name: count_queries
+SELECT count(*) FROM pgrag.queries;
+
+-- name: count_models
+SELECT count(*) FROM pgrag.embedding_models;
+
+-- name: create_saved_schema
+-- Where a downgrade keeps what the next upgrade puts back: outside schema pgrag (which a
+-- downgrade changes), readable by its owner only.
+CREATE SCHEMA IF NOT EXISTS pgrag_saved;
+
+-- name: create_saved_table
+CREATE TABLE IF NOT EXISTS pgrag_saved.rows (
+    kind     text NOT NULL,
+    data     jsonb NOT NULL,
+    saved_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: saved_exists
+SELECT to_regclass('pgrag_saved.rows') IS NOT NULL;
+
+-- name: drop_saved_table
+DROP TABLE IF EXISTS pgrag_saved.rows;
+
+-- name: drop_saved_schema
+DROP SCHEMA IF EXISTS pgrag_saved;
+
+-- name: drop_saved_if_empty
+DO $do$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pgrag_saved.rows) THEN
+        DROP TABLE pgrag_saved.rows;
+        DROP SCHEMA pgrag_saved;
+    END IF;
+END
+$do$;
+
+-- name: save_checks
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'checks', jsonb_build_object('id', id, 'checks', checks)
+  FROM pgrag.queries WHERE checks IS NOT NULL;
+
+-- name: save_thresholds
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'thresholds', jsonb_build_object('id', id, 'name', name, 'min_confidence', min_confidence)
+  FROM pgrag.embedding_models WHERE min_confidence IS NOT NULL;
+
+-- name: save_model_links
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'model_links', to_jsonb(cm) FROM pgrag.collection_models cm WHERE cm.status <> 'active';
+
+-- name: save_index_types
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'index_types', jsonb_build_object('id', id, 'index_type', index_type)
+  FROM pgrag.embedding_models WHERE index_type <> 'vector';
+
+-- name: save_bodies
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'bodies', jsonb_build_object('id', id, 'body', body, 'content_hash', content_hash)
+  FROM pgrag.documents WHERE body IS NOT NULL;
+
+-- name: save_role_mappings
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'role_mappings', to_jsonb(r) FROM pgrag.role_principals r;
+
+-- name: restore_role_mappings
+INSERT INTO pgrag.role_principals (role_name, principal)
+SELECT s.data ->> 'role_name', s.data ->> 'principal'
+  FROM pgrag_saved.rows s WHERE s.kind = 'role_mappings'
+ON CONFLICT DO NOTHING;
+
+-- name: restore_model_links
+-- A link that is not active comes back as it was, unless the collection or the model is gone
+-- or the model became the collection's active one meanwhile.
+INSERT INTO pgrag.collection_models (collection_id, model_id, status, added_at, activated_at,
+                                     retired_at)
+SELECT DISTINCT ON (l.collection_id, l.model_id)
+       l.collection_id, l.model_id, l.status, l.added_at, l.activated_at, l.retired_at
+  FROM pgrag_saved.rows s
+ CROSS JOIN LATERAL jsonb_populate_record(NULL::pgrag.collection_models, s.data) l
+ WHERE s.kind = 'model_links'
+   AND EXISTS (SELECT 1 FROM pgrag.collections c WHERE c.id = l.collection_id)
+   AND EXISTS (SELECT 1 FROM pgrag.embedding_models m WHERE m.id = l.model_id)
+ ORDER BY l.collection_id, l.model_id, s.saved_at DESC
+ON CONFLICT (collection_id, model_id) DO UPDATE
+   SET status = EXCLUDED.status, added_at = EXCLUDED.added_at,
+       activated_at = EXCLUDED.activated_at, retired_at = EXCLUDED.retired_at
+ WHERE pgrag.collection_models.status <> 'active';
+
+-- name: restore_index_types
+UPDATE pgrag.embedding_models m SET index_type = s.data ->> 'index_type'
+  FROM pgrag_saved.rows s
+ WHERE s.kind = 'index_types' AND m.id = (s.data ->> 'id')::integer;
+
+-- name: restore_thresholds
+UPDATE pgrag.embedding_models m SET min_confidence = (s.data ->> 'min_confidence')::float8
+  FROM pgrag_saved.rows s
+ WHERE s.kind = 'thresholds' AND m.id = (s.data ->> 'id')::integer
+   AND m.name = s.data ->> 'name' AND m.min_confidence IS NULL;
+
+-- name: restore_bodies
+-- A document written with SQL gets its body back unless it was rewritten meanwhile (its chunks
+-- are those of the same body, so the sync trigger keeps them and embeds nothing).
+UPDATE pgrag.documents d SET body = s.data ->> 'body'
+  FROM pgrag_saved.rows s
+ WHERE s.kind = 'bodies' AND d.id = (s.data ->> 'id')::bigint
+   AND d.content_hash = s.data ->> 'content_hash' AND d.body IS NULL;
+
+-- name: restore_checks
+UPDATE pgrag.queries q SET checks = s.data -> 'checks'
+  FROM pgrag_saved.rows s
+ WHERE s.kind = 'checks' AND q.id = (s.data ->> 'id')::bigint AND q.checks IS NULL;
+
+-- name: forget_restored
+DELETE FROM pgrag_saved.rows WHERE kind = ANY (%(kinds)s);
+
+-- name: requeue
+-- Every chunk that has no vector of a model of its collection (not retired) and is not queued
+-- for it, queued (pgrag worker embeds it); returns how many (chunk, model) pairs.
+WITH missing AS (
+         SELECT c.collection_id, array_agg(DISTINCT c.id) AS ids
+           FROM pgrag.chunks c
+           JOIN pgrag.collection_models m
+             ON m.collection_id = c.collection_id AND m.status <> 'retired'
+          WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
+                             WHERE e.model_id = m.model_id AND e.chunk_id = c.id)
+            AND NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q
+                             WHERE q.model_id = m.model_id AND q.chunk_id = c.id)
+          GROUP BY c.collection_id)
+SELECT coalesce(sum(pgrag.embedding_enqueue(collection_id, ids)), 0)::bigint FROM missing;

@@ -1,0 +1,256 @@
+-- pgrag access control: principals, access lists (acls) and who the session is.
+--
+-- Re-applied by every `pgrag db upgrade` and by `pgrag db repair` (sql/README.md): edit a body
+-- here, in place; a changed argument list or result of documents_v1 / collections_v1 is a _v2.
+--
+-- A principal is a name such as alice, group:billing or alice@example.com (letters, digits and
+-- _ . : @ + -, at most 128 characters, compared bytewise); "public" means everyone. A document
+-- carries the principals that may read it (documents.principals); each distinct set of them is
+-- one row of pgrag.acls, and every row that holds content, vectors or keyword statistics
+-- carries its document's acl_id, so row-level security is one integer test per row.
+--
+-- Who the session is, pgrag.session_principals(), decided by the login role (session_user), so
+-- that SECURITY DEFINER functions (search_v5) see the same answer as the caller, and SET ROLE can
+-- neither widen nor narrow it (a login can always RESET ROLE):
+--   * Unrestricted sessions (superusers, BYPASSRLS roles, the owner of schema pgrag and members
+--     of pgrag_writer) see everything, unless they set pgrag.principals, which narrows them to
+--     those principals (plus public), e.g. to see what alice sees.
+--   * Members of pgrag_app (an application that authenticates its own users) assert the user's
+--     principals per transaction: SELECT set_config('pgrag.principals', 'alice,group:billing',
+--     true). Without it they see public documents only (and any principals their own role is
+--     mapped to in pgrag.role_principals).
+--   * Every other role (pgrag_reader, an end user's own database role) sees public documents
+--     and the principals pgrag.role_principals maps its roles to. Setting pgrag.principals can
+--     only narrow that, never widen it.
+-- Readers and apps are given no SELECT on the tables that hold content, vectors or keyword
+-- statistics: they search through pgrag.search_v5 (SECURITY DEFINER, which applies these
+-- principals to every row it reads) and list through pgrag.documents_v1. Direct SQL on a table
+-- under row-level security leaks through side channels (EXPLAIN ANALYZE row counts when a
+-- leakproof comparison runs before the policy), so untrusted roles never get it. Row-level
+-- security still filters every other role that is granted SELECT (pgrag_writer naming
+-- principals, and any role an administrator grants).
+
+-- The acl row for a set of principals, created on first use. Invalid principals are rejected
+-- here, with the offending list in the message.
+CREATE OR REPLACE FUNCTION pgrag.acl_for(principals text[]) RETURNS integer
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_set text[];
+    v_id  integer;
+BEGIN
+    IF NOT pgrag.principals_valid(principals) THEN
+        RAISE EXCEPTION 'invalid principals %: each must be 1-128 letters, digits or _ . : @ + - (such as alice or group:billing)',
+            coalesce(principals::text, 'NULL') USING ERRCODE = '22023';
+    END IF;
+    v_set := pgrag.principals_canonical(principals);
+    SELECT a.id INTO v_id FROM pgrag.acls a WHERE a.principals = v_set;
+    IF v_id IS NULL THEN
+        INSERT INTO pgrag.acls (principals) VALUES (v_set)
+        ON CONFLICT ON CONSTRAINT acls_principals_key DO NOTHING
+        RETURNING id INTO v_id;
+        IF v_id IS NULL THEN  -- a concurrent transaction created it first
+            SELECT a.id INTO v_id FROM pgrag.acls a WHERE a.principals = v_set;
+        END IF;
+    END IF;
+    RETURN v_id;
+END
+$fn$;
+
+-- Whether the login role sees everything when it names no principals: a superuser, a
+-- BYPASSRLS role, the owner of schema pgrag or a member of pgrag_writer. The one definition,
+-- used by session_principals and unrestricted.
+CREATE OR REPLACE FUNCTION pgrag.unrestricted_role() RETURNS boolean
+LANGUAGE sql STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_roles r, pg_namespace n
+         WHERE r.rolname = session_user AND n.nspname = 'pgrag'
+           AND (r.rolsuper OR r.rolbypassrls
+                OR pg_has_role(session_user, n.nspowner, 'MEMBER')
+                OR EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
+                              AND pg_has_role(session_user, w.oid, 'MEMBER'))))
+$fn$;
+
+-- The session's principals; NULL for an unrestricted session (see the top of this file).
+-- SECURITY DEFINER: it reads pgrag.role_principals, which restricted roles may not; it depends
+-- only on the session (session_user and pgrag.principals), never on its arguments.
+CREATE OR REPLACE FUNCTION pgrag.session_principals() RETURNS text[]
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_raw          text := current_setting('pgrag.principals', true);
+    v_asserted     text[];
+    v_mapped       text[];
+    v_unrestricted boolean;
+    v_app          boolean;
+BEGIN
+    IF v_raw IS NOT NULL AND btrim(v_raw) <> '' THEN
+        v_asserted := ARRAY(SELECT DISTINCT btrim(p) FROM unnest(string_to_array(v_raw, ',')) p
+                             WHERE btrim(p) <> '');
+        IF NOT pgrag.principals_valid(v_asserted) THEN
+            RAISE EXCEPTION 'pgrag.principals is not a list of principals: %', quote_literal(v_raw)
+                USING ERRCODE = '22023',
+                      HINT = 'Use comma-separated names of letters, digits and _ . : @ + -, such as alice,group:billing.';
+        END IF;
+    END IF;
+
+    v_unrestricted := pgrag.unrestricted_role();
+    v_app := EXISTS (SELECT 1 FROM pg_roles a WHERE a.rolname = 'pgrag_app'
+                        AND pg_has_role(session_user, a.oid, 'MEMBER'));
+
+    IF v_asserted IS NULL AND v_unrestricted THEN
+        RETURN NULL;
+    END IF;
+    IF v_asserted IS NOT NULL AND (v_unrestricted OR v_app) THEN
+        RETURN pgrag.principals_canonical(v_asserted || '{public}'::text[]);
+    END IF;
+
+    SELECT coalesce(array_agg(m.principal), '{}') INTO v_mapped
+      FROM pgrag.role_principals m
+      JOIN pg_roles r ON r.rolname = m.role_name
+     WHERE pg_has_role(session_user, r.oid, 'MEMBER');
+    IF v_asserted IS NOT NULL THEN  -- narrowing only
+        v_mapped := ARRAY(SELECT unnest(v_mapped) INTERSECT SELECT unnest(v_asserted));
+    END IF;
+    RETURN pgrag.principals_canonical(v_mapped || '{public}'::text[]);
+END
+$fn$;
+
+-- The acls the session may read, sorted; NULL for an unrestricted session. Row-level security
+-- policies call it once per statement (as an InitPlan), not once per row, and only when
+-- unrestricted is false; the search engine calls it once per search. SECURITY DEFINER: restricted
+-- roles may not read pgrag.acls (it names other tenants' principals).
+CREATE OR REPLACE FUNCTION pgrag.visible_acls() RETURNS integer[]
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_principals text[] := pgrag.session_principals();
+BEGIN
+    IF v_principals IS NULL THEN
+        RETURN NULL;
+    END IF;
+    RETURN ARRAY(SELECT a.id FROM pgrag.acls a WHERE a.principals && v_principals ORDER BY a.id);
+END
+$fn$;
+
+-- Whether the session sees everything: an unrestricted role that named no principals. Cheap
+-- (no acl lookup): the policies test it first, so such sessions never compute visible_acls.
+CREATE OR REPLACE FUNCTION pgrag.unrestricted() RETURNS boolean
+LANGUAGE sql STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
+       AND pgrag.unrestricted_role()
+$fn$;
+
+-- Documents: principals made canonical, and their acl found (or created).
+CREATE OR REPLACE FUNCTION pgrag.documents_acl() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    NEW.principals := pgrag.principals_canonical(NEW.principals);
+    NEW.acl_id := pgrag.acl_for(NEW.principals);
+    RETURN NEW;
+END
+$fn$;
+
+-- After a document's access changed: its chunks and their vectors follow (and, through the
+-- keyword trigger, its postings and statistics). Nothing is re-embedded.
+CREATE OR REPLACE FUNCTION pgrag.documents_acl_changed() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    UPDATE pgrag.chunks c SET principals = NEW.principals, acl_id = NEW.acl_id
+     WHERE c.document_id = NEW.id;
+    UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
+      FROM pgrag.chunks c
+     WHERE c.document_id = NEW.id AND e.chunk_id = c.id AND e.acl_id <> NEW.acl_id;
+    RETURN NULL;
+END
+$fn$;
+
+-- A chunk's access is its document's, whatever the writer supplied.
+CREATE OR REPLACE FUNCTION pgrag.chunks_acl() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    SELECT d.principals, d.acl_id INTO NEW.principals, NEW.acl_id
+      FROM pgrag.documents d WHERE d.id = NEW.document_id;
+    RETURN NEW;
+END
+$fn$;
+
+-- After a chunk's access changed (its document's did, or it moved to another document): its
+-- vectors follow.
+CREATE OR REPLACE FUNCTION pgrag.chunks_acl_changed() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
+     WHERE e.chunk_id = NEW.id AND e.acl_id <> NEW.acl_id;
+    RETURN NULL;
+END
+$fn$;
+
+-- A vector's access is its chunk's.
+CREATE OR REPLACE FUNCTION pgrag.chunk_embeddings_acl() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    SELECT c.acl_id INTO NEW.acl_id FROM pgrag.chunks c WHERE c.id = NEW.chunk_id;
+    RETURN NEW;
+END
+$fn$;
+
+-- What restricted roles may list: the documents of a collection they may read, and the
+-- collections with their visible sizes. SECURITY DEFINER, filtered by visible_acls.
+CREATE OR REPLACE FUNCTION pgrag.documents_v1(collection text)
+RETURNS TABLE (document_id bigint, source text, title text, metadata jsonb, updated_at timestamptz)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT d.id, d.source, d.title, d.metadata, d.updated_at
+      FROM pgrag.documents d
+      JOIN pgrag.collections c ON c.id = d.collection_id
+      CROSS JOIN (SELECT pgrag.visible_acls() AS acls) v
+     WHERE c.name = collection AND (v.acls IS NULL OR d.acl_id = ANY (v.acls))
+     ORDER BY d.source
+$fn$;
+
+CREATE OR REPLACE FUNCTION pgrag.collections_v1()
+RETURNS TABLE (name text, model text, dimension integer, documents bigint, chunks bigint)
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT c.name, m.name, m.dimension,
+           (SELECT count(*) FROM pgrag.documents d
+             WHERE d.collection_id = c.id AND (v.acls IS NULL OR d.acl_id = ANY (v.acls))),
+           (SELECT coalesce(sum(t.chunks), 0)::bigint FROM pgrag.keyword_totals t
+             WHERE t.collection_id = c.id AND (v.acls IS NULL OR t.acl_id = ANY (v.acls)))
+      FROM pgrag.collections c
+      LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id
+     CROSS JOIN (SELECT pgrag.visible_acls() AS acls) v
+     ORDER BY c.name
+$fn$;
