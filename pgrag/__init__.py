@@ -28,7 +28,7 @@ from pgrag.errors import (
     ServerError,
 )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "Answer",

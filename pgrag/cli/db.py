@@ -1,25 +1,26 @@
-"""``pgrag db``: upgrade, downgrade, inspect and check the schema."""
+"""``pgrag db``: upgrade, downgrade, inspect, check and repair the schema."""
 
 from __future__ import annotations
 
 import click
 
 from pgrag.cli.options import dsn as _dsn
-from pgrag.cli.options import fail as _fail
+from pgrag.cli.options import emit_json, fail, json_option
+from pgrag.db import drift
+from pgrag.db import schema as migrate
 
 
 @click.group()
 def db() -> None:
-    """Upgrade, downgrade or check the schema (Alembic migrations)."""
+    """Upgrade, downgrade, check or repair the schema (sql/README.md says what lives where)."""
 
 
 @db.command("upgrade")
 @click.argument("revision", default="head")
 @click.pass_context
 def db_upgrade(ctx: click.Context, revision: str) -> None:
-    """Upgrade the schema to REVISION (default: head)."""
-    from pgrag.db import schema as migrate
-
+    """Upgrade the schema to REVISION (default: head). An empty database is installed fresh;
+    the functions are re-applied whenever they are not this release's."""
     dsn = _dsn(ctx)
     before = migrate.current(dsn)
     migrate.upgrade(dsn, revision)
@@ -32,16 +33,22 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
 # ignore_unknown_options: Alembic's relative revisions ("-1") are arguments, not options.
 @db.command("downgrade", context_settings={"ignore_unknown_options": True})
 @click.argument("revision")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Downgrade although it removes rows (listed without this flag, and nothing changes).",
+)
 @click.pass_context
-def db_downgrade(ctx: click.Context, revision: str) -> None:
+def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
     """Downgrade the schema to REVISION: an id, -1 for one step, or 'base' (removes pgrag's
-    schema and all its data)."""
-    from pgrag.db import schema as migrate
-
+    schema and all its data). What it would remove is listed first and needs --yes; what the
+    next upgrade can restore (role mappings, model links, thresholds...) is kept for it."""
     dsn = _dsn(ctx)
     before = migrate.current(dsn)
-    migrate.downgrade(dsn, revision)
+    removed = migrate.downgrade(dsn, revision, confirm=yes)
     after = migrate.current(dsn)
+    for line in removed:
+        click.echo(f"removed {line}", err=True)
     if after is None:
         click.echo(f"removed pgrag's schema and its data (was at {before or '(none)'})")
     else:
@@ -52,18 +59,44 @@ def db_downgrade(ctx: click.Context, revision: str) -> None:
 @click.pass_context
 def db_current(ctx: click.Context) -> None:
     """Print the schema revision of the database (empty when not installed)."""
-    from pgrag.db import schema as migrate
-
     click.echo(migrate.current(_dsn(ctx)) or "")
 
 
 @db.command("check")
+@json_option
 @click.pass_context
-def db_check(ctx: click.Context) -> None:
-    """Exit 0 when the database schema matches this pgrag, 1 otherwise."""
-    from pgrag.db import schema as migrate
+def db_check(ctx: click.Context, as_json: bool) -> None:
+    """Exit 0 when the database is what this release installs, 1 naming each difference:
+    revision, functions, tables, columns, constraints, indexes, triggers, row-level security
+    and policies, privileges, model indexes, ownership, chunks nothing would embed."""
+    dsn = _dsn(ctx)
+    found = drift.check_database(dsn)
+    if as_json:
+        emit_json([vars(d) for d in found])
+    else:
+        for d in found:
+            click.echo(d.describe())
+    if found:
+        repairable = sum(d.repairable for d in found)
+        fail(
+            f"{len(found)} difference{'s' * (len(found) != 1)} from this release"
+            + (f"; `pgrag db repair` restores {repairable}" if repairable else "")
+        )
+    if not as_json:
+        click.echo(migrate.state(dsn).describe() + "; nothing differs from this release")
 
-    st = migrate.state(_dsn(ctx))
-    if not st.up_to_date:
-        _fail(st.describe())
-    click.echo(st.describe())
+
+@db.command("repair")
+@click.pass_context
+def db_repair(ctx: click.Context) -> None:
+    """Restore what `pgrag db check` finds, in one transaction: functions, policies and
+    row-level security, triggers, indexes, constraints and privileges as this release installs
+    them; drop what pgrag did not create in its schema; queue chunks without vectors."""
+    done, left = drift.repair_database(_dsn(ctx))
+    for line in done:
+        click.echo(line)
+    for d in left:
+        click.echo(d.describe())
+    if left:
+        fail(f"{len(left)} difference{'s' * (len(left) != 1)} could not be repaired (listed)")
+    click.echo("repaired: nothing differs from this release")

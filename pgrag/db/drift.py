@@ -172,6 +172,29 @@ def check(conn: Any) -> list[Drift]:
     return out
 
 
+def check_database(dsn: str) -> list[Drift]:
+    """:func:`check` on a new connection to ``dsn``; changes nothing."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        try:
+            return check(conn)
+        finally:
+            conn.rollback()
+
+
+def repair_database(dsn: str) -> tuple[list[str], list[Drift]]:
+    """:func:`repair` on ``dsn`` in one transaction, under the migration lock; returns what it
+    did and what still differs afterwards (what no repair can restore)."""
+    import psycopg
+
+    with schema.locked(dsn), psycopg.connect(dsn) as conn:
+        done = repair(conn)
+        left = check(conn)
+        conn.commit()
+    return done, left
+
+
 def repair(conn: Any) -> list[str]:
     """Make schema pgrag this release's, in the caller's transaction; returns what it did."""
     from psycopg import sql

@@ -11,12 +11,14 @@ SELECT m.id, m.name, 'pgrag.chunk_embeddings_hnsw_' || m.id,
  ORDER BY m.id;
 
 -- name: unqueued
--- Per collection and model (not retired): chunks with no vector of it and no queue entry for
--- it, which nothing would ever embed.
+-- Per collection and model in use (active or standby): chunks with no vector of it and no
+-- queue entry for it, which nothing would ever embed. (A model still building is backfilled
+-- by pgrag models reembed.)
 SELECT c.name, e.name, count(*)
   FROM pgrag.chunks k
   JOIN pgrag.collections c ON c.id = k.collection_id
-  JOIN pgrag.collection_models m ON m.collection_id = k.collection_id AND m.status <> 'retired'
+  JOIN pgrag.collection_models m
+    ON m.collection_id = k.collection_id AND m.status IN ('active', 'standby')
   JOIN pgrag.embedding_models e ON e.id = m.model_id
  WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings v
                     WHERE v.model_id = m.model_id AND v.chunk_id = k.id)

@@ -3,12 +3,12 @@
 A downgrade past a migration drops what that migration added. Before it does, :func:`plan`
 counts the rows it would drop, per migration, and says what becomes of each: *kept* (saved in
 ``pgrag_saved.rows`` and put back by the next upgrade to this release: role mappings, model
-links, calibrated thresholds, half-precision index settings, bodies of documents written with
-SQL, answer checks), *queued again* (chunks waiting for a vector: the next upgrade queues every
-chunk that has no vector of a model its collection uses), *rebuilt* (access lists and keyword
-postings, which the upgrade recomputes from documents and chunks), or *lost* (a cache, or
-everything, on a downgrade to base). :func:`pgrag.db.schema.downgrade` shows that list and
-needs ``confirm`` when any of it has rows.
+links, the embedding queue, calibrated thresholds, half-precision index settings, bodies of
+documents written with SQL, answer checks), *rebuilt* (access lists and keyword postings, which
+the upgrade recomputes from documents and chunks), or *lost* (a cache, or everything, on a
+downgrade to base). An upgrade from before the queue existed also queues every chunk that has no
+vector of its collection's model (:func:`requeue`), whatever ran meanwhile.
+:func:`pgrag.db.schema.downgrade` shows that list and needs ``confirm`` when any of it has rows.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ Q = queries.load(__name__)
 QUEUE_REVISION = "0008"
 
 KEPT = "kept for the next upgrade"
-REQUEUED = "queued again by the next upgrade"
 REBUILT = "rebuilt by the next upgrade"
 COPIED = "each gets its own copy of the chunks and vectors, and stays a document of its own"
 LOST = "lost"
@@ -51,7 +50,7 @@ ITEMS = (
     ),
     Item("0008", "models indexed at half precision", "count_index_types", KEPT, "index_types"),
     Item("0008", "bodies of documents written with SQL", "count_bodies", KEPT, "bodies"),
-    Item("0008", "chunks queued for a vector", "count_queue", REQUEUED),
+    Item("0008", "chunks queued for a vector", "count_queue", KEPT, "queue"),
     Item("0008", "cached query vectors (a cache)", "count_cache", LOST),
     Item("0005", "documents stored once as copies of another", "count_duplicates", COPIED),
     Item("0003", "role mappings", "count_role_mappings", KEPT, "role_mappings"),
@@ -64,7 +63,7 @@ ITEMS = (
     Item("0001", "logged questions", "count_queries", LOST),
 )
 # Restored in this order: model links after their models' settings.
-RESTORE = ("role_mappings", "index_types", "thresholds", "model_links", "bodies", "checks")
+RESTORE = ("role_mappings", "index_types", "thresholds", "model_links", "queue", "bodies", "checks")
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,10 @@ INSERT INTO pgrag_saved.rows (kind, data)
 SELECT 'bodies', jsonb_build_object('id', id, 'body', body, 'content_hash', content_hash)
   FROM pgrag.documents WHERE body IS NOT NULL;
 
+-- name: save_queue
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'queue', to_jsonb(q) FROM pgrag.embedding_queue q;
+
 -- name: save_role_mappings
 INSERT INTO pgrag_saved.rows (kind, data)
 SELECT 'role_mappings', to_jsonb(r) FROM pgrag.role_principals r;
@@ -128,6 +132,22 @@ ON CONFLICT (collection_id, model_id) DO UPDATE
    SET status = EXCLUDED.status, added_at = EXCLUDED.added_at,
        activated_at = EXCLUDED.activated_at, retired_at = EXCLUDED.retired_at
  WHERE pgrag.collection_models.status <> 'active';
+
+-- name: restore_queue
+-- Queued work comes back for the chunks and models that are still there.
+INSERT INTO pgrag.embedding_queue (chunk_id, model_id, collection_id, attempts, last_error,
+                                   not_before, enqueued_at)
+SELECT q.chunk_id, q.model_id, q.collection_id, q.attempts, q.last_error, q.not_before,
+       q.enqueued_at
+  FROM pgrag_saved.rows s
+ CROSS JOIN LATERAL jsonb_populate_record(NULL::pgrag.embedding_queue, s.data) q
+ WHERE s.kind = 'queue'
+   AND EXISTS (SELECT 1 FROM pgrag.chunks c WHERE c.id = q.chunk_id)
+   AND EXISTS (SELECT 1 FROM pgrag.embedding_models m WHERE m.id = q.model_id)
+   AND EXISTS (SELECT 1 FROM pgrag.collections c WHERE c.id = q.collection_id)
+   AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
+                    WHERE e.chunk_id = q.chunk_id AND e.model_id = q.model_id)
+ON CONFLICT DO NOTHING;
 
 -- name: restore_index_types
 UPDATE pgrag.embedding_models m SET index_type = s.data ->> 'index_type'
@@ -157,13 +177,14 @@ UPDATE pgrag.queries q SET checks = s.data -> 'checks'
 DELETE FROM pgrag_saved.rows WHERE kind = ANY (%(kinds)s);
 
 -- name: requeue
--- Every chunk that has no vector of a model of its collection (not retired) and is not queued
--- for it, queued (pgrag worker embeds it); returns how many (chunk, model) pairs.
+-- Every chunk that has no vector of its collection's active (or standby) model and is not
+-- queued for it, queued (pgrag worker embeds it); returns how many (chunk, model) pairs. (A
+-- model still building is backfilled by pgrag models reembed, which resumes where it stopped.)
 WITH missing AS (
          SELECT c.collection_id, array_agg(DISTINCT c.id) AS ids
            FROM pgrag.chunks c
            JOIN pgrag.collection_models m
-             ON m.collection_id = c.collection_id AND m.status <> 'retired'
+             ON m.collection_id = c.collection_id AND m.status IN ('active', 'standby')
           WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
                              WHERE e.model_id = m.model_id AND e.chunk_id = c.id)
             AND NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q

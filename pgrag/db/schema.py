@@ -245,15 +245,23 @@ def _sqlalchemy(dsn: str) -> Iterator[Connection]:
 
 
 @contextmanager
-def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any]]:
-    """Alembic's config and a connection in one transaction, under the migration lock (held on
-    a side connection): the second of two concurrent upgrades waits, then finds nothing to do.
-    Commits when the block ends without an error."""
+def locked(dsn: str) -> Iterator[None]:
+    """Hold the migration lock (on a side connection) while the block runs: the second of two
+    concurrent upgrades, repairs or downgrades waits for the first."""
     import psycopg
 
-    cfg = alembic_config()
     with psycopg.connect(dsn, autocommit=True) as lock:
         lock.execute(Q.lock, {"key": MIGRATION_LOCK})
+        yield
+
+
+@contextmanager
+def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any]]:
+    """Alembic's config and a connection in one transaction, under the migration lock: the
+    second of two concurrent upgrades waits, then finds nothing to do. Commits when the block
+    ends without an error."""
+    cfg = alembic_config()
+    with locked(dsn):
         with _sqlalchemy(dsn) as conn:
             raw = conn.connection.driver_connection
             assert raw is not None

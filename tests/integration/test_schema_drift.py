@@ -1,0 +1,181 @@
+"""`pgrag db check` names every object that differs from this release; `pgrag db repair`
+restores them (pgrag.db.drift).
+
+The tampering is what an operator's hand (or an attacker with the owner's password) does:
+a function replaced, row-level security switched off, a policy dropped or added, an index
+dropped, a trigger disabled, a privilege granted, an object added to schema pgrag.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg.conninfo import make_conninfo
+
+import pgrag
+from pgrag.cli import cli
+from pgrag.db import drift
+
+TAMPERING = {
+    # what is done by hand -> (kind, name, problem) that check must report
+    "CREATE OR REPLACE FUNCTION pgrag.visible_acls() RETURNS integer[] LANGUAGE sql STABLE"
+    " SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$ SELECT NULL::integer[] $$": (
+        "function",
+        "pgrag.visible_acls()",
+        "differs from this release",
+    ),
+    "ALTER TABLE pgrag.chunks DISABLE ROW LEVEL SECURITY": (
+        "row-level security",
+        "pgrag.chunks",
+        "should be enabled",
+    ),
+    "DROP POLICY own ON pgrag.queries": ("policy", "pgrag.queries.own", "missing"),
+    "CREATE POLICY everyone ON pgrag.documents USING (true)": (
+        "policy",
+        "pgrag.documents.everyone",
+        "not part of pgrag (unexpected)",
+    ),
+    "DROP INDEX pgrag.keyword_postings_impact_idx": (
+        "index",
+        "pgrag.keyword_postings_impact_idx",
+        "missing",
+    ),
+    "ALTER TABLE pgrag.documents DISABLE TRIGGER documents_acl": (
+        "trigger",
+        "pgrag.documents.documents_acl",
+        "disabled or in another firing mode",
+    ),
+    "GRANT SELECT ON pgrag.chunks TO pgrag_reader": (
+        "grant",
+        "SELECT on relation pgrag.chunks",
+        "pgrag_reader has it (unexpected)",
+    ),
+    "CREATE FUNCTION pgrag.everything() RETURNS SETOF text LANGUAGE sql SECURITY DEFINER"
+    " AS $$ SELECT content FROM pgrag.chunks $$": (
+        "function",
+        "pgrag.everything()",
+        "not part of pgrag (unexpected)",
+    ),
+    "ALTER TABLE pgrag.collections DROP CONSTRAINT collections_name_check": (
+        "constraint",
+        "pgrag.collections.collections_name_check",
+        "missing",
+    ),
+    "CREATE VIEW pgrag.all_chunks AS SELECT * FROM pgrag.chunks": (
+        "relation",
+        "pgrag.all_chunks",
+        "not part of pgrag (unexpected)",
+    ),
+    "REVOKE EXECUTE ON FUNCTION pgrag.documents_v1(text) FROM pgrag_app": (
+        "grant",
+        "EXECUTE on function pgrag.documents_v1(text)",
+        "pgrag_app lacks it",
+    ),
+}
+
+
+@pytest.fixture
+def tenants(db: pgrag.Database, corpus: Path, admin_dsn: str) -> dict[str, Any]:
+    """Public documents and a tenant's, and a login role that reads as pgrag_reader."""
+    pgrag.ingest(db, [corpus / "office.txt"], collection="t")
+    pgrag.ingest(db, [corpus / "policies"], collection="t", allow=["tenant:acme"])
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'drift_reader'").fetchone():
+            conn.execute("CREATE ROLE drift_reader LOGIN IN ROLE pgrag_reader")
+    return {"reader": make_conninfo(db.dsn, user="drift_reader"), "dsn": db.dsn}
+
+
+def _visible_documents(reader_dsn: str) -> int:
+    with psycopg.connect(reader_dsn) as conn:
+        return len(conn.execute("SELECT * FROM pgrag.documents_v1('t')").fetchall())
+
+
+def _found(dsn: str) -> set[tuple[str, str, str]]:
+    return {(d.kind, d.name, d.problem) for d in drift.check_database(dsn)}
+
+
+def test_a_fresh_database_has_no_drift(dsn: str) -> None:
+    assert drift.check_database(dsn) == []
+
+
+def test_check_names_each_tampered_object_and_repair_restores_them(
+    tenants: dict[str, Any],
+) -> None:
+    dsn, reader = tenants["dsn"], tenants["reader"]
+    assert _visible_documents(reader) == 1  # office.txt: the tenant's two are hidden
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in TAMPERING:
+            conn.execute(statement)  # type: ignore[arg-type]
+    assert _visible_documents(reader) == 3, "the tampered function should leak (and does)"
+    found = _found(dsn)
+    for statement, expected in TAMPERING.items():
+        assert expected in found, (statement, sorted(found))
+
+    result = CliRunner().invoke(cli, ["--dsn", dsn, "db", "check"])
+    assert result.exit_code == 1
+    assert "pgrag.visible_acls(): differs from this release" in result.stdout
+    assert result.stderr.startswith("error: ") and "pgrag db repair" in result.stderr
+    assert len(result.stdout.splitlines()) == len(found)
+
+    repair = CliRunner().invoke(cli, ["--dsn", dsn, "db", "repair"])
+    assert repair.exit_code == 0, repair.output
+    assert "dropped function pgrag.everything()" in repair.stdout
+    assert "enabled row-level security on pgrag.chunks" in repair.stdout
+    assert "repaired: nothing differs from this release" in repair.stdout
+    assert drift.check_database(dsn) == []
+    assert _visible_documents(reader) == 1
+    with psycopg.connect(reader) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute("SELECT count(*) FROM pgrag.chunks")
+    assert CliRunner().invoke(cli, ["--dsn", dsn, "db", "check"]).exit_code == 0
+
+
+def test_a_dropped_column_is_named_and_left_for_a_backup(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("ALTER TABLE pgrag.queries DROP COLUMN checks")
+    found = drift.check_database(dsn)
+    assert [(d.kind, d.name, d.repairable) for d in found] == [
+        ("columns of", "pgrag.queries", False)
+    ]
+    done, left = drift.repair_database(dsn)
+    assert [d.name for d in left] == ["pgrag.queries"]
+    result = CliRunner().invoke(cli, ["--dsn", dsn, "db", "repair"])
+    assert result.exit_code == 1 and "could not be repaired" in result.stderr
+
+
+def test_a_missing_model_index_and_unqueued_chunks_are_found_and_fixed(
+    db: pgrag.Database, corpus: Path
+) -> None:
+    pgrag.ingest(db, [corpus], collection="docs")
+    with db.conn.transaction():
+        (model_id,) = db.conn.execute(
+            "SELECT model_id FROM pgrag.collections WHERE name = 'docs'"
+        ).fetchone()
+        db.conn.execute(f"DROP INDEX pgrag.chunk_embeddings_hnsw_{model_id}")  # noqa: S608
+        # Vectors lost by hand (or by a round trip of an older pgrag): nothing would embed them.
+        db.conn.execute(
+            "DELETE FROM pgrag.chunk_embeddings WHERE chunk_id IN"
+            " (SELECT id FROM pgrag.chunks ORDER BY id LIMIT 2)"
+        )
+    kinds = {(d.kind, d.problem.split(" ", 1)[-1]) for d in drift.check_database(db.dsn)}
+    assert ("index", "invalid") in {(k, p.rsplit(" ", 1)[-1]) for k, p in kinds}
+    assert any(k == "chunks of" for k, _ in kinds)
+    done, left = drift.repair_database(db.dsn)
+    assert left == []
+    assert any(line.startswith(f"built pgrag.chunk_embeddings_hnsw_{model_id}") for line in done)
+    assert any("queued 2 (chunk, model) pairs" in line for line in done)
+    assert db.conn.execute("SELECT count(*) FROM pgrag.embedding_queue").fetchone() == (2,)
+    db.conn.rollback()
+
+
+def test_check_on_another_revision_says_so_and_repair_refuses(dsn: str) -> None:
+    from pgrag.db import schema
+
+    schema.downgrade(dsn, "0009")
+    found = drift.check_database(dsn)
+    assert len(found) == 1 and "run `pgrag db upgrade`" in found[0].problem
+    with pytest.raises(pgrag.SchemaError, match="pgrag db upgrade"):
+        drift.repair_database(dsn)

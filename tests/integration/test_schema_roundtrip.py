@@ -1,0 +1,200 @@
+"""A downgrade and an upgrade on a populated database lose nothing the upgrade can restore
+(pgrag.db.roundtrip), and a downgrade names what it removes before doing it.
+
+The database holds what a team's has: documents from files and one written with SQL, role
+mappings, a second model being built (with some of its vectors), chunks waiting in the queue,
+a calibrated threshold, a model indexed at half precision, and logged answers with their
+checks. Rows are counted at every step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+import pytest
+from click.testing import CliRunner
+from pgvector.psycopg import register_vector
+
+import pgrag
+from pgrag.cli import cli
+from pgrag.db import drift
+from pgrag.db import schema as migrate
+from pgrag.errors import InputError
+
+COUNTS = {
+    "documents": "SELECT count(*) FROM pgrag.documents",
+    "chunks": "SELECT count(*) FROM pgrag.chunks",
+    "vectors": "SELECT count(*) FROM pgrag.chunk_embeddings",
+    "role mappings": "SELECT count(*) FROM pgrag.role_principals",
+    "model links": "SELECT count(*) FROM pgrag.collection_models",
+    "building links": "SELECT count(*) FROM pgrag.collection_models WHERE status = 'building'",
+    "orphaned vectors": (
+        "SELECT count(*) FROM pgrag.chunk_embeddings e JOIN pgrag.chunks c ON c.id = e.chunk_id"
+        " WHERE NOT EXISTS (SELECT 1 FROM pgrag.collection_models m"
+        "  WHERE m.collection_id = c.collection_id AND m.model_id = e.model_id)"
+    ),
+    "unqueued chunks": (
+        "SELECT count(*) FROM pgrag.chunks c JOIN pgrag.collection_models m"
+        "   ON m.collection_id = c.collection_id AND m.status IN ('active', 'standby')"
+        " WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e"
+        "                    WHERE e.chunk_id = c.id AND e.model_id = m.model_id)"
+        "   AND NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q"
+        "                    WHERE q.chunk_id = c.id AND q.model_id = m.model_id)"
+    ),
+    "queued": "SELECT count(*) FROM pgrag.embedding_queue",
+    "thresholds": "SELECT count(*) FROM pgrag.embedding_models WHERE min_confidence = 0.42",
+    "halfvec models": "SELECT count(*) FROM pgrag.embedding_models WHERE index_type = 'halfvec'",
+    "bodies": "SELECT count(*) FROM pgrag.documents WHERE body IS NOT NULL",
+    "answer checks": "SELECT count(*) FROM pgrag.queries WHERE checks IS NOT NULL",
+}
+# What does not exist at an earlier revision is not counted there.
+SINCE = {
+    "role mappings": "0003",
+    "model links": "0008",
+    "building links": "0008",
+    "orphaned vectors": "0008",
+    "unqueued chunks": "0008",
+    "queued": "0008",
+    "halfvec models": "0008",
+    "bodies": "0008",
+    "thresholds": "0009",
+    "answer checks": "0009",
+}
+
+
+def _counts(dsn: str) -> dict[str, int]:
+    revision = migrate.current(dsn) or ""
+    with psycopg.connect(dsn) as conn:
+        return {
+            name: conn.execute(query).fetchone()[0]  # type: ignore[arg-type]
+            for name, query in COUNTS.items()
+            if revision >= SINCE.get(name, "0001")
+        }
+
+
+@pytest.fixture
+def populated(db: pgrag.Database, corpus: Path, admin_dsn: str) -> str:
+    pgrag.ingest(db, [corpus], collection="docs")
+    conn = db.conn
+    with conn.transaction():
+        for role in ("rt_alice", "rt_bob"):
+            if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone():
+                conn.execute(f"CREATE ROLE {role}")  # noqa: S608 - constant names
+        conn.execute(
+            "INSERT INTO pgrag.role_principals VALUES ('rt_alice', 'group:hr'),"
+            " ('rt_alice', 'alice'), ('rt_bob', 'group:sales')"
+        )
+        coll, active = conn.execute(
+            "SELECT id, model_id FROM pgrag.collections WHERE name = 'docs'"
+        ).fetchone()
+        conn.execute(
+            "UPDATE pgrag.embedding_models SET min_confidence = 0.42 WHERE id = %s", (active,)
+        )
+        # A second model, being built: half of its vectors are there, at half precision.
+        (second,) = conn.execute(
+            "INSERT INTO pgrag.embedding_models (name, provider, dimension, index_type)"
+            " VALUES ('second', 'test', 8, 'halfvec') RETURNING id"
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO pgrag.collection_models (collection_id, model_id, status)"
+            " VALUES (%s, %s, 'building')",
+            (coll, second),
+        )
+        register_vector(conn)
+        chunk_ids = [r[0] for r in conn.execute("SELECT id FROM pgrag.chunks ORDER BY id")]
+        for chunk_id in chunk_ids[: len(chunk_ids) // 2]:
+            conn.execute(
+                "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+                " VALUES (%s, %s, %s)",
+                (second, chunk_id, np.ones(8, dtype=np.float32)),
+            )
+        conn.execute("SELECT pgrag.ensure_model_index(%s)", (second,))
+        # A document written with SQL: chunked in the database, queued for both models.
+        conn.execute(
+            "INSERT INTO pgrag.documents (collection_id, source, title, body, content_hash)"
+            " VALUES (%s, 'kb/1', 'Parking', 'Visitors park in the north garage on level 2.', '')",
+            (coll,),
+        )
+        conn.execute(
+            "INSERT INTO pgrag.queries (question, principals, checks)"
+            " VALUES ('q', '{public}', '{\"confidence\": 0.5}')"
+        )
+    return db.dsn
+
+
+def test_a_round_trip_to_0001_loses_nothing_an_upgrade_can_restore(populated: str) -> None:
+    dsn = populated
+    before = _counts(dsn)
+    assert before["role mappings"] == 3 and before["building links"] == 1
+    assert before["queued"] > 0 and before["unqueued chunks"] == 0
+    assert before["thresholds"] == before["halfvec models"] == before["bodies"] == 1
+    assert before["answer checks"] == 1 and before["orphaned vectors"] == 0
+
+    # Named first, and refused without confirmation: nothing changes.
+    with pytest.raises(InputError) as refused:
+        migrate.downgrade(dsn, "0001")
+    message = str(refused.value)
+    for words in (
+        "3 role mappings",
+        "1 links of collections to models",
+        "chunks queued",
+        "1 calibrated abstention thresholds",
+        "--yes",
+    ):
+        assert words in message, message
+    assert migrate.current(dsn) == migrate.head() and _counts(dsn) == before
+
+    removed = migrate.downgrade(dsn, "0001", confirm=True)
+    assert any("role mappings (kept for the next upgrade)" in line for line in removed)
+    at_0001 = _counts(dsn)
+    assert migrate.current(dsn) == "0001"
+    assert at_0001["documents"] == before["documents"] and at_0001["chunks"] == before["chunks"]
+    assert at_0001["vectors"] == before["vectors"]
+
+    migrate.upgrade(dsn)
+    after = _counts(dsn)
+    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    assert drift.check_database(dsn) == []
+
+
+def test_a_downgrade_one_step_at_a_time_and_back(populated: str) -> None:
+    dsn = populated
+    before = _counts(dsn)
+    steps = []
+    while (revision := migrate.current(dsn)) != "0001":
+        migrate.downgrade(dsn, "-1", confirm=True)
+        steps.append((revision, _counts(dsn)))
+    for _, counts in steps:  # what every revision has, it keeps all the way down
+        assert counts["documents"] == before["documents"]
+        assert counts["chunks"] == before["chunks"]
+    migrate.upgrade(dsn)
+    assert _counts(dsn) == before
+
+
+def test_the_cli_lists_what_a_downgrade_removes_and_needs_yes(populated: str) -> None:
+    runner = CliRunner()
+    refused = runner.invoke(cli, ["--dsn", populated, "db", "downgrade", "0007"])
+    assert refused.exit_code == 1
+    assert "would remove" in refused.stderr and "--yes" in refused.stderr
+    assert migrate.current(populated) == migrate.head()
+    done = runner.invoke(cli, ["--dsn", populated, "db", "downgrade", "0007", "--yes"])
+    assert done.exit_code == 0, done.output
+    assert "downgraded pgrag's schema: 0010 -> 0007" in done.stdout
+    assert "removed 3 " not in done.stderr  # role mappings stay below 0008
+    assert "kept for the next upgrade" in done.stderr
+    assert runner.invoke(cli, ["--dsn", populated, "db", "upgrade"]).exit_code == 0
+    assert _counts(populated)["building links"] == 1
+
+
+def test_to_base_everything_is_named_and_nothing_is_kept(populated: str) -> None:
+    with pytest.raises(InputError, match="documents \\(lost\\)"):
+        migrate.downgrade(populated, "base")
+    migrate.downgrade(populated, "base", confirm=True)
+    with psycopg.connect(populated) as conn:
+        row: Any = conn.execute(
+            "SELECT to_regnamespace('pgrag'), to_regnamespace('pgrag_saved')"
+        ).fetchone()
+    assert row == (None, None)
