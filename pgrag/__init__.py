@@ -18,45 +18,36 @@ and ``pgrag --help`` stay fast.
 
 from __future__ import annotations
 
-from pgrag.errors import (
-    ConfigError,
-    DatabaseError,
-    GenerationError,
-    InputError,
-    PgragError,
-    SchemaError,
-    ServerError,
-)
+from pgrag.errors import CollectionNotFound, InputError, PgragError, SchemaError
+from pgrag.version import __version__ as __version__
 
-__version__ = "0.2.0"
-
+# The public face: everything else is reached through its module (pgrag.errors for the rest of
+# the error tree, pgrag.access for access lists, pgrag.evaluation for the metrics, ...).
 __all__ = [
     "Answer",
-    "ConfigError",
-    "DatabaseError",
+    "CollectionNotFound",
     "Database",
-    "GenerationError",
     "InputError",
     "PgragError",
     "SchemaError",
     "SearchResult",
     "SearchSettings",
-    "ServerError",
+    "Settings",
     "ask",
     "connect",
-    "access",
     "ingest",
     "ingest_documents",
     "rag_marginals",
     "search",
 ]
 
-# The functions share their names with their modules (pgrag.search is the function; the module
-# is pgrag.search's home). Importing them here, eagerly, binds the names to the functions;
-# these modules import nothing heavy at import time.
-from pgrag import access  # noqa: E402
-from pgrag.answer.ask import Answer, ask  # noqa: E402
+# ingest, search and ask share their names with the packages and modules they live in;
+# importing them here binds the names to the functions. None of these modules imports anything
+# heavy at import time.
+from pgrag.answer.ask import ask  # noqa: E402
 from pgrag.answer.marginals import rag_marginals  # noqa: E402
+from pgrag.answer.result import Answer  # noqa: E402
+from pgrag.config import Settings  # noqa: E402
 from pgrag.db.connect import Database, connect  # noqa: E402
 from pgrag.ingest.pipeline import ingest, ingest_documents  # noqa: E402
 from pgrag.retrieval.search import SearchResult, SearchSettings, search  # noqa: E402

@@ -21,6 +21,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 import pgrag
+from pgrag import access
 from pgrag.cli import cli
 from pgrag.collections import list_collections
 from pgrag.db.principals import PRINCIPAL, check_principals
@@ -84,7 +85,7 @@ def tenants(admin_dsn: str, template_dsn: str, embedder: Any) -> Iterator[Tenant
             pgrag.ingest_documents(
                 db, [from_text(source, text, metadata=meta)], collection="t", allow=principals
             )
-        pgrag.access.map_role(db, reader, ["tenant:acme"])
+        access.map_role(db, reader, ["tenant:acme"])
     finally:
         db.close()
     yield Tenants(

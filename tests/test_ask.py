@@ -11,7 +11,7 @@ import pgrag
 from pgrag.answer.prompt import ABSTAIN_TEXT
 from pgrag.config import from_env
 from pgrag.db.connect import Database
-from pgrag.embeddings.local import Embedder
+from pgrag.embeddings.embedder import Embedder
 from pgrag.errors import ConfigError, InputError
 
 

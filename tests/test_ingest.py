@@ -13,6 +13,7 @@ import pgrag
 from pgrag.cli import cli
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
+from pgrag.errors import DatabaseError
 
 
 def _counts(db: Database) -> tuple[int, int, int]:
@@ -171,7 +172,7 @@ def test_a_database_error_leaves_the_connection_usable(db: Database, corpus: Pat
     from pgrag.db.connect import transaction
 
     pgrag.ingest(db, [corpus])
-    with pytest.raises(pgrag.DatabaseError, match="division by zero"), transaction(db) as conn:
+    with pytest.raises(DatabaseError, match="division by zero"), transaction(db) as conn:
         conn.execute("SELECT 1 / 0")
     assert pgrag.search(db, "refund", mode="keyword")
 

@@ -24,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pgrag.config import Settings, from_env
-from pgrag.embeddings.local import Embedder
+from pgrag.embeddings.embedder import Embedder
 from pgrag.embeddings.remote import (
     PROBE_TEXT,
     EmbeddingError,

@@ -78,17 +78,35 @@ def test_both_arms_contribute_to_fused_ranking(loaded: Database) -> None:
     }
     assert any(r.vector_rank is not None for r in hybrid)
     assert any(r.keyword_rank is not None for r in hybrid)
-    # The fused score is exactly RRF over the two arm ranks (the search's defaults: rrf_k 5,
-    # keyword weight 1, vector weight 0.5).
+    # The fused score is exactly RRF over the two arm ranks, with search_v5's defaults (read
+    # from the function, so that a default changes in one place).
+    defaults = _defaults(loaded, "search_v5")
+    rrf_k, kw, vw = defaults["rrf_k"], defaults["keyword_weight"], defaults["vector_weight"]
     for r in hybrid:
-        expected = (0.5 / (5 + r.vector_rank) if r.vector_rank else 0) + (
-            1 / (5 + r.keyword_rank) if r.keyword_rank else 0
+        expected = (vw / (rrf_k + r.vector_rank) if r.vector_rank else 0) + (
+            kw / (rrf_k + r.keyword_rank) if r.keyword_rank else 0
         )
         assert r.score == pytest.approx(expected)
     assert [r.score for r in hybrid] == sorted((r.score for r in hybrid), reverse=True)
     # Each top hit of an arm is in the hybrid top-5.
     assert keyword[0].chunk_id in {r.chunk_id for r in hybrid}
     assert vector[0].chunk_id in {r.chunk_id for r in hybrid}
+
+
+def _defaults(db: Database, function: str) -> dict[str, float]:
+    """The numeric defaults of a search entry point, as the database has them."""
+    import re
+
+    (arguments,) = db.conn.execute(
+        "SELECT pg_get_function_arguments(p.oid) FROM pg_proc p"
+        " WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname = %s",
+        (function,),
+    ).fetchone()
+    db.conn.rollback()
+    return {
+        name: float(value)
+        for name, value in re.findall(r"(\w+) \w[\w ]* DEFAULT ([0-9.]+)", arguments)
+    }
 
 
 def test_search_returns_k_rows_and_metadata(loaded: Database) -> None:

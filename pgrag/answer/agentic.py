@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgrag.answer.ask import Answer, budget_counter, judge
+from pgrag.answer.ask import budget_counter, judge
 from pgrag.answer.injection import flagged_sources
 from pgrag.answer.prompt import (
     ABSTAIN_TEXT,
@@ -26,6 +26,7 @@ from pgrag.answer.prompt import (
     fit_budget,
     number_sources,
 )
+from pgrag.answer.result import Answer
 from pgrag.answer.tools import NAME, run_search_call, search_tool
 from pgrag.answer.traces import record_answer
 from pgrag.embeddings.local import configured_embedder

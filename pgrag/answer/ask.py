@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from pgrag.answer.citations import (
@@ -34,7 +33,8 @@ from pgrag.answer.prompt import (
     render,
 )
 from pgrag.answer.reader import extractive_answer
-from pgrag.answer.support import sentence_support, split_sentences
+from pgrag.answer.result import Answer
+from pgrag.answer.support import split_sentences
 from pgrag.answer.traces import record_answer
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import InputError
@@ -60,86 +60,6 @@ if TYPE_CHECKING:
 # The default of ``llm`` and ``min_confidence``: what the connection's settings name
 # (``db.settings``, read from the environment when it was opened; see pgrag.config).
 Configured = Literal["configured"]
-
-
-@dataclass
-class Answer:
-    question: str
-    answer: str
-    abstained: bool
-    reason: str | None
-    citations: list[Citation]
-    sources: list[Source]
-    generator: str
-    timings: dict[str, float]
-    prompt: str
-    invalid_citations: list[int] = field(default_factory=list)
-    raw_answer: str | None = None
-    query_id: int | None = None
-    # Sources whose text reads like an instruction to the model: [{n, chunk_id, phrases}].
-    flagged: list[dict[str, Any]] = field(default_factory=list)
-    # Per sentence: its citations, and how much of it its cited passage holds
-    # (pgrag.answer.support); the mean over sentences (an uncited one counting 0) estimates
-    # faithfulness.
-    sentences: list[dict[str, Any]] = field(default_factory=list)
-    faithfulness: float | None = None
-    # The question's similarity to its nearest retrieved chunk (pgrag.retrieval.confidence), and the
-    # threshold below which the answer is an abstention (None: no threshold) with its origin.
-    confidence: float | None = None
-    confidence_detail: dict[str, float] | None = None  # its parts: similarity, coverage
-    threshold: float | None = None
-    threshold_from: str | None = None
-    # What counted the passages' token budget: the embedding model's or the generator's
-    # tokenizer (PGRAG_LLM_TOKENIZER).
-    tokenizer: str = ""
-
-    @property
-    def uncited(self) -> list[str]:
-        """Sentences of the answer that cite no source."""
-        return [s["text"] for s in self.sentences if not s["citations"]]
-
-    def check_support(self) -> None:
-        if self.abstained:
-            self.sentences, self.faithfulness = [], None
-            return
-        scored, self.faithfulness = sentence_support(self.answer, self.sources)
-        self.sentences = [s.to_dict() for s in scored]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "question": self.question,
-            "answer": self.answer,
-            "abstained": self.abstained,
-            "reason": self.reason,
-            "citations": [c.to_dict() for c in self.citations],
-            "invalid_citations": self.invalid_citations,
-            "sources": [s.to_dict() for s in self.sources],
-            "generator": self.generator,
-            "timings": self.timings,
-            "query_id": self.query_id,
-            "flagged": self.flagged,
-            "sentences": self.sentences,
-            "uncited": self.uncited,
-            "faithfulness": self.faithfulness,
-            "confidence": self.confidence,
-            "confidence_detail": self.confidence_detail,
-            "threshold": self.threshold,
-            "threshold_from": self.threshold_from,
-            "tokenizer": self.tokenizer,
-        }
-
-    def checks(self) -> dict[str, Any]:
-        """What checking the answer found, as recorded in ``pgrag.queries.checks``."""
-        return {
-            "confidence": self.confidence,
-            "confidence_detail": self.confidence_detail,
-            "threshold": self.threshold,
-            "threshold_from": self.threshold_from,
-            "invalid_citations": self.invalid_citations,
-            "sentences": self.sentences,
-            "faithfulness": self.faithfulness,
-            "tokenizer": self.tokenizer,
-        }
 
 
 def ask(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pgrag.answer.prompt import ABSTAIN_TEXT, Source
-from pgrag.embeddings.local import Embedder
+from pgrag.embeddings.embedder import Embedder
 from pgrag.text.chunking import split_sentences
 from pgrag.text.stemming import STOPWORDS, stem
 

@@ -21,7 +21,7 @@ from pgrag.db.connect import transaction
 from pgrag.errors import DatabaseError, InputError, PgragError
 
 if TYPE_CHECKING:
-    from pgrag.answer.ask import Answer
+    from pgrag.answer.result import Answer
     from pgrag.db.connect import Database
     from pgrag.retrieval.search import SearchResult
 

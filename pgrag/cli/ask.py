@@ -21,7 +21,7 @@ from pgrag.cli.options import (
     state,
 )
 from pgrag.llm.chat import LLMConfig
-from pgrag.retrieval.confidence import parse_threshold
+from pgrag.retrieval.confidence import parse_setting
 from pgrag.retrieval.rerank import reranker_from_settings
 
 
@@ -124,10 +124,7 @@ def ask(
 
     extra: dict[str, Any] = {}  # without --min-confidence: ask() reads the default
     if min_confidence is not None:
-        off = min_confidence.strip().lower() in ("off", "none")
-        extra["min_confidence"] = (
-            None if off else parse_threshold(min_confidence, "--min-confidence")
-        )
+        extra["min_confidence"] = parse_setting(min_confidence, "--min-confidence")
     answer = run_ask(
         database(ctx),
         question,

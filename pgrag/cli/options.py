@@ -162,36 +162,41 @@ def mmr_option(f: F) -> F:
 
 
 def tuning_options(f: F) -> F:
-    """search_v5's knobs; each left unset keeps the function's measured default. The command
-    takes them as ``**tuning`` and passes them to :func:`search_settings`."""
+    """search_v5's knobs; each left unset keeps the function's measured default (documented
+    once, in docs/search.md, so that a default changes in sql/functions/search.sql and there).
+    The command takes them as ``**tuning`` and passes them to :func:`search_settings`."""
     options = [
-        click.option("--rrf-k", type=click.IntRange(min=1), help="RRF constant (default 5)."),
+        click.option(
+            "--rrf-k",
+            type=click.IntRange(min=1),
+            help="RRF constant. Unset, each of these keeps search_v5's default (docs/search.md).",
+        ),
         click.option(
             "--vector-weight",
             type=click.FloatRange(min=0),
-            help="Vector arm's RRF weight (default 0.5).",
+            help="Vector arm's RRF weight.",
         ),
         click.option(
             "--keyword-weight",
             type=click.FloatRange(min=0),
-            help="Keyword arm's RRF weight (default 1.0).",
+            help="Keyword arm's RRF weight.",
         ),
         click.option(
             "--depth",
             type=click.IntRange(min=1, max=1000),
-            help="Candidates per arm before fusion (default max(4k, 40)).",
+            help="Candidates per arm before fusion.",
         ),
         click.option(
             "--postings-per-term",
             type=click.IntRange(min=0),
             help="Keyword arm: above this many postings per query, read a budget of this"
-            " many, best first (default 50,000; 0 = read everything).",
+            " many, best first (0 = read everything).",
         ),
         click.option(
             "--fallback-chunks",
             type=click.IntRange(min=0, max=1_000_000),
             help="When nothing matches (only stop words, or unknown words), match the words"
-            " as typed in up to this many chunks (default 5,000; 0 = off).",
+            " as typed in up to this many chunks (0 = off).",
         ),
     ]
     for option in reversed(options):

@@ -20,7 +20,6 @@ from pgrag.cli.options import (
     state,
     tuning_options,
 )
-from pgrag.db.principals import check_principals
 from pgrag.errors import PgragError
 from pgrag.retrieval.rerank import reranker_from_settings
 from pgrag.retrieval.search import search as run_search
@@ -83,16 +82,6 @@ def search(
     filt = _parse_filter(filter_json)
     settings = search_settings(tuning)
     if show_sql:
-        if principals:
-            from psycopg import sql
-
-            names = ",".join(check_principals(principals))
-            click.echo("BEGIN;")
-            click.echo(
-                sql.SQL("SELECT set_config('pgrag.principals', {}, true);")
-                .format(sql.Literal(names))
-                .as_string(None)
-            )
         click.echo(
             search_sql(
                 query,
@@ -102,11 +91,9 @@ def search(
                 filter=filt,
                 settings=settings,
                 model=model_name,
+                principals=list(principals) if principals else None,
             )
-            + ";"
         )
-        if principals:
-            click.echo("COMMIT;")
         return
     results = run_search(
         database(ctx),

@@ -24,7 +24,7 @@ from pgrag.errors import DatabaseError, PgragError
 if TYPE_CHECKING:
     import psycopg
 
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
 
 Q = queries.load(__name__)
 

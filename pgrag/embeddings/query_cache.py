@@ -30,7 +30,7 @@ from pgrag.db.connect import transaction
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
     from pgrag.embeddings.models import Model
 
 Q = queries.load(__name__)

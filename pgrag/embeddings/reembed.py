@@ -25,7 +25,7 @@ from pgrag.errors import DatabaseError, InputError, PgragError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
     from pgrag.embeddings.models import Model
 
 Q = queries.load(__name__)

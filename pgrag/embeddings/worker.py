@@ -29,7 +29,7 @@ from pgrag.text.chunking import CONTEXT_TOKENS
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
     from pgrag.embeddings.models import Model
 
 Q = queries.load(__name__)

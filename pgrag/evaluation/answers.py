@@ -43,7 +43,7 @@ from pgrag.ingest.pipeline import ingest_documents
 from pgrag.llm.chat import LLMConfig
 
 if TYPE_CHECKING:
-    from pgrag.answer.ask import Answer
+    from pgrag.answer.result import Answer
     from pgrag.db.connect import Database
     from pgrag.llm.local import LocalLLMConfig
 

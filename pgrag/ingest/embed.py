@@ -15,7 +15,7 @@ from pgrag.ingest.report import IngestReport
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
 
 Q = queries.load(__name__)
 

@@ -49,7 +49,7 @@ from pgrag.ingest.writer import set_access, write_batch, write_streamed
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
 
 __all__ = ["ingest", "ingest_documents"]
 

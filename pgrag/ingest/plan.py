@@ -18,7 +18,7 @@ from pgrag.text.chunking import CONTEXT_TOKENS, Chunk, chunk_text
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
     from pgrag.text.tokens import TokenCounter
 
 Q = queries.load(__name__)

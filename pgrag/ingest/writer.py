@@ -20,7 +20,7 @@ from pgrag.text.chunking import chunk_lines
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
-    from pgrag.embeddings.local import Embedder
+    from pgrag.embeddings.embedder import Embedder
 
 Q = queries.load(__name__)
 

@@ -88,6 +88,15 @@ def retrieval_confidence(
     return Confidence(round((near + coverage) / 2, 4), round(near, 4), round(coverage, 4))
 
 
+OFF = ("off", "none")  # what a threshold setting says for "no threshold"
+
+
+def parse_setting(value: str, where: str) -> float | None:
+    """A threshold as a user writes it (``PGRAG_MIN_CONFIDENCE``, ``--min-confidence``): a
+    number between 0 and 1, or ``off`` / ``none`` (None: no threshold)."""
+    return None if value.strip().lower() in OFF else parse_threshold(value, where)
+
+
 def parse_threshold(value: str | float, where: str) -> float:
     try:
         number = float(value)
@@ -134,9 +143,8 @@ def threshold_for(model: Model | None, settings: Settings) -> tuple[float | None
     ``model`` (see :func:`collection_model`), else (None, None)."""
     raw = settings.min_confidence
     if raw is not None:
-        if raw.lower() in ("off", "none"):
-            return None, None
-        return parse_threshold(raw, ENV), ENV
+        value = parse_setting(raw, ENV)
+        return (None, None) if value is None else (value, ENV)
     if model is None:
         return None, None
     return model[2], model[3]

@@ -128,10 +128,12 @@ def search_sql(
     filter: dict[str, Any] | None = None,
     settings: SearchSettings | None = None,
     model: str | None = None,
+    principals: Sequence[str] | None = None,
 ) -> str:
     """The statement :func:`search` runs, as SQL text to paste into psql or an application:
     literals inlined (safely quoted), the query embedding left as ``$1`` (made with ``model``,
-    if named)."""
+    if named), ending with a semicolon. With ``principals``, a transaction that first reads
+    as them (``pgrag.principals``), as :func:`search` does."""
     from psycopg import sql
 
     values: dict[str, sql.Composable] = {
@@ -149,7 +151,12 @@ def search_sql(
     if model is not None and mode != "keyword":
         values["model"] = sql.Literal(model)
         options.append("model")
-    return _statement(COLUMNS, values.__getitem__, options).as_string(None)
+    statement = _statement(COLUMNS, values.__getitem__, options).as_string(None) + ";"
+    if principals is None:
+        return statement
+    names = sql.Literal(",".join(access.check_principals(principals) or ["public"]))
+    read_as = sql.SQL(Q.read_as).format(names=names).as_string(None)
+    return f"BEGIN;\n{read_as};\n{statement}\nCOMMIT;"
 
 
 def collection_model(db: Database, collection: str) -> tuple[str, int] | None:

@@ -9,6 +9,11 @@ SELECT c.id, m.name, m.dimension FROM pgrag.collections c
 -- --sql) and the named options given (", rrf_k => ...") into it with psycopg.sql.
 SELECT {columns} FROM pgrag.search_v5({collection}, {query}, {embedding}, k => {k}, filter => {filter}{options});
 
+-- name: read_as
+-- The principals a pasted statement reads as, for the transaction (`pgrag search --sql
+-- --principal ...`): the names are composed in as a literal.
+SELECT set_config('pgrag.principals', {names}, true);
+
 -- name: chunk_vectors
 -- The stored vectors of some chunks under one model (for MMR).
 SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e
