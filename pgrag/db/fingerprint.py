@@ -19,13 +19,18 @@ migration::
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import re
+import shutil
+import tempfile
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from pgrag.db import queries
+from pgrag.db import queries, schema
+from pgrag.db.server import EmbeddedServer
 
 Q = queries.load(__name__)
 
@@ -103,14 +108,7 @@ def existing_roles(conn: Any) -> set[str]:
 
 def generate() -> dict[str, Any]:
     """A fingerprint of this release, taken from a fresh install on a throwaway server."""
-    import shutil
-    import tempfile
-    from pathlib import Path
-
     import psycopg
-
-    from pgrag.db import schema
-    from pgrag.db.server import EmbeddedServer
 
     directory = Path(tempfile.mkdtemp(prefix="pgrag-fingerprint-"))
     server = EmbeddedServer(directory, settings={"fsync": "off"})
@@ -125,9 +123,6 @@ def generate() -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-    from pathlib import Path
-
     parser = argparse.ArgumentParser(prog="python -m pgrag.db.fingerprint", description=__doc__)
     parser.add_argument("--write", action="store_true", help=f"write pgrag/db/{EXPECTED}")
     args = parser.parse_args(argv)

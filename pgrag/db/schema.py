@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgrag.db import queries
+from pgrag.db import queries, roundtrip
 from pgrag.db.resources import migrations_dir, sql_file
 from pgrag.errors import InputError, SchemaError, SchemaNotReady
 from pgrag.version import __version__
@@ -306,8 +306,6 @@ def downgrade(dsn: str, revision: str, *, confirm: bool = False) -> list[str]:
     ``confirm``, anything it would remove with rows in it is an :class:`InputError` naming it
     all, and nothing changes. What an upgrade can restore is kept aside for it. Returns the
     lines describing what was removed."""
-    from pgrag.db import roundtrip
-
     with _migrating(dsn) as (cfg, _, raw):
         start = revision_of(raw)
         target = _resolve(revision, start)
@@ -415,8 +413,6 @@ def finish(conn: Any, before: str | None, after: str | None) -> None:
     """What every Alembic run ends with (migrations/env.py calls it): from revision 0010 on,
     this release's functions, unless they are there already; after an upgrade, what a
     downgrade kept aside is put back, and chunks that lost their queue entries are queued."""
-    from pgrag.db import roundtrip
-
     if after is None or after < FUNCTIONS_SINCE:
         return
     release = installed_release(conn)
