@@ -1,9 +1,9 @@
-"""Vector-arm recall at scale: search_v2's HNSW results beside exact nearest neighbours.
+"""Vector-arm recall at scale: search_v5's HNSW results beside exact nearest neighbours.
 
 Issue 3's target: with pgrag's default settings the dense arm's recall@10 against exact search is
-at least 0.98 (search_v2 sizes hnsw.ef_search for k and the depth). This script measures it where
+at least 0.98 (search_v5 sizes hnsw.ef_search for k and the depth). This script measures it where
 the index matters: N synthetic 384-d vectors (default 200,000) in one collection, 1,000 queries
-through `pgrag.search_v2(collection, NULL, query_vector, k => k)` for k = 10 and 100, each result
+through `pgrag.search_v5(collection, NULL, query_vector, k => k)` for k = 10 and 100, each result
 set compared with the exact top k computed in numpy over all N vectors (recall@k = mean overlap
 / k). Latency is the SQL call's, client-side, after a warm-up; numpy's exact search of the same
 query is timed beside it for reference. A sweep over vector_depth (10, 40 = the default for
@@ -80,7 +80,7 @@ GENERATOR = 1  # bump when the vector generator changes, so --reuse reloads
 MARKER = "pgrag hnsw_recall benchmark (benchmarks/hnsw_recall.py); safe to drop"
 TARGET_RECALL = 0.98
 
-SEARCH = "SELECT chunk_id FROM pgrag.search_v2(%(c)s, NULL, %(q)s::vector, k => %(k)s::int"
+SEARCH = "SELECT chunk_id FROM pgrag.search_v5(%(c)s, NULL, %(q)s::vector, k => %(k)s::int"
 DEFAULT = SEARCH + ")"
 WITH_DEPTH = SEARCH + ", vector_depth => %(d)s::int)"
 
@@ -398,7 +398,7 @@ def recall(hits: list[list[int]], index: np.ndarray, exact: np.ndarray) -> dict[
 
 
 def ef_search(k: int, depth: int | None) -> int:
-    """What search_v2 sets: depth = vector_depth or max(4k, 40); ef_search = 2 x depth, at
+    """What search_v5 sets: depth = vector_depth or max(4k, 40); ef_search = 2 x depth, at
     least 200, at most 1000."""
     d = max(depth if depth is not None else max(4 * k, 40), k)
     return min(max(2 * d, 200), 1000)
@@ -504,7 +504,7 @@ def print_table(result: dict[str, Any]) -> None:
     for notice in result["build_notices"]:
         print(f"  build notice: {notice}")
     print(
-        f"\nvector arm via search_v2 (vector only), {result['warmup']} warm-up queries;"
+        f"\nvector arm via search_v5 (vector only), {result['warmup']} warm-up queries;"
         " recall against numpy's exact top k; ms per call, client side"
     )
     print(
@@ -521,7 +521,7 @@ def print_table(result: dict[str, Any]) -> None:
         )
     print(
         "(recall: mean |HNSW top k & exact top k| / k; min: worst query; all: fraction of"
-        " queries with every exact neighbour; ef: hnsw.ef_search set by search_v2;"
+        " queries with every exact neighbour; ef: hnsw.ef_search set by search_v5;"
         " short: calls that returned fewer than k rows)"
     )
     for k, lat in result["numpy_exact"].items():
@@ -674,7 +674,7 @@ def main() -> None:
         "sql_exact_agrees": f"{agree} of 5 queries",
         "fallback": fallback,
         "plan_k10": plan_k10,
-        "target": f"recall@10 >= {TARGET_RECALL} at search_v2's defaults: {met} ({r10:.4f})",
+        "target": f"recall@10 >= {TARGET_RECALL} at search_v5's defaults: {met} ({r10:.4f})",
         "wall_seconds": time.perf_counter() - t_start,
     }
     if args.json:

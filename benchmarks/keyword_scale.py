@@ -1,7 +1,7 @@
-"""Keyword-arm latency at scale: search_v4's pruned BM25 beside exact BM25, one synthetic corpus.
+"""Keyword-arm latency at scale: search_v5's pruned BM25 beside exact BM25, one synthetic corpus.
 
 Issue 3's target: on a synthetic corpus of at least a million chunks, the keyword arm's p50 is at
-most 10 ms with pruning (search_v4's default postings_per_term). The exact arm
+most 10 ms with pruning (search_v5's default postings_per_term). The exact arm
 (postings_per_term => NULL) is measured beside it in the same run: same connection, same
 queries, pruned then exact for each query in turn (ABAB), after a warm-up of 50 queries.
 
@@ -30,7 +30,7 @@ row on an access list and rebuilds the postings indexes; its time is reported), 
 database would be.
 
 Each query runs pruned first, then exact, so a cold page costs the pruned arm, not the exact one:
-the comparison errs against pruning. The session's plans are cached by then (search_v4 forces
+the comparison errs against pruning. The session's plans are cached by then (search_v5 forces
 generic plans), and psycopg prepares the statements after five executions.
 
 Queries: known-item (3-8 distinct words of a random chunk) and natural (3-8 distinct words drawn
@@ -92,7 +92,7 @@ BULK_CONSTRAINTS = (("keyword_postings", "keyword_postings_pkey"),)
 
 BACKFILL_PHASES = ("backfill keyword_settings", "backfill postings + df", "backfill totals")
 
-SEARCH = "SELECT chunk_id, keyword_score FROM pgrag.search_v4(%(c)s, %(q)s, NULL, k => %(k)s::int"
+SEARCH = "SELECT chunk_id, keyword_score FROM pgrag.search_v5(%(c)s, %(q)s, NULL, k => %(k)s::int"
 PRUNED_DEFAULT = SEARCH + ")"
 PRUNED_EXPLICIT = SEARCH + ", postings_per_term => %(ppt)s::int)"
 EXACT = SEARCH + ", postings_per_term => NULL)"
@@ -366,17 +366,17 @@ def natural_queries(
 def default_postings_per_term(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(
         "SELECT pg_get_function_arguments(p.oid) FROM pg_proc p"
-        " WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname = 'search_v4'"
+        " WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname = 'search_v5'"
     ).fetchone()
     match = re.search(r"postings_per_term integer DEFAULT (\d+)", row[0] if row else "")
-    assert match, "search_v4 has no postings_per_term default"
+    assert match, "search_v5 has no postings_per_term default"
     return int(match.group(1))
 
 
 def pruned_terms(
     conn: psycopg.Connection[Any], cid: int, queries: list[str], limit: int
 ) -> list[int]:
-    """Per query, 1 if its terms have more than ``limit`` postings in all (search_v4 prunes)."""
+    """Per query, 1 if its terms have more than ``limit`` postings in all (search_v5 prunes)."""
     rows = conn.execute(
         "SELECT (coalesce(sum(d.df), 0) > %(l)s)::int"
         "  FROM unnest(%(q)s::text[]) WITH ORDINALITY AS q(text, i)"
@@ -583,7 +583,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=500, help="per query set")
     parser.add_argument("--k", type=int, default=10)
     parser.add_argument(
-        "--postings-per-term", type=int, help="pass explicitly (default: search_v4's default)"
+        "--postings-per-term", type=int, help="pass explicitly (default: search_v5's default)"
     )
     parser.add_argument(
         "--set",

@@ -56,7 +56,7 @@ def main() -> None:
             "alice",
         ),
     }
-    statement = "SELECT chunk_id FROM pgrag.search_v3(%s, %s, k => 10)"
+    statement = "SELECT chunk_id FROM pgrag.search_v5(%s, %s, k => 10)"
     seconds = dict.fromkeys(sessions, 0.0)
     counts = dict.fromkeys(sessions, 0)
     for name, (conn, who) in sessions.items():  # warm-up

@@ -1,6 +1,6 @@
 """Search under selective access: k results and latency when a caller may see 1%, 10% or 50%.
 
-Issue 4's targets: with 1%, 10% and 50% of a collection visible, search_v3 returns
+Issue 4's targets: with 1%, 10% and 50% of a collection visible, search_v5 returns
 min(k, visible matches) rows, its results agree with exact search over what the caller may see
 at recall@10 >= 0.95, and on >= 100k chunks its p50 latency at 1% visibility is at most 3 x the
 unfiltered latency.
@@ -16,7 +16,7 @@ Callers: the unrestricted owner (unfiltered, the baseline) and a login role in p
 sets pgrag.principals per transaction to 1, 10 or 50 tenants; plus the owner with a metadata
 filter that admits 1% ({"tenant": "t00"}). Each caller runs every query as hybrid (k = 10;
 latency), vector only and keyword only (each checked against exact search over the visible
-chunks: numpy cosine for vectors, search_v3 with postings_per_term => NULL, i.e. every posting
+chunks: numpy cosine for vectors, search_v5 with postings_per_term => NULL, i.e. every posting
 read, for BM25). Callers are interleaved in blocks of 50 queries, so noise on this shared machine
 hits all of them alike; latency is the search statement's, client side.
 
@@ -59,11 +59,11 @@ K = 10
 ROLE = "pgrag_bench_visibility_app"
 LEVELS = {"1%": 1, "10%": 10, "50%": 50}
 SEARCH = (
-    "SELECT chunk_id, source FROM pgrag.search_v3(%(c)s, %(t)s, %(q)s::vector, k => %(k)s::int,"
+    "SELECT chunk_id, source FROM pgrag.search_v5(%(c)s, %(t)s, %(q)s::vector, k => %(k)s::int,"
     " filter => %(f)s::jsonb)"
 )
 EXACT_BM25 = (
-    "SELECT chunk_id FROM pgrag.search_v3(%(c)s, %(t)s, NULL, k => %(k)s::int,"
+    "SELECT chunk_id FROM pgrag.search_v5(%(c)s, %(t)s, NULL, k => %(k)s::int,"
     " filter => %(f)s::jsonb, postings_per_term => NULL)"
 )
 

@@ -1,7 +1,7 @@
 """Who may read what: principals for a session, and access lists on documents.
 
-The database enforces access (migration 0003, sql/functions/access_v1.sql: SECURITY DEFINER
-search and listing functions for restricted roles, row-level security on the tables); this
+The database enforces access (sql/functions/access.sql and sql/schema/policies.sql: SECURITY
+DEFINER search and listing functions for restricted roles, row-level security on the tables); this
 module only tells it who is asking and changes what is stored. A principal is a name such as
 ``alice``, ``group:billing`` or ``alice@example.com``; ``public`` means everyone.
 """

@@ -12,8 +12,8 @@ makes these hard cases). A sample of each goes through ``ask`` with the threshol
   the gold paragraph (and whose citations include it at all);
 - abstention: the share of unanswerable questions abstained on, and the false-refusal rate
   (answerable ones abstained on), as the generator decides alone;
-- the AUROC of the retrieval confidence (:mod:`pgrag.confidence`) for telling answerable from
-  unanswerable questions;
+- the AUROC of the retrieval confidence (:mod:`pgrag.retrieval.confidence`) for telling
+  answerable from unanswerable questions;
 - a threshold, calibrated on one half of the questions as the confidence below which at most
   ``max_false_refusal`` of the answerable ones fall, and both rates with it on the *other* half.
 

@@ -2,7 +2,7 @@
 
 The dataset's documents are ingested into a collection of their own (unchanged documents are
 skipped on a re-run), every query goes through the keyword arm, the vector arm and the hybrid
-of ``pgrag.search_v4``, and the same queries go through two peers in the same process:
+of ``pgrag.search_v5``, and the same queries go through two peers in the same process:
 bm25s (k1=1.5, b=0.75, English stop words, Snowball stemmer) over the same documents, and an
 exact brute-force cosine search (numpy) over the same stored embeddings. Latency is per query,
 one at a time; query embeddings are computed once, up front, and timed separately, because the
@@ -294,7 +294,7 @@ def _arm_searcher(
     vectors: npt.NDArray[np.float32] | None,
     settings: SearchSettings,
 ) -> Searcher:
-    """One arm of ``pgrag.search_v4``, as an application calls it (one statement per query)."""
+    """One arm of ``pgrag.search_v5``, as an application calls it (one statement per query)."""
     from psycopg.types.json import Jsonb
 
     sql = call_sql(settings, columns="metadata ->> 'doc_id'")

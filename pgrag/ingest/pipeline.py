@@ -210,7 +210,7 @@ def _ingest(
         on_batch=on_batch,
     )
     # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
-    # round: search_v4 plans once per session, and a plan made without them can scan whole
+    # round: the search plans once per session, and a plan made without them can scan whole
     # postings lists where it should probe one posting.
     maintain_keyword_index(db, collection, analyze=bulk or new_collection)
     report.files.sort(key=lambda f: f.path)

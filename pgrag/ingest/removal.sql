@@ -19,7 +19,7 @@ SELECT d.id, d.source, d.metadata ->> 'format', d.metadata ->> 'record',
                 WHERE left(d.source, length(p)) = p);
 
 -- name: hand_over_all
--- An identical document that stays inherits each deleted one's chunks (dedup_v1.sql).
+-- An identical document that stays inherits each deleted one's chunks (sql/functions/dedup.sql).
 SELECT pgrag.documents_hand_over(d.id, d.collection_id, d.source, %(ids)s)
   FROM pgrag.documents d WHERE d.id = ANY (%(ids)s) ORDER BY d.source;
 

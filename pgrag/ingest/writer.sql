@@ -45,7 +45,7 @@ ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,
 RETURNING id, principals;
 
 -- name: hand_over
--- Identical documents keep a rewritten document's old content (sql/functions/dedup_v1.sql).
+-- Identical documents keep a rewritten document's old content (sql/functions/dedup.sql).
 SELECT pgrag.documents_hand_over(%(document_id)s, %(collection_id)s, %(source)s);
 
 -- name: stored_chunks

@@ -45,7 +45,7 @@ _ARGUMENTS = ("collection", "query", "embedding", "k", "filter")
 @dataclass(frozen=True)
 class SearchSettings:
     """Tuning knobs of ``pgrag.search_v5``; None leaves the function's default (see
-    sql/functions/search_v4.sql and docs/search.md for what each does and how the defaults were
+    sql/functions/search.sql and docs/search.md for what each does and how the defaults were
     chosen). ``postings_per_term=0`` turns keyword pruning off (exact BM25 reads every posting);
     ``fallback_chunks=0`` turns off the keyword fallback for queries nothing else matched."""
 
@@ -112,7 +112,7 @@ class SearchResult:
     vector_distance: float | None
     keyword_score: float | None
     metadata: dict[str, Any]
-    probability: float | None = None  # p(z|x) over the returned results (softmax, search_v4)
+    probability: float | None = None  # p(z|x) over the returned results (softmax)
     rerank_score: float | None = None  # the reranker's score, when one reordered the results
 
     def to_dict(self) -> dict[str, Any]:
