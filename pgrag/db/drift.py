@@ -20,11 +20,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgrag.db import fingerprint, queries, roundtrip, schema
+from pgrag.db.connect import open_connection
 from pgrag.errors import SchemaNotReady
 
 Q = queries.load(__name__)
 
 ROLES = ("pgrag_reader", "pgrag_writer", "pgrag_app")
+
+
+BACKUP = "not repairable: restore it from a backup, or downgrade and upgrade"
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,10 @@ class Drift:
     name: str
     problem: str
     repairable: bool = True
+    fix: str | None = None  # what to do when `pgrag db repair` cannot
 
     def describe(self) -> str:
-        fix = "" if self.repairable else " (not repairable: restore it from a backup)"
+        fix = "" if self.repairable or not self.fix else f" ({self.fix})"
         return f"{self.kind} {self.name}: {self.problem}{fix}"
 
 
@@ -55,7 +60,7 @@ def compare(
         exp, got = expected.get(section, {}), live.get(section, {})
         for name in sorted(set(exp) | set(got)):
             if name not in got:
-                out.append(Drift(kind, name, "missing", kind not in ("table", "column")))
+                out.append(Drift(kind, name, "missing"))
             elif name not in exp:
                 out.append(Drift(kind, name, "not part of pgrag (unexpected)"))
             elif exp[name] != got[name]:
@@ -79,9 +84,21 @@ def compare(
     exp_rel, got_rel = expected["relations"], live["relations"]
     for name in sorted(set(exp_rel) | set(got_rel)):
         if name not in got_rel:
-            out.append(Drift("table", name, "missing", repairable=False))
+            out.append(Drift("table", name, "missing", repairable=False, fix=BACKUP))
         elif name not in exp_rel:
-            out.append(Drift("relation", name, "not part of pgrag (unexpected)"))
+            view = got_rel[name]["kind"] in ("v", "m")  # repair drops a view, never a table
+            out.append(
+                Drift(
+                    "relation",
+                    name,
+                    "not part of pgrag (unexpected)",
+                    repairable=view,
+                    fix=None
+                    if view
+                    else "drop it, or move it out of schema pgrag, if it is not"
+                    " pgrag's; repair revokes what pgrag's roles were granted on it",
+                )
+            )
         else:
             e, g = exp_rel[name], got_rel[name]
             if e["rls"] != g["rls"]:
@@ -91,7 +108,9 @@ def compare(
                 out.append(Drift("row-level security", name, "FORCE differs from this release"))
     for table in sorted(set(expected["columns"]) & set(live["columns"])):
         if expected["columns"][table] != live["columns"][table]:
-            out.append(Drift("columns of", table, "differ from this release", repairable=False))
+            out.append(
+                Drift("columns of", table, "differ from this release", repairable=False, fix=BACKUP)
+            )
     present = {
         "function_grants": set(live.get("functions", {})) | set(expected.get("functions", {})),
         "relation_grants": set(live["relations"]),
@@ -142,7 +161,8 @@ def check(conn: Any) -> list[Drift]:
         return [Drift("schema", "revision", st.describe(), repairable=False)]
     out: list[Drift] = []
     if not st.functions_current:
-        out.append(Drift("functions", "of schema pgrag", st.describe()))
+        newer = st.functions_newer
+        out.append(Drift("functions", "of schema pgrag", st.describe(), repairable=not newer))
     live = fingerprint.take(conn)
     roles = fingerprint.existing_roles(conn)
     out += compare(fingerprint.expected(), live, roles, functions=st.functions_current)
@@ -156,9 +176,9 @@ def check(conn: Any) -> list[Drift]:
             Drift(
                 "owner of",
                 what,
-                f"is {owner}, not {schema_owner} (the owner of schema pgrag); its owner or a"
-                f" superuser can run ALTER ... OWNER TO {schema_owner}",
+                f"is {owner}, not {schema_owner} (the owner of schema pgrag)",
                 repairable=False,
+                fix=f"its owner or a superuser can run ALTER ... OWNER TO {schema_owner}",
             )
         )
     for collection, model, n in conn.execute(Q.unqueued).fetchall():
@@ -174,9 +194,7 @@ def check(conn: Any) -> list[Drift]:
 
 def check_database(dsn: str) -> list[Drift]:
     """:func:`check` on a new connection to ``dsn``; changes nothing."""
-    import psycopg
-
-    with psycopg.connect(dsn) as conn:
+    with open_connection(dsn) as conn:
         try:
             return check(conn)
         finally:
@@ -186,9 +204,7 @@ def check_database(dsn: str) -> list[Drift]:
 def repair_database(dsn: str) -> tuple[list[str], list[Drift]]:
     """:func:`repair` on ``dsn`` in one transaction, under the migration lock; returns what it
     did and what still differs afterwards (what no repair can restore)."""
-    import psycopg
-
-    with schema.locked(dsn), psycopg.connect(dsn) as conn:
+    with open_connection(dsn) as conn, schema.locked(dsn):
         done = repair(conn)
         left = check(conn)
         conn.commit()
@@ -200,8 +216,8 @@ def repair(conn: Any) -> list[str]:
     from psycopg import sql
 
     st = schema.state_of(conn)
-    if not st.revision_current:
-        raise SchemaNotReady(st.describe() + "; `pgrag db repair` works on the current revision")
+    if not st.revision_current or st.functions_newer:
+        raise SchemaNotReady(st.describe() + "; `pgrag db repair` works on this release's schema")
     done: list[str] = []
 
     def run(what: str, query: str, **parts: Any) -> None:

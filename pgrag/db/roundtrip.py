@@ -70,9 +70,10 @@ RESTORE = ("role_mappings", "index_types", "thresholds", "model_links", "queue",
 class Loss:
     item: Item
     rows: int
+    fate: str  # the item's, except on a downgrade to base: everything is lost there
 
     def describe(self) -> str:
-        return f"{self.rows} {self.item.what} ({self.item.fate})"
+        return f"{self.item.what}: {self.rows} ({self.fate})"
 
 
 def plan(conn: Any, start: str | None, target: str | None) -> list[Loss]:
@@ -81,7 +82,14 @@ def plan(conn: Any, start: str | None, target: str | None) -> list[Loss]:
     if start is None:
         return []
     undone = [i for i in ITEMS if i.revision <= start and (target is None or i.revision > target)]
-    return [Loss(i, int(conn.execute(getattr(Q, i.count)).fetchone()[0])) for i in undone]
+    return [
+        Loss(
+            i,
+            int(conn.execute(getattr(Q, i.count)).fetchone()[0]),
+            LOST if target is None else i.fate,
+        )
+        for i in undone
+    ]
 
 
 def save(conn: Any, losses: list[Loss], target: str | None) -> None:
@@ -91,7 +99,7 @@ def save(conn: Any, losses: list[Loss], target: str | None) -> None:
         conn.execute(Q.drop_saved_table)
         conn.execute(Q.drop_saved_schema)
         return
-    kept = [loss for loss in losses if loss.item.saved_as and loss.rows]
+    kept = [loss for loss in losses if loss.item.saved_as and loss.rows and loss.fate == KEPT]
     if not kept:
         return
     conn.execute(Q.create_saved_schema)

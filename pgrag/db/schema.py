@@ -154,6 +154,11 @@ class SchemaState:
         return self.release is not None and self.release.get("digest") == functions_digest()
 
     @property
+    def functions_newer(self) -> bool:
+        """Whether the database's functions are a newer pgrag's (never to be replaced here)."""
+        return self.release is not None and _newer(self.release.get("version", "0"), __version__)
+
+    @property
     def up_to_date(self) -> bool:
         return self.revision_current and self.functions_current
 

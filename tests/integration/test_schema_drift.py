@@ -179,3 +179,45 @@ def test_check_on_another_revision_says_so_and_repair_refuses(dsn: str) -> None:
     assert len(found) == 1 and "run `pgrag db upgrade`" in found[0].problem
     with pytest.raises(pgrag.SchemaError, match="pgrag db upgrade"):
         drift.repair_database(dsn)
+
+
+def test_a_table_pgrag_did_not_create_is_named_kept_and_closed_to_its_roles(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE pgrag.notes (t text)")
+        conn.execute("INSERT INTO pgrag.notes VALUES ('mine')")
+        conn.execute("GRANT SELECT ON pgrag.notes TO pgrag_reader")
+    found = {(d.kind, d.name): d for d in drift.check_database(dsn)}
+    table = found[("relation", "pgrag.notes")]
+    assert not table.repairable and "move it out of schema pgrag" in table.describe()
+    assert ("grant", "SELECT on relation pgrag.notes") in found
+    done, left = drift.repair_database(dsn)
+    assert "revoked SELECT on pgrag.notes from pgrag_reader" in done
+    assert [d.name for d in left] == ["pgrag.notes"]
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT t FROM pgrag.notes").fetchall() == [("mine",)]
+
+
+def test_repair_never_puts_this_release_over_a_newer_ones_functions(dsn: str) -> None:
+    from psycopg import sql
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE OR REPLACE FUNCTION pgrag.release() RETURNS jsonb LANGUAGE sql"
+                " IMMUTABLE AS {}"
+            ).format(sql.Literal("""SELECT '{"digest": "0", "version": "99.0.0"}'::jsonb"""))
+        )
+    (functions,) = [d for d in drift.check_database(dsn) if d.kind == "functions"]
+    assert not functions.repairable and "upgrade pgrag itself" in functions.problem
+    with pytest.raises(pgrag.SchemaError, match="upgrade pgrag itself"):
+        drift.repair_database(dsn)
+    result = CliRunner().invoke(cli, ["--dsn", dsn, "db", "repair"])
+    assert result.exit_code == 1 and "upgrade pgrag itself" in result.stderr
+
+
+def test_check_on_an_unreachable_database_is_one_line(tmp_path: Path) -> None:
+    dsn = f"postgresql://nobody@/nowhere?host={tmp_path}"
+    result = CliRunner().invoke(cli, ["--dsn", dsn, "db", "check"])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: cannot connect to PostgreSQL")
+    assert len(result.stderr.strip().splitlines()) == 1
