@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,17 +23,6 @@ from click.testing import CliRunner, Result
 from pgrag import http as http_post
 from pgrag.cli import cli
 
-REPO = Path(__file__).resolve().parents[1]
-HEAVY = (
-    "torch",
-    "sentence_transformers",
-    "transformers",
-    "psycopg",
-    "numpy",
-    "sqlalchemy",
-    "alembic",
-)
-COMMANDS = ("ask", "collections", "db", "ingest", "search", "server")
 SEARCH_KEYS = {
     "rank",
     "score",
@@ -89,47 +76,6 @@ def chunk_text(dsn: str, chunk_id: int) -> str:
         row = conn.execute("SELECT content FROM pgrag.chunks WHERE id = %s", (chunk_id,)).fetchone()
     assert row is not None, f"chunk {chunk_id} does not exist"
     return str(row[0])
-
-
-# --- help ------------------------------------------------------------------------------------
-
-
-def test_importing_the_cli_loads_nothing_heavy() -> None:
-    code = (
-        f"import sys, pgrag.cli; heavy = [m for m in {HEAVY!r} if m in sys.modules]; print(heavy)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.strip() == "[]", out.stdout + out.stderr
-
-
-def test_subcommand_help_and_usage_errors_load_nothing_heavy() -> None:
-    # click's Exit and UsageError pass through the group's error translation; it must not
-    # import psycopg to look at them.
-    code = (
-        "import sys, pgrag.cli\n"
-        "for argv in (['--help'], ['search', '--help'], ['db', 'upgrade', '--help'],"
-        " ['eval', 'retrieval', '--help'], ['nosuchcommand']):\n"
-        "    try:\n"
-        "        pgrag.cli.cli(argv, prog_name='pgrag')\n"
-        "    except SystemExit:\n"
-        "        pass\n"
-        f"print([m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert out.stderr.splitlines()[-1] == "[]", out.stderr
-    assert "Usage: pgrag search [OPTIONS] QUERY" in out.stdout
-
-
-def test_help_lists_every_command() -> None:
-    out = subprocess.run(
-        [sys.executable, "-m", "pgrag.cli", "--help"], cwd=REPO, capture_output=True, text=True
-    )
-    assert out.returncode == 0, out.stderr
-    listed = out.stdout.split("Commands:", 1)[1].split()
-    for command in COMMANDS:
-        assert command in listed, f"{command} missing from --help:\n{out.stdout}"
 
 
 # --- search ----------------------------------------------------------------------------------

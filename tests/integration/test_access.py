@@ -15,7 +15,6 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import TEMPLATE, _create_database, _drop_database
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
@@ -25,6 +24,7 @@ from pgrag.cli import cli
 from pgrag.collections import list_collections
 from pgrag.db.principals import PRINCIPAL, check_principals
 from pgrag.ingest.loaders import from_text
+from tests.integration.conftest import TEMPLATE, _create_database, _drop_database
 
 TEAMS = ("billing", "sales", "support")
 # (source, principals, metadata, text): three tenants, some individual grants, some public.

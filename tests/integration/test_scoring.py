@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import CompletionsServer
 
 import pgrag
 from pgrag.answer.marginals import rag_marginals
-from pgrag.answer.scoring import passage_prompt, score_answers, span_logprobs
+from pgrag.answer.scoring import passage_prompt, score_answers
 from pgrag.cli import cli
 from pgrag.config import from_env
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, GenerationError, InputError
 from pgrag.llm.chat import LLMConfig
+from tests.fakes import CompletionsServer
 
 ESPRESSO, TEA = "espresso beans", "green tea"
 
@@ -212,16 +212,3 @@ def test_pgrag_score_command(
     assert one.exit_code == 1
     assert one.stderr.startswith("error: scoring needs at least two candidate answers")
     assert len(one.stderr.strip().splitlines()) == 1
-
-
-def test_span_logprobs_picks_the_candidates_tokens() -> None:
-    # "Answer: Yes" read as "Answer", ":", " Yes" and a generated " ." at offset 11.
-    tokens = [(0, None), (6, -0.5), (7, -0.25), (11, -1.0)]
-    assert span_logprobs(tokens, 7, 11) == [-0.25]
-    # Two tokens for the candidate, the generated one left out.
-    assert span_logprobs([(0, None), (7, -0.5), (9, -0.75), (11, -3.0)], 7, 11) == [-0.5, -0.75]
-    # A token that straddles the boundary (":Y" then "es") is the answer's first token.
-    assert span_logprobs([(0, None), (6, -0.5), (8, -0.25), (11, -1.0)], 7, 11) == [-0.5, -0.25]
-    # No echo: only the generated token, or a missing log-probability.
-    assert span_logprobs([(11, -1.0)], 7, 11) is None
-    assert span_logprobs([(0, None), (7, None), (11, -1.0)], 7, 11) is None

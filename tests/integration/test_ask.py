@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import CompletionsServer
 
 import pgrag
 from pgrag.answer.prompt import ABSTAIN_TEXT
@@ -13,6 +12,7 @@ from pgrag.config import from_env
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import Embedder
 from pgrag.errors import ConfigError, InputError
+from tests.fakes import CompletionsServer
 
 
 @pytest.fixture

@@ -35,7 +35,7 @@ QUESTION = "How many days do monthly subscriptions have for a refund?"
 
 @pytest.fixture(scope="module")
 def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from tiny_gguf import write
+    from tests.tiny_gguf import write
 
     return write(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
 

@@ -11,12 +11,12 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from test_access import DOCS, Tenants, expected_sources, tenants, visible  # noqa: F401 - fixture
 
 import pgrag
 from pgrag.cli import cli
 from pgrag.db.connect import Database
 from pgrag.retrieval.search import SearchSettings
+from tests.integration.test_access import DOCS, Tenants, expected_sources, tenants, visible  # noqa: F401 - fixture
 
 COLUMNS = "chunk_id, score, keyword_score, probability, keyword_rank, vector_rank"
 

@@ -24,7 +24,7 @@ from pgrag.evaluation import (
     token_f1,
 )
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 # --- normalize ---------------------------------------------------------------------------------

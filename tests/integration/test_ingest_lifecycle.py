@@ -20,8 +20,7 @@ from click.testing import CliRunner
 import pgrag
 from pgrag.cli import cli
 from pgrag.db.connect import Database
-from pgrag.errors import InputError
-from pgrag.ingest.loaders import from_text, load_path
+from pgrag.ingest.loaders import from_text
 from pgrag.ingest.removal import remove
 
 
@@ -214,22 +213,6 @@ def test_broken_files_among_good_ones(db: Database, tmp_path: Path) -> None:
     assert "a binary file" in by_file[str(folder / "binary.html")]
     assert "6 failed" in result.stderr and "3 added" in result.stderr  # 2 docs + 1 record
     assert len(_counts(db.dsn, "broken")) == 3
-
-
-def test_permission_denied_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Tests run as root, who may read anything: the operating system's refusal is simulated.
-    path = tmp_path / "secret.md"
-    path.write_text("# Secret\n")
-    real_open = Path.open
-
-    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:
-        if self == path:
-            raise PermissionError(13, "Permission denied", str(self))
-        return real_open(self, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "open", refuse)
-    [(label, item)] = list(load_path(path))
-    assert isinstance(item, InputError) and str(item).startswith("permission denied")
 
 
 # -- killed half-way -------------------------------------------------------------------------

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pgrag
-from pgrag.answer.tools import NAME, call_search_tool, search_tool
-
-
-def test_the_tool_definition_is_openai_function_json() -> None:
-    tool = json.loads(json.dumps(search_tool("handbook")))
-    assert tool["type"] == "function"
-    function = tool["function"]
-    assert function["name"] == NAME == "pgrag_search"
-    assert "'handbook'" in function["description"]
-    params = function["parameters"]
-    assert params["type"] == "object" and params["required"] == ["query"]
-    assert set(params["properties"]) == {"query", "k", "filter"}
-    assert params["additionalProperties"] is False
+from pgrag.answer.tools import call_search_tool
 
 
 def test_calls_run_the_search_under_the_users_principals(

@@ -15,7 +15,6 @@ import numpy as np
 import psycopg
 import pytest
 from click.testing import CliRunner
-from conftest import TEMPLATE, _create_database, _drop_database
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pgvector.psycopg import register_vector
@@ -25,6 +24,7 @@ from psycopg.conninfo import make_conninfo
 import pgrag
 from pgrag.cli import cli
 from pgrag.db import schema as migrate
+from tests.integration.conftest import TEMPLATE, _create_database, _drop_database
 
 DIM = 384
 K = 10

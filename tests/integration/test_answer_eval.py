@@ -26,136 +26,14 @@ import pgrag
 from pgrag.cli import cli
 from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, InputError
-from pgrag.evaluation.answer_metrics import auroc
-from pgrag.evaluation.answers import calibrate, evaluate_answers, split_paragraphs
+from pgrag.evaluation.answers import evaluate_answers, split_paragraphs
 from pgrag.evaluation.datasets import load_squad_answers
 from pgrag.llm.chat import LLMConfig
-from pgrag.retrieval.confidence import BUNDLED_DEFAULT, retrieval_confidence
-from pgrag.retrieval.search import SearchResult
+from pgrag.retrieval.confidence import BUNDLED_DEFAULT
+from tests.samples import ANSWERS, squad_file
+
 
 # Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
-PARAGRAPHS = [
-    (
-        "Volcanoes",
-        "Mount Tambora erupted in 1815 and caused the year without a summer in Europe. Its"
-        " plume reached the stratosphere.",
-        [
-            ("When did Mount Tambora erupt?", "1815"),
-            ("What did the eruption of Tambora cause in Europe?", "the year without a summer"),
-        ],
-    ),
-    (
-        "Bees",
-        "Honey bees communicate the direction of flowers with a waggle dance. A colony may"
-        " hold about 60,000 workers in summer.",
-        [
-            ("How do honey bees tell others where flowers are?", "a waggle dance"),
-            ("How many workers may a bee colony hold in summer?", "about 60,000"),
-        ],
-    ),
-    (
-        "Chess",
-        "The Sicilian Defence begins with the moves 1.e4 c5. Bobby Fischer played it as"
-        " Black in most of his games against 1.e4.",
-        [
-            ("Which moves begin the Sicilian Defence?", "1.e4 c5"),
-            ("Which player used the Sicilian as Black against 1.e4?", "Bobby Fischer"),
-        ],
-    ),
-    (
-        "Bread",
-        "Sourdough bread rises because of wild yeast and lactic acid bacteria in the starter."
-        " A starter is fed with flour and water every day.",
-        [
-            ("What makes sourdough bread rise?", "wild yeast and lactic acid bacteria"),
-            ("What is a sourdough starter fed with?", "flour and water"),
-        ],
-    ),
-    (
-        "Rivers",
-        "The Danube flows through ten countries and empties into the Black Sea. Vienna and"
-        " Budapest lie on its banks.",
-        [
-            ("Into which sea does the Danube empty?", "the Black Sea"),
-            ("Through how many countries does the Danube flow?", "ten"),
-        ],
-    ),
-    (
-        "Telescopes",
-        "The Hubble Space Telescope was launched in 1990 aboard the shuttle Discovery. Its"
-        " mirror is 2.4 metres across.",
-        [
-            ("When was the Hubble Space Telescope launched?", "1990"),
-            ("How wide is Hubble's mirror?", "2.4 metres"),
-        ],
-    ),
-    (
-        "Cycling",
-        "The Tour de France was first held in 1903. The leader of the general classification"
-        " wears the yellow jersey.",
-        [
-            ("When was the first Tour de France held?", "1903"),
-            ("What does the leader of the Tour de France wear?", "the yellow jersey"),
-        ],
-    ),
-    (
-        "Coffee",
-        "Espresso is made by forcing hot water through finely ground coffee at about nine"
-        " bars of pressure. A ristretto uses less water.",
-        [
-            ("At what pressure is espresso brewed?", "about nine bars"),
-            ("Which espresso drink uses less water?", "a ristretto"),
-        ],
-    ),
-    (
-        "Glaciers",
-        "The Aletsch Glacier in the Swiss Alps is the largest glacier in the Alps. It has"
-        " retreated by more than three kilometres since 1870.",
-        [
-            ("Which is the largest glacier in the Alps?", "the Aletsch Glacier"),
-            ("How far has the Aletsch Glacier retreated since 1870?", "more than three kilometres"),
-        ],
-    ),
-    (
-        "Typography",
-        "Garamond is an old-style serif typeface named after Claude Garamond, a Parisian"
-        " punch-cutter of the sixteenth century.",
-        [
-            ("After whom is the Garamond typeface named?", "Claude Garamond"),
-            ("What kind of typeface is Garamond?", "an old-style serif typeface"),
-        ],
-    ),
-]
-ANSWERS = {q: a for _, _, qas in PARAGRAPHS for q, a in qas}
-
-
-def squad_file(path: Path) -> Path:
-    data = {
-        "version": "1.1",
-        "data": [
-            {
-                "title": title,
-                "paragraphs": [
-                    {
-                        "context": context,
-                        "qas": [
-                            {
-                                "id": f"{title}-{i}",
-                                "question": q,
-                                "answers": [{"text": a, "answer_start": context.find(a)}],
-                            }
-                            for i, (q, a) in enumerate(qas)
-                        ],
-                    }
-                ],
-            }
-            for title, context, qas in PARAGRAPHS
-        ],
-    }
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
-
-
 class OracleLLM:
     """Answers from the numbered sources in the prompt: the known answer with the number of
     the source holding it, else "I don't know". ``cite`` overrides the number cited."""
@@ -219,76 +97,6 @@ def oracle() -> Iterator[OracleLLM]:
 @pytest.fixture
 def squad(tmp_path: Path) -> Path:
     return squad_file(tmp_path / "tiny-squad.json")
-
-
-# -- pure parts ------------------------------------------------------------------------------
-
-
-def test_auroc_matches_pairwise_counting() -> None:
-    assert auroc([0.9, 0.8, 0.1, 0.2], [True, True, False, False]) == 1.0
-    assert auroc([0.1, 0.2, 0.9, 0.8], [True, True, False, False]) == 0.0
-    # ties count one half: pairs (0.5 vs 0.5) = 0.5, (0.5 vs 0.1) = 1, (0.7 vs both) = 2
-    assert auroc([0.7, 0.5, 0.5, 0.1], [True, True, False, False]) == pytest.approx(3.5 / 4)
-    assert auroc([0.3, 0.4], [True, True]) is None
-    with pytest.raises(InputError, match="2 scores but 1 labels"):
-        auroc([0.1, 0.2], [True])
-
-
-def test_calibrate_refuses_at_most_the_allowed_share() -> None:
-    confidences = [0.1 * i for i in range(1, 11)]  # 0.1 .. 1.0
-    t = calibrate(confidences, 0.2)
-    assert t is not None
-    assert sum(c < t for c in confidences) <= 2
-    assert sum(c < calibrate(confidences, 0.0) for c in confidences) == 0  # type: ignore[operator]
-    assert calibrate([], 0.1) is None
-    hundred = [i / 100 for i in range(100)]
-    assert calibrate(hundred, 0.29) == 0.29  # exactly 29 of 100 below it, not 28
-
-
-def _hit(rank: int, text: str, distance: float | None) -> SearchResult:
-    return SearchResult(
-        rank, 0.1, rank, rank, f"s{rank}", "Volcanoes", None, text, rank, None, distance, None, {}
-    )
-
-
-def test_retrieval_confidence_is_the_mean_of_similarity_and_coverage() -> None:
-    question = "When did Mount Tambora erupt?"  # content words: mount, tambora, erupt
-    top = _hit(1, "Mount Tambora erupted in 1815.", 0.30)
-    other = _hit(2, "Bees dance.", 0.20)  # nearer, but not the top-ranked passage
-    got = retrieval_confidence(question, [other, top], "cosine")
-    assert got is not None
-    assert got.similarity == pytest.approx(0.80)  # the nearest chunk, whatever its rank
-    assert got.coverage == pytest.approx(1.0)  # all three words (stemmed) are in the top one
-    assert got.value == pytest.approx(0.90)
-    partial = retrieval_confidence(question, [_hit(1, "Mount Fuji.", 0.5)], "cosine")
-    assert partial is not None and partial.coverage == pytest.approx(1 / 3, abs=1e-4)
-    # Inner product (pgvector's <#> is its negative) and L2 over unit vectors.
-    ip = retrieval_confidence(question, [_hit(1, "x", -0.6)], "inner_product")
-    assert ip is not None and ip.similarity == pytest.approx(0.6)
-    l2 = retrieval_confidence(question, [_hit(1, "x", 1.0)], "l2")
-    assert l2 is not None and l2.similarity == pytest.approx(0.5)
-    assert retrieval_confidence(question, [_hit(1, "Mount Tambora", None)], "cosine") is None
-    # A question of stop words names nothing: coverage 0. Words in any script count.
-    stop_words = retrieval_confidence("Who is he?", [top], "cosine")
-    assert stop_words is not None and stop_words.coverage == 0.0
-    russian = retrieval_confidence(
-        "Какая столица Перу?", [_hit(1, "Столица Перу Лима.", 0.9)], "cosine"
-    )
-    assert russian is not None and russian.coverage == pytest.approx(2 / 3, abs=1e-4)
-
-
-def test_split_is_seeded_and_ignores_order() -> None:
-    ids = [f"p{i}" for i in range(10)]
-    withheld = split_paragraphs(ids, 0.5, seed=3)
-    assert len(withheld) == 5
-    assert split_paragraphs(list(reversed(ids)), 0.5, seed=3) == withheld
-    assert split_paragraphs(ids, 0.5, seed=4) != withheld
-
-
-def test_load_squad_answers_keeps_answers(squad: Path) -> None:
-    data = load_squad_answers(squad)
-    assert data.answers["Volcanoes-0"] == ["1815"]
-    assert data.retrieval.qrels["Volcanoes-0"] == {"0-0": 1}
 
 
 # -- the evaluation ---------------------------------------------------------------------------

@@ -657,17 +657,3 @@ def test_a_large_log_is_rotated_at_start(shared: tuple[EmbeddedServer, str]) -> 
     assert previous.stat().st_size > LOG_LIMIT
     assert server.log.stat().st_size < LOG_LIMIT
     assert "ready to accept connections" in server.log.read_text()
-
-
-def test_the_server_directory_comes_from_the_settings_given(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from pgrag.db.server import default_dir
-
-    monkeypatch.setenv("PGRAG_SERVER_DIR", str(tmp_path / "from-env"))
-    # The value given is used; none given is pgrag's own directory, not the environment's.
-    assert default_dir(str(tmp_path / "given")) == tmp_path / "given"
-    assert default_dir(None) != tmp_path / "from-env"
-    assert default_dir(None) == default_dir("")
-    # A server made without a directory reads PGRAG_SERVER_DIR (the CLI's `pgrag server`).
-    assert EmbeddedServer().directory == tmp_path / "from-env"

@@ -1,0 +1,28 @@
+"""Ingest over time (issue 5): dry runs, re-ingesting edited files, pruning and removing
+documents, broken files among good ones, and an ingest killed with SIGKILL half-way."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pgrag.errors import InputError
+from pgrag.ingest.loaders import load_path
+
+
+def test_permission_denied_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Tests run as root, who may read anything: the operating system's refusal is simulated.
+    path = tmp_path / "secret.md"
+    path.write_text("# Secret\n")
+    real_open = Path.open
+
+    def refuse(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "open", refuse)
+    [(label, item)] = list(load_path(path))
+    assert isinstance(item, InputError) and str(item).startswith("permission denied")
