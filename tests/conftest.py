@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import CompletionsServer, HashEmbeddingServer, StandInLlama
+from tests.fakes import EmbeddingServer, LLMServer, StandInLlama
 
 
 @pytest.fixture(autouse=True)
@@ -77,22 +77,25 @@ def corpus(tmp_path: Path) -> Path:
     return root
 
 
-# --- fake servers at the edge (tests/fakes.py) ---
+# --- model servers at the edge (tests/fakes.py) ----------------------------------------------
 
 
 @pytest.fixture
-def hash_server() -> Iterator[HashEmbeddingServer]:
-    server = HashEmbeddingServer()
+def hash_server() -> Iterator[EmbeddingServer]:
+    """An OpenAI-compatible embedding server with 64-d feature-hashed bags of words."""
+    server = EmbeddingServer(dimension=64)
     yield server
     server.close()
 
 
 @pytest.fixture
-def completions_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[CompletionsServer]:
+def completions_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
+    """A model server for base models (``/v1/completions`` with log-probabilities); its chat
+    endpoint answers ``reply`` as one JSON body even when asked to stream."""
     for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("ALL_PROXY", raising=False)
-    server = CompletionsServer()
+    server = LLMServer(stream_chat=False)
     yield server
     server.close()
 

@@ -110,6 +110,7 @@ def package_with(tmp_path: Path, name: str, modules: dict[str, str]) -> str:
 
 # --- answer evaluation (tests/*/test_answer_eval.py) -------------------------------------
 
+# Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
 PARAGRAPHS = [
     (
         "Volcanoes",

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,45 +16,7 @@ from pgrag.answer.traces import get_trace
 from pgrag.cli import cli
 from pgrag.embeddings.local import configured_embedder
 from pgrag.llm.chat import LLMConfig
-
-
-class ScriptedLLM:
-    """Answers /v1/chat/completions with the next scripted message (a dict with content and/or
-    tool_calls; a callable gets the request body), and records every request."""
-
-    def __init__(self) -> None:
-        self.script: list[Any] = []
-        self.requests: list[dict[str, Any]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.requests.append(body)
-                step = outer.script.pop(0) if outer.script else {"content": "I don't know."}
-                message = step(body) if callable(step) else step
-                raw = json.dumps(
-                    {"choices": [{"index": 0, "message": {"role": "assistant", **message}}]}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from tests.fakes import LLMServer
 
 
 def call(query: str, call_id: str = "c1", name: str = "pgrag_search") -> dict[str, Any]:
@@ -70,10 +30,12 @@ def call(query: str, call_id: str = "c1", name: str = "pgrag_search") -> dict[st
 
 
 @pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedLLM]:
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
         monkeypatch.delenv(name, raising=False)
-    server = ScriptedLLM()
+    # Answers /v1/chat/completions with the next of ``script`` (a dict with content and/or
+    # tool_calls; a callable gets the request body), and records every request.
+    server = LLMServer(reply="I don't know.")
     yield server
     server.close()
 
@@ -84,7 +46,7 @@ def loaded(db: Any, corpus: Path) -> Any:
     return db
 
 
-def test_the_model_searches_again_and_cites_what_it_found(loaded: Any, llm: ScriptedLLM) -> None:
+def test_the_model_searches_again_and_cites_what_it_found(loaded: Any, llm: LLMServer) -> None:
     def answer(body: dict[str, Any]) -> dict[str, Any]:
         # Cite the passage the tool returned about the office (numbered after the first ones).
         tool = next(m for m in body["messages"] if m["role"] == "tool")
@@ -98,9 +60,9 @@ def test_the_model_searches_again_and_cites_what_it_found(loaded: Any, llm: Scri
     )
     assert len(llm.requests) == 2
     first, second = llm.requests
-    assert first["tools"][0]["function"]["name"] == "pgrag_search"
-    assert "pgrag_search" in first["messages"][0]["content"]
-    tool = second["messages"][-1]
+    assert first.body["tools"][0]["function"]["name"] == "pgrag_search"
+    assert "pgrag_search" in first.body["messages"][0]["content"]
+    tool = second.body["messages"][-1]
     assert tool["role"] == "tool" and tool["tool_call_id"] == "c1"
     assert "<<<" in tool["content"] and "Lisbon office opens at 8:00" in tool["content"]
     assert not got.abstained, got.reason
@@ -116,20 +78,20 @@ def test_the_model_searches_again_and_cites_what_it_found(loaded: Any, llm: Scri
     assert trace["checks"]["sentences"][0]["citations"] == [citation.n]
 
 
-def test_the_step_limit_forces_an_answer(loaded: Any, llm: ScriptedLLM) -> None:
+def test_the_step_limit_forces_an_answer(loaded: Any, llm: LLMServer) -> None:
     llm.script = [call("refund", "a"), call("refund again", "b"), call("more"), {"content": "x"}]
     config = LLMConfig(base_url=llm.url, model="m")
     got = ask_agentic(
         loaded, "How long is the refund window?", config=config, collection="docs", max_steps=2
     )
     # Two searches, then one last request offered no tools.
-    assert [("tools" in r) for r in llm.requests] == [True, True, False]
+    assert [("tools" in r.body) for r in llm.requests] == [True, True, False]
     assert got.timings["searches"] == 2
     # The forced answer ("x") cites nothing it was given: an abstention, with the reason.
     assert got.abstained and "cites no source" in (got.reason or "")
 
 
-def test_bad_calls_go_back_to_the_model(loaded: Any, llm: ScriptedLLM) -> None:
+def test_bad_calls_go_back_to_the_model(loaded: Any, llm: LLMServer) -> None:
     bad_args = {
         "content": None,
         "tool_calls": [
@@ -139,13 +101,13 @@ def test_bad_calls_go_back_to_the_model(loaded: Any, llm: ScriptedLLM) -> None:
     llm.script = [call("q", name="shell"), bad_args, {"content": "Refunds: 14 days [1]."}]
     config = LLMConfig(base_url=llm.url, model="m")
     got = ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs")
-    tools = [m for m in llm.requests[-1]["messages"] if m["role"] == "tool"]
+    tools = [m for m in llm.requests[-1].body["messages"] if m["role"] == "tool"]
     assert "there is no tool 'shell'" in tools[0]["content"]
     assert "not a JSON object" in tools[1]["content"]
     assert not got.abstained and got.citations[0].n == 1
 
 
-def test_cli_agentic(loaded: Any, llm: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_agentic(loaded: Any, llm: LLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
     llm.script = [{"content": "Monthly plans: 14 days [1]."}]
     monkeypatch.setenv("PGRAG_LLM_BASE_URL", llm.url)
     result = CliRunner().invoke(
@@ -167,7 +129,7 @@ def test_cli_agentic(loaded: Any, llm: ScriptedLLM, monkeypatch: pytest.MonkeyPa
     assert base.exit_code == 1 and "unset PGRAG_LLM_TEMPLATE=base" in base.stderr
 
 
-def test_tool_calls_go_back_with_an_id_and_string_arguments(loaded: Any, llm: ScriptedLLM) -> None:
+def test_tool_calls_go_back_with_an_id_and_string_arguments(loaded: Any, llm: LLMServer) -> None:
     # Some servers send arguments as an object and no id; the API wants both as strings.
     odd = {
         "content": None,
@@ -176,7 +138,7 @@ def test_tool_calls_go_back_with_an_id_and_string_arguments(loaded: Any, llm: Sc
     llm.script = [odd, {"content": "Refunds: 14 days [1]."}]
     config = LLMConfig(base_url=llm.url, model="m")
     ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs", log=False)
-    sent = llm.requests[-1]["messages"]
+    sent = llm.requests[-1].body["messages"]
     assistant = next(m for m in sent if m["role"] == "assistant")
     (echoed,) = assistant["tool_calls"]
     assert echoed["id"] and json.loads(echoed["function"]["arguments"]) == {"query": "office"}
@@ -184,9 +146,7 @@ def test_tool_calls_go_back_with_an_id_and_string_arguments(loaded: Any, llm: Sc
     assert tool["tool_call_id"] == echoed["id"] and "error" not in tool["content"]
 
 
-def test_a_nul_in_the_models_turns_is_logged_as_a_replacement(
-    loaded: Any, llm: ScriptedLLM
-) -> None:
+def test_a_nul_in_the_models_turns_is_logged_as_a_replacement(loaded: Any, llm: LLMServer) -> None:
     first = call("office")
     first["content"] = "let me search\x00"
     llm.script = [first, {"content": "Refunds are issued within 14 days [1]."}]
@@ -196,14 +156,14 @@ def test_a_nul_in_the_models_turns_is_logged_as_a_replacement(
     assert "let me search\ufffd" in trace["prompt"] and "\x00" not in trace["prompt"]
 
 
-def test_searches_share_the_prompts_token_budget(loaded: Any, llm: ScriptedLLM) -> None:
+def test_searches_share_the_prompts_token_budget(loaded: Any, llm: LLMServer) -> None:
     llm.script = [call("Lisbon office opening hours"), {"content": "Refunds: 14 days [1]."}]
     config = LLMConfig(base_url=llm.url, model="m")
     # A budget the first passage alone overruns (the best passage is always kept).
     got = ask_agentic(
         loaded, "Monthly refund window?", config=config, collection="docs", budget_tokens=5
     )
-    tool = next(m for m in llm.requests[-1]["messages"] if m["role"] == "tool")
+    tool = next(m for m in llm.requests[-1].body["messages"] if m["role"] == "tool")
     assert "budget of 5 tokens is spent" in tool["content"] and "<<<" not in tool["content"]
     assert len(got.sources) == 1
     # With room, the search's passages are added, and the whole stays within the budget.

@@ -11,13 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -28,68 +24,14 @@ from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, InputError
 from pgrag.evaluation.answers import evaluate_answers, split_paragraphs
 from pgrag.evaluation.datasets import load_squad_answers
-from pgrag.llm.chat import LLMConfig
 from pgrag.retrieval.confidence import BUNDLED_DEFAULT
+from tests.fakes import OracleLLM
 from tests.samples import ANSWERS, squad_file
-
-
-# Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
-class OracleLLM:
-    """Answers from the numbered sources in the prompt: the known answer with the number of
-    the source holding it, else "I don't know". ``cite`` overrides the number cited."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.cite: int | None = None
-        self.fail_after: int | None = None  # answer 500 from this request on
-        oracle = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                oracle.requests.append(body)
-                if oracle.fail_after is not None and len(oracle.requests) > oracle.fail_after:
-                    self.send_response(500)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                reply = json.dumps(
-                    {"choices": [{"message": {"role": "assistant", "content": oracle.reply(body)}}]}
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def reply(self, body: dict[str, Any]) -> str:
-        prompt = body["messages"][-1]["content"]
-        question = prompt.rsplit("Question:", 1)[1].strip()
-        wanted = ANSWERS.get(question)
-        for n, text in re.findall(r"^\[(\d+)\][^\n]*\n<<<\n(.*?)\n>>>", prompt, re.M | re.S):
-            if wanted and wanted in text:
-                return f"{wanted[0].upper() + wanted[1:]} [{self.cite or n}]."
-        return "I don't know based on the sources."
-
-    @property
-    def config(self) -> LLMConfig:
-        host, port = self.server.server_address[:2]
-        return LLMConfig(base_url=f"http://{host}:{port}/v1", model="oracle", max_retries=0)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
 def oracle() -> Iterator[OracleLLM]:
-    server = OracleLLM()
+    server = OracleLLM(ANSWERS)
     yield server
     server.close()
 

@@ -12,7 +12,7 @@ from pgrag.config import from_env
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import Embedder
 from pgrag.errors import ConfigError, InputError
-from tests.fakes import CompletionsServer
+from tests.fakes import LLMServer
 
 
 @pytest.fixture
@@ -141,7 +141,7 @@ def test_quantity_questions_prefer_sentences_with_numbers(db: Database, tmp_path
 def test_ask_takes_its_configuration_from_the_connection(
     loaded: Database,
     embedder: Embedder,
-    completions_llm: CompletionsServer,
+    completions_llm: LLMServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     question = "How many days do I have to get a refund on a monthly subscription?"

@@ -18,7 +18,7 @@ from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError
 from pgrag.llm.chat import LLMConfig
-from tests.fakes import CompletionsServer
+from tests.fakes import LLMServer
 
 MONTHLY = "How many days do monthly subscriptions have for a refund?"
 
@@ -29,7 +29,7 @@ def loaded(db: Database, corpus: Path) -> Database:
     return db
 
 
-def base(server: CompletionsServer, **kw: object) -> LLMConfig:
+def base(server: LLMServer, **kw: object) -> LLMConfig:
     return LLMConfig(base_url=server.url, model="base-model", template="base", **kw)  # type: ignore[arg-type]
 
 
@@ -44,15 +44,15 @@ def tokenizer_json(path: Path, pre_tokenizer: object) -> str:
 
 
 def test_base_template_prompt_and_citation_check(
-    loaded: Database, completions_llm: CompletionsServer
+    loaded: Database, completions_llm: LLMServer
 ) -> None:
     completions_llm.reply = " Monthly subscriptions can be refunded within 14 days [1]. See [7]."
     answer = pgrag.ask(loaded, MONTHLY, collection="docs", llm=base(completions_llm))
 
     (request,) = completions_llm.requests
     assert completions_llm.paths == ["/v1/completions"]
-    assert request["stream"] is False and request["stop"] == ["\nQuestion:", "\nSources:"]
-    prompt = request["prompt"]
+    assert request.body["stream"] is False and request.body["stop"] == ["\nQuestion:", "\nSources:"]
+    prompt = request.body["prompt"]
     assert isinstance(prompt, str) and prompt == answer.prompt
     # Two worked examples: one answered with a citation, one abstaining.
     assert FEW_SHOT[0] in prompt and "Answer: At 9:00 [1]." in prompt
@@ -72,20 +72,20 @@ def test_base_template_prompt_and_citation_check(
     assert trace["prompt"] == prompt and "base template" in trace["generator"]
 
 
-def test_base_template_streams(loaded: Database, completions_llm: CompletionsServer) -> None:
+def test_base_template_streams(loaded: Database, completions_llm: LLMServer) -> None:
     completions_llm.reply = " Within 14 days [1]."
     pieces: list[str] = []
     answer = pgrag.ask(
         loaded, MONTHLY, collection="docs", llm=base(completions_llm), on_token=pieces.append
     )
-    assert completions_llm.requests[0]["stream"] is True
+    assert completions_llm.requests[0].body["stream"] is True
     assert len(pieces) > 1 and "".join(pieces) == completions_llm.reply
     assert answer.raw_answer == completions_llm.reply
     assert [c.n for c in answer.citations] == [1]
 
 
 def test_a_server_that_ignores_stop_is_cut_at_the_stop(
-    loaded: Database, completions_llm: CompletionsServer
+    loaded: Database, completions_llm: LLMServer
 ) -> None:
     # The server streams on past "\nQuestion:" into a made-up next example.
     completions_llm.reply = " Within 14 days [1].\nQuestion: And pets?\nAnswer: No [2]."
@@ -99,7 +99,7 @@ def test_a_server_that_ignores_stop_is_cut_at_the_stop(
     assert answer.raw_answer == " Within 14 days [1]."
 
 
-def test_base_template_abstention(loaded: Database, completions_llm: CompletionsServer) -> None:
+def test_base_template_abstention(loaded: Database, completions_llm: LLMServer) -> None:
     completions_llm.reply = f" {ABSTAIN_TEXT}"
     answer = pgrag.ask(loaded, MONTHLY, collection="docs", llm=base(completions_llm))
     assert answer.abstained and answer.answer == ABSTAIN_TEXT
@@ -107,7 +107,7 @@ def test_base_template_abstention(loaded: Database, completions_llm: Completions
 
 
 def test_base_template_from_the_environment_in_the_cli(
-    loaded: Database, dsn: str, completions_llm: CompletionsServer
+    loaded: Database, dsn: str, completions_llm: LLMServer
 ) -> None:
     completions_llm.reply = " Within 14 days [1]."
     env = {
@@ -143,7 +143,7 @@ def greedy(hits: list[pgrag.SearchResult], budget: int, count: Callable[[str], i
 
 
 def test_budget_counted_with_the_generators_tokenizer(
-    loaded: Database, completions_llm: CompletionsServer, tmp_path: Path
+    loaded: Database, completions_llm: LLMServer, tmp_path: Path
 ) -> None:
     chars = tokenizer_json(tmp_path / "c.json", pre_tokenizers.Split(Regex(r"[\s\S]"), "isolated"))
     words = tokenizer_json(tmp_path / "w.json", pre_tokenizers.WhitespaceSplit())
@@ -177,7 +177,7 @@ def test_budget_counted_with_the_generators_tokenizer(
 
 @pytest.mark.parametrize("content", [None, "not a tokenizer", ""])
 def test_an_unusable_tokenizer_file_is_a_config_error(
-    loaded: Database, completions_llm: CompletionsServer, tmp_path: Path, content: str | None
+    loaded: Database, completions_llm: LLMServer, tmp_path: Path, content: str | None
 ) -> None:
     path = tmp_path / "tokenizer.json"
     if content is not None:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from click.testing import CliRunner, Result
 
 from pgrag import http as http_post
 from pgrag.cli import cli
+from tests.fakes import LLMServer
 
 SEARCH_KEYS = {
     "rank",
@@ -234,68 +233,8 @@ def test_ask_unanswerable_abstains(loaded: str) -> None:
 # --- ask, through a real OpenAI-compatible server ------------------------------------------
 
 
-class FakeLLM:
-    """POST /v1/chat/completions: JSON, or server-sent events when the body says stream."""
-
-    def __init__(self) -> None:
-        self.reply = "Hello [1]."
-        self.requests: list[dict[str, Any]] = []
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, "body": body})
-                if self.path != "/v1/chat/completions":
-                    self.send_error(404)
-                    return
-                if body.get("stream"):
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/event-stream")
-                    self.end_headers()
-                    pieces = fake.reply.split(" ")
-                    for i, word in enumerate(pieces):
-                        text = word if i == 0 else " " + word
-                        chunk = {"choices": [{"index": 0, "delta": {"content": text}}]}
-                        self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-                        self.wfile.flush()
-                    self.wfile.write(b"data: [DONE]\n\n")
-                    return
-                payload = json.dumps(
-                    {
-                        "choices": [
-                            {"index": 0, "message": {"role": "assistant", "content": fake.reply}}
-                        ]
-                    }
-                ).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self.thread.start()
-
-    @property
-    def env(self) -> dict[str, str | None]:
-        port = self.server.server_address[1]
-        return {"PGRAG_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "PGRAG_LLM_MODEL": "test"}
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
 @pytest.fixture
-def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
     for name in (
         "http_proxy",
         "https_proxy",
@@ -306,12 +245,12 @@ def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeLLM]:
     ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("no_proxy", "127.0.0.1")
-    fake = FakeLLM()
+    fake = LLMServer(reply="Hello [1].")  # JSON, or server-sent events when asked to stream
     yield fake
     fake.close()
 
 
-def test_ask_llm_keeps_valid_citations_and_drops_invalid(loaded: str, llm: FakeLLM) -> None:
+def test_ask_llm_keeps_valid_citations_and_drops_invalid(loaded: str, llm: LLMServer) -> None:
     llm.reply = "Monthly refunds are allowed within 14 days [1]. Annual plans get 30 days [9]."
     result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env)
     answer = json.loads(result.stdout)
@@ -322,15 +261,15 @@ def test_ask_llm_keeps_valid_citations_and_drops_invalid(loaded: str, llm: FakeL
     assert "openai-compatible" in answer["generator"]
 
     (request,) = llm.requests
-    assert request["body"]["model"] == "test"
-    assert request["body"]["stream"] is False
-    messages = request["body"]["messages"]
+    assert request.body["model"] == "test"
+    assert request.body["stream"] is False
+    messages = request.body["messages"]
     assert messages[-1]["content"].endswith(MONTHLY)
     assert any("[1] " in m["content"] for m in messages)
     assert "14 days" in messages[-1]["content"]
 
 
-def test_ask_llm_answer_with_a_nul_is_logged(loaded: str, llm: FakeLLM) -> None:
+def test_ask_llm_answer_with_a_nul_is_logged(loaded: str, llm: LLMServer) -> None:
     # Models emit NUL (e.g. a <0x00> byte token; a random-weight GGUF model did), and
     # PostgreSQL text cannot hold it: the log keeps a replacement character instead.
     llm.reply = "Monthly refunds are allowed within 14 days [1].\x00"
@@ -346,7 +285,7 @@ def test_ask_llm_answer_with_a_nul_is_logged(loaded: str, llm: FakeLLM) -> None:
     assert "\ufffd" in json.dumps(row[1]["sentences"], ensure_ascii=False)
 
 
-def test_ask_llm_says_it_does_not_know(loaded: str, llm: FakeLLM) -> None:
+def test_ask_llm_says_it_does_not_know(loaded: str, llm: LLMServer) -> None:
     llm.reply = ABSTAIN_TEXT
     answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
     assert answer["abstained"] is True
@@ -355,7 +294,7 @@ def test_ask_llm_says_it_does_not_know(loaded: str, llm: FakeLLM) -> None:
     assert answer["citations"] == []
 
 
-def test_ask_llm_without_citations_abstains(loaded: str, llm: FakeLLM) -> None:
+def test_ask_llm_without_citations_abstains(loaded: str, llm: LLMServer) -> None:
     llm.reply = "Monthly subscriptions can be refunded within 14 days."
     answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
     assert answer["abstained"] is True
@@ -364,10 +303,10 @@ def test_ask_llm_without_citations_abstains(loaded: str, llm: FakeLLM) -> None:
     assert answer["citations"] == []
 
 
-def test_ask_llm_plain_mode_streams(loaded: str, llm: FakeLLM) -> None:
+def test_ask_llm_plain_mode_streams(loaded: str, llm: LLMServer) -> None:
     llm.reply = "Monthly subscriptions can be refunded within 14 days [1]."
     result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
-    assert llm.requests[0]["body"]["stream"] is True
+    assert llm.requests[0].body["stream"] is True
     assert result.stdout.count(llm.reply) == 1, result.stdout
     assert "\nSources:\n" in result.stdout and "  [1] " in result.stdout
 
@@ -426,7 +365,7 @@ def test_trace_shows_what_ask_recorded(loaded: str) -> None:
     assert_one_error_line(missing, "error: no recorded question has id 999999")
 
 
-def test_ask_scores_each_cited_sentence(loaded: str, llm: FakeLLM) -> None:
+def test_ask_scores_each_cited_sentence(loaded: str, llm: LLMServer) -> None:
     llm.reply = (
         "Monthly subscriptions can be refunded within 14 days [1]. Refunds also cover"
         " shipping costs worldwide."

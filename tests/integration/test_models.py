@@ -1,7 +1,7 @@
 """Models as data: the registry, remote embedders, zero-downtime re-embedding, halfvec.
 
 The collection starts on the real shipped model (all-MiniLM-L6-v2, 384-d) and switches to a
-64-d model served by a real local OpenAI-compatible HTTP server (conftest.HashEmbeddingServer).
+64-d model served by a real local OpenAI-compatible HTTP server (tests/fakes.py, EmbeddingServer).
 """
 
 from __future__ import annotations

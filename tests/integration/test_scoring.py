@@ -19,7 +19,7 @@ from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, GenerationError, InputError
 from pgrag.llm.chat import LLMConfig
-from tests.fakes import CompletionsServer
+from tests.fakes import LLMServer
 
 ESPRESSO, TEA = "espresso beans", "green tea"
 
@@ -41,7 +41,7 @@ def drinks(db: Database, tmp_path: Path) -> Database:
     return db
 
 
-def config(server: CompletionsServer) -> LLMConfig:
+def config(server: LLMServer) -> LLMConfig:
     return LLMConfig(base_url=server.url, model="toy", max_retries=1)
 
 
@@ -54,7 +54,7 @@ def config(server: CompletionsServer) -> LLMConfig:
 )
 def test_scoring_follows_the_passage_the_retriever_ranks_higher(
     drinks: Database,
-    completions_llm: CompletionsServer,
+    completions_llm: LLMServer,
     question: str,
     top_source: str,
     expected: str,
@@ -75,11 +75,11 @@ def test_scoring_follows_the_passage_the_retriever_ranks_higher(
     # Every passage was scored for every candidate on /v1/completions, with echo.
     assert len(completions_llm.requests) == 3 * 2
     assert set(completions_llm.paths) == {"/v1/completions"}
-    assert all(r["echo"] is True and r["logprobs"] == 1 for r in completions_llm.requests)
+    assert all(r.body["echo"] is True and r.body["logprobs"] == 1 for r in completions_llm.requests)
 
 
 def test_scores_equal_the_rag_marginals_of_the_servers_logprobs(
-    drinks: Database, completions_llm: CompletionsServer
+    drinks: Database, completions_llm: LLMServer
 ) -> None:
     question = "What does the office cafe serve?"
     scores = score_answers(
@@ -118,7 +118,7 @@ def test_scores_equal_the_rag_marginals_of_the_servers_logprobs(
 
 @pytest.mark.parametrize("mode", ["none", "generated"])
 def test_an_endpoint_without_prompt_logprobs_is_one_line_error(
-    drinks: Database, completions_llm: CompletionsServer, mode: str
+    drinks: Database, completions_llm: LLMServer, mode: str
 ) -> None:
     completions_llm.logprobs_mode = mode
     with pytest.raises(GenerationError) as exc:
@@ -136,7 +136,7 @@ def test_an_endpoint_without_prompt_logprobs_is_one_line_error(
     [(["Yes"], "at least two"), (["Yes", "  "], "is empty"), (["Yes", "Yes "], "repeat")],
 )
 def test_candidates_must_be_two_or_more_distinct_non_empty(
-    drinks: Database, completions_llm: CompletionsServer, candidates: list[str], needle: str
+    drinks: Database, completions_llm: LLMServer, candidates: list[str], needle: str
 ) -> None:
     with pytest.raises(InputError, match=needle):
         score_answers(drinks, "cafe", candidates, collection="drinks", llm=config(completions_llm))
@@ -149,7 +149,7 @@ def test_scoring_without_an_endpoint_says_what_to_set(drinks: Database) -> None:
 
 
 def test_scoring_uses_the_endpoint_the_connection_was_opened_with(
-    drinks: Database, completions_llm: CompletionsServer, monkeypatch: pytest.MonkeyPatch
+    drinks: Database, completions_llm: LLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = from_env({"PGRAG_LLM_BASE_URL": completions_llm.url, "PGRAG_LLM_MODEL": "toy"})
     db = pgrag.connect(drinks.dsn, embedder=configured_embedder(drinks), settings=settings)
@@ -167,7 +167,7 @@ def test_scoring_uses_the_endpoint_the_connection_was_opened_with(
         db.close()
 
 
-def test_retried_after_a_server_error(drinks: Database, completions_llm: CompletionsServer) -> None:
+def test_retried_after_a_server_error(drinks: Database, completions_llm: LLMServer) -> None:
     completions_llm.fail_next = 1
     llm = LLMConfig(base_url=completions_llm.url, model="toy", max_retries=2)
     from pgrag import http as http_post
@@ -188,9 +188,7 @@ def test_retried_after_a_server_error(drinks: Database, completions_llm: Complet
     assert len(completions_llm.requests) == 3  # one 503, then both candidates
 
 
-def test_pgrag_score_command(
-    drinks: Database, dsn: str, completions_llm: CompletionsServer
-) -> None:
+def test_pgrag_score_command(drinks: Database, dsn: str, completions_llm: LLMServer) -> None:
     env = {"PGRAG_LLM_BASE_URL": completions_llm.url, "PGRAG_LLM_MODEL": "toy"}
     args = ["--dsn", dsn, "score", "What does the team kitchen stock?", "-c", "drinks"]
     args += ["--candidate", ESPRESSO, "--candidate", TEA, "--k", "2"]

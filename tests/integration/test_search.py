@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import pgrag
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
+from tests.fakes import RerankServer
 
 
 @pytest.fixture
@@ -454,38 +455,15 @@ def test_mmr_pushes_a_near_duplicate_down(loaded: Database, tmp_path: Path) -> N
 
 def test_cli_search_reranks_through_a_rerank_endpoint(loaded: Database) -> None:
     import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from click.testing import CliRunner
 
     from pgrag.cli import cli
 
-    seen: list[dict[str, object]] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            seen.append({"path": self.path, **body})
-            # TEI's shape: the passage about the office first.
-            scores = [
-                {"index": i, "score": 5.0 if "office" in t.lower() else 0.0}
-                for i, t in enumerate(body["texts"])
-            ]
-            out = json.dumps(sorted(scores, key=lambda s: -s["score"])).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # TEI's shape: the passage about the office first.
+    server = RerankServer("tei", score=lambda query, text: 5.0 if "office" in text.lower() else 0.0)
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+        url = server.base_url
         result = CliRunner().invoke(
             cli,
             [
@@ -503,7 +481,8 @@ def test_cli_search_reranks_through_a_rerank_endpoint(loaded: Database) -> None:
             ],
         )
     finally:
-        server.shutdown()
+        server.close()
+    seen = [{"path": r.path, **r.body} for r in server.requests]
     assert result.exit_code == 0, result.output
     hits = json.loads(result.stdout)
     assert len(hits) == 2 and "office" in hits[0]["text"].lower()

@@ -22,7 +22,6 @@ from pgrag.retrieval.search import SearchResult
 from tests.samples import squad_file
 
 
-# Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
 @pytest.fixture
 def squad(tmp_path: Path) -> Path:
     return squad_file(tmp_path / "tiny-squad.json")

@@ -12,10 +12,10 @@ from pgrag.config import from_env
 from pgrag.errors import GenerationError
 from pgrag.llm.chat import LLMConfig
 from pgrag.llm.completions import CompletionClient
-from tests.fakes import CompletionsServer
+from tests.fakes import LLMServer
 
 
-def base(server: CompletionsServer, **kw: object) -> LLMConfig:
+def base(server: LLMServer, **kw: object) -> LLMConfig:
     return LLMConfig(base_url=server.url, model="base-model", template="base", **kw)  # type: ignore[arg-type]
 
 
@@ -23,7 +23,7 @@ def base(server: CompletionsServer, **kw: object) -> LLMConfig:
 
 
 def test_completion_client_retries_a_5xx(
-    completions_llm: CompletionsServer, monkeypatch: pytest.MonkeyPatch
+    completions_llm: LLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(http_post, "BACKOFF_FIRST", 0.0)
     completions_llm.fail_next = 1
@@ -39,7 +39,7 @@ def test_completion_client_retries_a_5xx(
 
 
 def test_completion_client_rejects_a_chat_shaped_answer(
-    completions_llm: CompletionsServer,
+    completions_llm: LLMServer,
 ) -> None:
     # A base URL whose /completions path answers like a chat endpoint: one line, what to check.
     client = CompletionClient(LLMConfig(base_url=completions_llm.url, model="m"))

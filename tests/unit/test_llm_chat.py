@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -19,6 +16,7 @@ from pgrag import http as http_post
 from pgrag.config import from_env
 from pgrag.errors import ConfigError, GenerationError
 from pgrag.llm.chat import ChatClient, LLMConfig, normalize_base_url
+from tests.fakes import LLMServer, Reply
 
 MESSAGES = [
     {"role": "system", "content": "Answer briefly."},
@@ -41,112 +39,6 @@ def chunk(text: str | None, *, role: bool = False) -> str:
     return "data: " + json.dumps({"choices": [{"index": 0, "delta": delta}]})
 
 
-@dataclass
-class Reply:
-    """One scripted answer. ``sse`` lines make it a text/event-stream answer."""
-
-    status: int = 200
-    body: bytes | dict[str, Any] = field(default_factory=lambda: completion("hello"))
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-    sse: list[str] | None = None
-    sse_delay_after: int | None = None  # pause (``delay``) after this many SSE lines
-    drop_after: int | None = None  # chunked stream that breaks off after this many lines
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-class FakeLLM:
-    """A threaded HTTP server answering each request with the next scripted Reply."""
-
-    def __init__(self) -> None:
-        self.script: list[Reply] = []
-        self.requests: list[Received] = []
-        self.release = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                payload = json.loads(self.rfile.read(length))
-                fake.requests.append(Received(self.path, dict(self.headers.items()), payload))
-                reply = fake.script.pop(0) if fake.script else Reply()
-                fake.answer(self, reply)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    @property
-    def url(self) -> str:
-        return self.base_url + "/v1/chat/completions"
-
-    def answer(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
-        if reply.delay and reply.sse_delay_after is None:
-            self.release.wait(reply.delay)
-        if reply.sse is not None:
-            self.stream(handler, reply)
-            return
-        body = reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode()
-        handler.send_response(reply.status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(body)))
-        handler.send_header("Connection", "close")
-        for name, value in reply.headers.items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    def stream(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
-        assert reply.sse is not None
-        chunked = reply.drop_after is not None
-        handler.send_response(200)
-        handler.send_header("Content-Type", "text/event-stream")
-        handler.send_header("Connection", "close")
-        if chunked:
-            handler.send_header("Transfer-Encoding", "chunked")
-        handler.end_headers()
-        for number, line in enumerate(reply.sse):
-            if number == reply.drop_after:
-                handler.wfile.flush()
-                handler.connection.shutdown(socket.SHUT_RDWR)
-                return
-            if number == reply.sse_delay_after:
-                self.release.wait(reply.delay)
-            data = (line + "\n\n").encode()
-            if chunked:
-                data = b"%x\r\n%s\r\n" % (len(data), data)
-            handler.wfile.write(data)
-            handler.wfile.flush()
-        if chunked:
-            handler.wfile.write(b"0\r\n\r\n")
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
 @pytest.fixture(autouse=True)
 def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("http_proxy", "https_proxy", "all_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
@@ -155,11 +47,11 @@ def _no_proxies(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def llm() -> Iterator[FakeLLM]:
-    fake = FakeLLM()
-    fake.start()
+def llm() -> Iterator[LLMServer]:
+    """Answers each request with the next of ``llm.replies``, else the completion "hello"."""
+    fake = LLMServer(reply="hello")
     yield fake
-    fake.stop()
+    fake.close()
 
 
 class Sleeps:
@@ -170,7 +62,7 @@ class Sleeps:
         self.calls.append(seconds)
 
 
-def client_for(fake: FakeLLM, **overrides: Any) -> tuple[ChatClient, Sleeps]:
+def client_for(fake: LLMServer, **overrides: Any) -> tuple[ChatClient, Sleeps]:
     settings: dict[str, Any] = {"base_url": fake.base_url + "/v1", "model": "test-model"}
     settings.update(overrides)
     sleeps = Sleeps()
@@ -187,8 +79,8 @@ def assert_one_line(exc: pytest.ExceptionInfo[GenerationError]) -> str:
 # --- non-streaming --------------------------------------------------------------------------
 
 
-def test_non_streaming_answer_and_request_body(llm: FakeLLM) -> None:
-    llm.script = [Reply(body=completion("pgvector adds vector search."))]
+def test_non_streaming_answer_and_request_body(llm: LLMServer) -> None:
+    llm.replies = [Reply(body=completion("pgvector adds vector search."))]
     client, sleeps = client_for(llm, temperature=0.2, max_tokens=64)
 
     assert client.complete(MESSAGES) == "pgvector adds vector search."
@@ -207,16 +99,16 @@ def test_non_streaming_answer_and_request_body(llm: FakeLLM) -> None:
     assert sleeps.calls == []
 
 
-def test_authorization_header_sent_when_api_key_set(llm: FakeLLM) -> None:
+def test_authorization_header_sent_when_api_key_set(llm: LLMServer) -> None:
     client, _ = client_for(llm, api_key="sk-test-123")
     client.complete(MESSAGES)
     assert llm.requests[0].headers["Authorization"] == "Bearer sk-test-123"
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/chat/completions"])
-def test_base_url_normalisation_reaches_the_endpoint(llm: FakeLLM, suffix: str) -> None:
+def test_base_url_normalisation_reaches_the_endpoint(llm: LLMServer, suffix: str) -> None:
     client, _ = client_for(llm, base_url=llm.base_url + suffix)
-    assert client.url == llm.url
+    assert client.url == llm.chat_url
     assert client.complete(MESSAGES) == "hello"
     assert llm.requests[0].path == "/v1/chat/completions"
 
@@ -231,13 +123,13 @@ def test_normalize_base_url_keeps_other_paths_and_rejects_non_http() -> None:
         LLMConfig(base_url="ftp://x/v1", model="m")
 
 
-def test_malformed_json_response(llm: FakeLLM) -> None:
-    llm.script = [Reply(body=b"<html>\n<body>Welcome to nginx!</body>\n</html>")]
+def test_malformed_json_response(llm: LLMServer) -> None:
+    llm.replies = [Reply(body=b"<html>\n<body>Welcome to nginx!</body>\n</html>")]
     client, sleeps = client_for(llm)
     with pytest.raises(GenerationError) as exc:
         client.complete(MESSAGES)
     message = assert_one_line(exc)
-    assert llm.url in message and "not JSON" in message and "nginx" in message
+    assert llm.chat_url in message and "not JSON" in message and "nginx" in message
     assert sleeps.calls == []
 
 
@@ -245,16 +137,16 @@ def test_malformed_json_response(llm: FakeLLM) -> None:
     "body",
     [{"choices": []}, {"object": "list", "data": []}, {"choices": [{"message": {}}]}, [1, 2]],
 )
-def test_json_that_is_not_a_completion(llm: FakeLLM, body: Any) -> None:
-    llm.script = [Reply(body=json.dumps(body).encode())]
+def test_json_that_is_not_a_completion(llm: LLMServer, body: Any) -> None:
+    llm.replies = [Reply(body=json.dumps(body).encode())]
     client, _ = client_for(llm)
     with pytest.raises(GenerationError, match="not a chat completion") as exc:
         client.complete(MESSAGES)
-    assert llm.url in assert_one_line(exc)
+    assert llm.chat_url in assert_one_line(exc)
 
 
-def test_error_object_with_status_200(llm: FakeLLM) -> None:
-    llm.script = [Reply(body={"error": {"message": "model 'x' not found", "code": 404}})]
+def test_error_object_with_status_200(llm: LLMServer) -> None:
+    llm.replies = [Reply(body={"error": {"message": "model 'x' not found", "code": 404}})]
     client, _ = client_for(llm)
     with pytest.raises(GenerationError, match="model 'x' not found") as exc:
         client.complete(MESSAGES)
@@ -264,8 +156,8 @@ def test_error_object_with_status_200(llm: FakeLLM) -> None:
 # --- streaming ------------------------------------------------------------------------------
 
 
-def test_streaming_tokens_in_order(llm: FakeLLM) -> None:
-    llm.script = [
+def test_streaming_tokens_in_order(llm: LLMServer) -> None:
+    llm.replies = [
         Reply(
             sse=[
                 ": keep-alive",
@@ -291,41 +183,41 @@ def test_streaming_tokens_in_order(llm: FakeLLM) -> None:
     assert llm.requests[0].headers["Accept"] == "text/event-stream"
 
 
-def test_streaming_without_space_after_data_and_without_done(llm: FakeLLM) -> None:
+def test_streaming_without_space_after_data_and_without_done(llm: LLMServer) -> None:
     line = 'data:{"choices":[{"delta":{"content":"x"}}]}'
-    llm.script = [Reply(sse=[line, line])]
+    llm.replies = [Reply(sse=[line, line])]
     client, _ = client_for(llm)
     tokens: list[str] = []
     assert client.complete(MESSAGES, on_token=tokens.append) == "xx"
     assert tokens == ["x", "x"]
 
 
-def test_streaming_request_answered_with_plain_json(llm: FakeLLM) -> None:
-    llm.script = [Reply(body=completion("whole answer"))]
+def test_streaming_request_answered_with_plain_json(llm: LLMServer) -> None:
+    llm.replies = [Reply(body=completion("whole answer"))]
     client, _ = client_for(llm)
     tokens: list[str] = []
     assert client.complete(MESSAGES, on_token=tokens.append) == "whole answer"
     assert tokens == ["whole answer"]
 
 
-def test_streaming_malformed_chunk(llm: FakeLLM) -> None:
-    llm.script = [Reply(sse=[chunk("ok"), "data: {not json", "data: [DONE]"])]
+def test_streaming_malformed_chunk(llm: LLMServer) -> None:
+    llm.replies = [Reply(sse=[chunk("ok"), "data: {not json", "data: [DONE]"])]
     client, _ = client_for(llm)
     with pytest.raises(GenerationError, match="not JSON") as exc:
         client.complete(MESSAGES, on_token=lambda _: None)
-    assert llm.url in assert_one_line(exc)
+    assert llm.chat_url in assert_one_line(exc)
 
 
-def test_streaming_error_chunk(llm: FakeLLM) -> None:
-    llm.script = [Reply(sse=['data: {"error": {"message": "out of\\nmemory"}}'])]
+def test_streaming_error_chunk(llm: LLMServer) -> None:
+    llm.replies = [Reply(sse=['data: {"error": {"message": "out of\\nmemory"}}'])]
     client, _ = client_for(llm)
     with pytest.raises(GenerationError, match="out of memory") as exc:
         client.complete(MESSAGES, on_token=lambda _: None)
     assert_one_line(exc)
 
 
-def test_stream_dropped_before_any_token_is_retried(llm: FakeLLM) -> None:
-    llm.script = [
+def test_stream_dropped_before_any_token_is_retried(llm: LLMServer) -> None:
+    llm.replies = [
         Reply(sse=[chunk("", role=True), chunk("lost")], drop_after=1),
         Reply(sse=[chunk("fine"), "data: [DONE]"]),
     ]
@@ -337,20 +229,20 @@ def test_stream_dropped_before_any_token_is_retried(llm: FakeLLM) -> None:
     assert sleeps.calls == [0.5]
 
 
-def test_stream_dropped_after_a_token_is_not_retried(llm: FakeLLM) -> None:
-    llm.script = [Reply(sse=[chunk("half"), chunk("lost")], drop_after=1)]
+def test_stream_dropped_after_a_token_is_not_retried(llm: LLMServer) -> None:
+    llm.replies = [Reply(sse=[chunk("half"), chunk("lost")], drop_after=1)]
     client, sleeps = client_for(llm)
     tokens: list[str] = []
     with pytest.raises(GenerationError, match="mid-answer") as exc:
         client.complete(MESSAGES, on_token=tokens.append)
-    assert llm.url in assert_one_line(exc)
+    assert llm.chat_url in assert_one_line(exc)
     assert tokens == ["half"]
     assert len(llm.requests) == 1
     assert sleeps.calls == []
 
 
-def test_stream_stalling_mid_answer_times_out(llm: FakeLLM) -> None:
-    llm.script = [Reply(sse=[chunk("a"), chunk("b")], sse_delay_after=1, delay=5)]
+def test_stream_stalling_mid_answer_times_out(llm: LLMServer) -> None:
+    llm.replies = [Reply(sse=[chunk("a"), chunk("b")], sse_delay_after=1, delay=5)]
     client, _ = client_for(llm, timeout=0.3)
     tokens: list[str] = []
     with pytest.raises(GenerationError, match=r"did not answer within 0\.3s"):
@@ -361,8 +253,8 @@ def test_stream_stalling_mid_answer_times_out(llm: FakeLLM) -> None:
 # --- retries and HTTP errors ----------------------------------------------------------------
 
 
-def test_429_then_200_retries_once_with_backoff(llm: FakeLLM) -> None:
-    llm.script = [Reply(status=429, body={"error": {"message": "slow down"}}), Reply()]
+def test_429_then_200_retries_once_with_backoff(llm: LLMServer) -> None:
+    llm.replies = [Reply(status=429, body={"error": {"message": "slow down"}}), Reply()]
     client, sleeps = client_for(llm)
     assert client.complete(MESSAGES) == "hello"
     assert len(llm.requests) == 2
@@ -370,51 +262,51 @@ def test_429_then_200_retries_once_with_backoff(llm: FakeLLM) -> None:
 
 
 @pytest.mark.parametrize(("header", "expected"), [("3", 3.0), ("120", 10.0), ("soon", 0.5)])
-def test_retry_after_is_honoured_up_to_10s(llm: FakeLLM, header: str, expected: float) -> None:
-    llm.script = [Reply(status=429, headers={"Retry-After": header}), Reply()]
+def test_retry_after_is_honoured_up_to_10s(llm: LLMServer, header: str, expected: float) -> None:
+    llm.replies = [Reply(status=429, headers={"Retry-After": header}), Reply()]
     client, sleeps = client_for(llm)
     assert client.complete(MESSAGES) == "hello"
     assert sleeps.calls == [expected]
 
 
-def test_5xx_exhausts_retries(llm: FakeLLM) -> None:
-    llm.script = [
+def test_5xx_exhausts_retries(llm: LLMServer) -> None:
+    llm.replies = [
         Reply(status=500, body=b"Internal\nServer\nError " + b"x" * 1000) for _ in range(4)
     ]
     client, sleeps = client_for(llm, max_retries=3)
     with pytest.raises(GenerationError) as exc:
         client.complete(MESSAGES)
     message = assert_one_line(exc)
-    assert llm.url in message
+    assert llm.chat_url in message
     assert "HTTP 500" in message and "Internal Server Error" in message
     assert "4 attempts" in message
     assert len(llm.requests) == 4
     assert sleeps.calls == [0.5, 1.0, 2.0]
 
 
-def test_backoff_is_capped(llm: FakeLLM) -> None:
-    llm.script = [Reply(status=503) for _ in range(7)]
+def test_backoff_is_capped(llm: LLMServer) -> None:
+    llm.replies = [Reply(status=503) for _ in range(7)]
     client, sleeps = client_for(llm, max_retries=6)
     with pytest.raises(GenerationError, match="HTTP 503"):
         client.complete(MESSAGES)
     assert sleeps.calls == [0.5, 1.0, 2.0, 4.0, 8.0, 8.0]
 
 
-def test_401_is_not_retried_and_mentions_api_key(llm: FakeLLM) -> None:
-    llm.script = [Reply(status=401, body={"error": {"message": "Incorrect API key provided"}})]
+def test_401_is_not_retried_and_mentions_api_key(llm: LLMServer) -> None:
+    llm.replies = [Reply(status=401, body={"error": {"message": "Incorrect API key provided"}})]
     client, sleeps = client_for(llm, api_key="sk-wrong")
     with pytest.raises(GenerationError) as exc:
         client.complete(MESSAGES)
     message = assert_one_line(exc)
-    assert llm.url in message and "HTTP 401" in message
+    assert llm.chat_url in message and "HTTP 401" in message
     assert "Incorrect API key provided" in message and "PGRAG_LLM_API_KEY" in message
     assert "sk-wrong" not in message
     assert len(llm.requests) == 1
     assert sleeps.calls == []
 
 
-def test_404_points_at_base_url_and_model(llm: FakeLLM) -> None:
-    llm.script = [Reply(status=404, body=b"404 page not found")]
+def test_404_points_at_base_url_and_model(llm: LLMServer) -> None:
+    llm.replies = [Reply(status=404, body=b"404 page not found")]
     client, sleeps = client_for(llm)
     with pytest.raises(GenerationError, match="PGRAG_LLM_BASE_URL") as exc:
         client.complete(MESSAGES)
@@ -431,7 +323,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def test_refused_connection_is_retried_only_once(llm: FakeLLM) -> None:
+def test_refused_connection_is_retried_only_once(llm: LLMServer) -> None:
     port = free_port()
     client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{port}", max_retries=3)
     with pytest.raises(GenerationError) as exc:
@@ -444,7 +336,7 @@ def test_refused_connection_is_retried_only_once(llm: FakeLLM) -> None:
     assert sleeps.calls == [0.5]
 
 
-def test_refused_connection_without_retries(llm: FakeLLM) -> None:
+def test_refused_connection_without_retries(llm: LLMServer) -> None:
     client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{free_port()}", max_retries=0)
     with pytest.raises(GenerationError, match="cannot reach") as exc:
         client.complete(MESSAGES)
@@ -453,7 +345,7 @@ def test_refused_connection_without_retries(llm: FakeLLM) -> None:
 
 
 def test_refusals_are_counted_apart_from_other_failures(
-    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+    llm: LLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A 503, then the server goes away: the 503 does not use up the refusal's one retry.
     real_open = http_post.OPENER.open
@@ -466,7 +358,7 @@ def test_refusals_are_counted_apart_from_other_failures(
         raise urllib.error.URLError(ConnectionRefusedError(111, "Connection refused"))
 
     monkeypatch.setattr(http_post.OPENER, "open", urlopen)
-    llm.script = [Reply(status=503)]
+    llm.replies = [Reply(status=503)]
     client, sleeps = client_for(llm, max_retries=5)
     with pytest.raises(GenerationError, match=r"Connection refused\) \(gave up after 3 attempts"):
         client.complete(MESSAGES)
@@ -474,44 +366,27 @@ def test_refusals_are_counted_apart_from_other_failures(
     assert sleeps.calls == [0.5, 1.0]
 
 
-def test_connection_reset_is_still_retried_with_backoff(llm: FakeLLM) -> None:
-    # Accepts, then closes without answering: a reset / remote disconnect, worth retrying.
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[int] = []
-
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            accepted.append(1)
-            conn.close()
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
-        port = listener.getsockname()[1]
-        client, sleeps = client_for(llm, base_url=f"http://127.0.0.1:{port}", max_retries=3)
-        with pytest.raises(GenerationError, match="cannot reach") as exc:
-            client.complete(MESSAGES)
-        assert "(gave up after 4 attempts)" in assert_one_line(exc)
-        assert sleeps.calls == [0.5, 1.0, 2.0]
-        assert len(accepted) == 4
-    finally:
-        listener.close()
-        thread.join(timeout=5)
+def test_connection_reset_is_still_retried_with_backoff(llm: LLMServer) -> None:
+    # Takes the request, then closes without answering: a reset / remote disconnect, worth
+    # retrying.
+    llm.replies = [Reply(hang_up=True) for _ in range(4)]
+    client, sleeps = client_for(llm, max_retries=3)
+    with pytest.raises(GenerationError, match="cannot reach") as exc:
+        client.complete(MESSAGES)
+    assert "(gave up after 4 attempts)" in assert_one_line(exc)
+    assert sleeps.calls == [0.5, 1.0, 2.0]
+    assert len(llm.requests) == 4
 
 
-def test_timeout(llm: FakeLLM) -> None:
-    llm.script = [Reply(delay=5)]
+def test_timeout(llm: LLMServer) -> None:
+    llm.replies = [Reply(delay=5)]
     client, sleeps = client_for(llm, timeout=0.3)
     started = time.monotonic()
     with pytest.raises(GenerationError) as exc:
         client.complete(MESSAGES)
     assert time.monotonic() - started < 2
     message = assert_one_line(exc)
-    assert llm.url in message
+    assert llm.chat_url in message
     assert "did not answer within 0.3s" in message and "PGRAG_LLM_TIMEOUT" in message
     assert sleeps.calls == []
 
@@ -544,7 +419,7 @@ def test_from_env_api_key_alone_stays_offline(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_openai_key_is_not_sent_to_a_pgrag_base_url(
-    llm: FakeLLM, monkeypatch: pytest.MonkeyPatch
+    llm: LLMServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PGRAG_LLM_BASE_URL", llm.base_url + "/v1")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
@@ -677,11 +552,10 @@ def test_from_env_bad_timeout(value: str) -> None:
         )
 
 
-def test_redirects_are_not_followed_so_the_key_stays_home(llm: FakeLLM) -> None:
-    elsewhere = FakeLLM()
-    elsewhere.start()
+def test_redirects_are_not_followed_so_the_key_stays_home(llm: LLMServer) -> None:
+    elsewhere = LLMServer()
     try:
-        llm.script = [Reply(302, b"", headers={"Location": elsewhere.url})]
+        llm.replies = [Reply(302, b"", headers={"Location": elsewhere.chat_url})]
         client, _ = client_for(llm, api_key="sk-secret")
         with pytest.raises(GenerationError) as exc:
             client.complete([{"role": "user", "content": "hi"}])

@@ -7,14 +7,10 @@ assertion compares real numbers. Nothing here sleeps for long: retries get a rec
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import socket
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +30,7 @@ from pgrag.embeddings.remote import (
 )
 from pgrag.errors import ConfigError, PgragError
 from pgrag.text.tokens import HFTokenCounter
+from tests.fakes import EmbeddingServer, Reply
 
 MODEL = "test-embed-small"
 DIM = 8
@@ -60,122 +57,13 @@ def unit(values: list[float]) -> np.ndarray[Any, Any]:
     return vector / np.linalg.norm(vector)
 
 
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-@dataclass
-class Reply:
-    status: int
-    body: bytes = b'{"error": {"message": "scripted failure"}}'
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-class FakeEmbeddingServer:
-    """A threaded HTTP server answering ``POST /v1/embeddings`` for one model.
-
-    ``script`` replies come first; then real answers, listed in reverse index order when
-    ``reverse`` is set, after ``delay`` seconds. ``max_in_flight`` is the most requests it was
-    ever handling at once."""
-
-    def __init__(self) -> None:
-        self.requests: list[Received] = []
-        self.script: list[Reply] = []
-        self.dim = DIM
-        self.reverse = False
-        self.base64 = False
-        self.delay = 0.0
-        self.in_flight = self.max_in_flight = 0
-        self.lock = threading.Lock()
-        self.release = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length))
-                with fake.lock:
-                    fake.requests.append(Received(self.path, dict(self.headers.items()), body))
-                    reply = fake.script.pop(0) if fake.script else None
-                    fake.in_flight += 1
-                    fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
-                try:
-                    if reply is not None:
-                        if reply.delay:
-                            fake.release.wait(reply.delay)
-                        answer = (reply.status, reply.body, reply.headers)
-                    else:
-                        if fake.delay:
-                            fake.release.wait(fake.delay)
-                        answer = fake.answer(self.path, dict(self.headers.items()), body)
-                finally:
-                    with fake.lock:  # before answering: the client may send the next at once
-                        fake.in_flight -= 1
-                fake.send(self, *answer)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.handle_error = lambda request, client_address: None  # type: ignore[method-assign]
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def answer(
-        self, path: str, headers: dict[str, str], body: dict[str, Any]
-    ) -> tuple[int, bytes, dict[str, str]]:
-        if path != "/v1/embeddings":
-            return 404, b'{"error": {"message": "Not Found"}}', {}
-        if body.get("model") != MODEL:
-            message = f"model {body.get('model')!r} not found"
-            return 404, json.dumps({"error": {"message": message}}).encode(), {}
-        texts = body["input"]
-        data = []
-        for i, text in enumerate(texts):
-            vector: Any = raw_vector(text, self.dim)
-            if self.base64:
-                vector = base64.b64encode(np.asarray(vector, "<f4").tobytes()).decode()
-            data.append({"object": "embedding", "index": i, "embedding": vector})
-        if self.reverse:
-            data.reverse()
-        payload = {"object": "list", "data": data, "model": MODEL, "usage": {"total_tokens": 1}}
-        return 200, json.dumps(payload).encode(), {}
-
-    @staticmethod
-    def send(
-        handler: BaseHTTPRequestHandler, status: int, body: bytes, headers: dict[str, str]
-    ) -> None:
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(body)))
-        handler.send_header("Connection", "close")
-        for name, value in headers.items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    def stop(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
-
-
 @pytest.fixture
-def server() -> Iterator[FakeEmbeddingServer]:
-    fake = FakeEmbeddingServer()
+def server() -> Iterator[EmbeddingServer]:
+    """``POST /v1/embeddings`` for one model: ``raw_vector`` of each text, after ``delay``
+    seconds; ``replies`` come first."""
+    fake = EmbeddingServer(DIM, model=MODEL, vector=raw_vector)
     yield fake
-    fake.stop()
+    fake.close()
 
 
 class Sleeps(list[float]):
@@ -183,7 +71,7 @@ class Sleeps(list[float]):
         self.append(seconds)
 
 
-def embedder(fake: FakeEmbeddingServer, **kwargs: Any) -> RemoteEmbedder:
+def embedder(fake: EmbeddingServer, **kwargs: Any) -> RemoteEmbedder:
     kwargs.setdefault("sleep", Sleeps())
     return RemoteEmbedder(fake.base_url, MODEL, **kwargs)
 
@@ -198,7 +86,7 @@ TEXTS = [f"passage number {i} about refunds" for i in range(10)]
 # --- the happy path ---------------------------------------------------------------------------
 
 
-def test_is_an_embedder(server: FakeEmbeddingServer) -> None:
+def test_is_an_embedder(server: EmbeddingServer) -> None:
     model: Embedder = embedder(server, dimension=DIM)  # mypy checks the protocol here
     assert (model.name, model.provider, model.dimension) == (MODEL, "openai", DIM)
     assert (model.max_tokens, model.distance, model.normalized) == (512, "cosine", True)
@@ -208,7 +96,7 @@ def test_is_an_embedder(server: FakeEmbeddingServer) -> None:
     assert len(server.requests) == 1
 
 
-def test_batches_in_order_although_the_server_reverses(server: FakeEmbeddingServer) -> None:
+def test_batches_in_order_although_the_server_reverses(server: EmbeddingServer) -> None:
     server.reverse = True
     model = embedder(server, batch_size=4)
     vectors = model.embed(TEXTS)
@@ -225,7 +113,7 @@ def test_batches_in_order_although_the_server_reverses(server: FakeEmbeddingServ
 
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/embeddings", "/v1/embeddings/"])
-def test_url_forms(server: FakeEmbeddingServer, suffix: str) -> None:
+def test_url_forms(server: EmbeddingServer, suffix: str) -> None:
     model = RemoteEmbedder(server.base_url + suffix, MODEL, dimension=DIM)
     assert model.url == server.base_url + "/v1/embeddings"
     model.embed(["x"])
@@ -243,7 +131,7 @@ def test_url_validation() -> None:
         RemoteEmbedder("http://h", MODEL, distance="dot")
 
 
-def test_normalisation(server: FakeEmbeddingServer) -> None:
+def test_normalisation(server: EmbeddingServer) -> None:
     normalized = embedder(server).embed(TEXTS[:3])
     np.testing.assert_allclose(np.linalg.norm(normalized, axis=1), 1.0, rtol=1e-6)
     np.testing.assert_allclose(normalized, expected(TEXTS[:3]), rtol=1e-6)
@@ -253,7 +141,7 @@ def test_normalisation(server: FakeEmbeddingServer) -> None:
     assert np.linalg.norm(raw[0]) > 2
 
 
-def test_base64_vectors_are_read(server: FakeEmbeddingServer) -> None:
+def test_base64_vectors_are_read(server: EmbeddingServer) -> None:
     server.base64 = True  # a server that ignores encoding_format "float"
     np.testing.assert_allclose(embedder(server).embed(TEXTS[:2]), expected(TEXTS[:2]), rtol=1e-6)
 
@@ -261,8 +149,8 @@ def test_base64_vectors_are_read(server: FakeEmbeddingServer) -> None:
 # --- the dimension ----------------------------------------------------------------------------
 
 
-def test_dimension_is_learned_lazily_by_a_probe(server: FakeEmbeddingServer) -> None:
-    server.dim = 12
+def test_dimension_is_learned_lazily_by_a_probe(server: EmbeddingServer) -> None:
+    server.dimension = 12
     model = embedder(server)
     assert server.requests == []  # constructing touches nothing
     assert model.settings()["dimension"] is None
@@ -273,14 +161,14 @@ def test_dimension_is_learned_lazily_by_a_probe(server: FakeEmbeddingServer) -> 
     assert model.settings()["dimension"] == 12
 
 
-def test_dimension_is_learned_from_the_first_batch(server: FakeEmbeddingServer) -> None:
+def test_dimension_is_learned_from_the_first_batch(server: EmbeddingServer) -> None:
     model = embedder(server, batch_size=2, concurrency=4)
     assert model.embed(TEXTS[:6]).shape == (6, DIM)
     assert model.dimension == DIM
     assert len(server.requests) == 3  # no probe
 
 
-def test_dimension_mismatch_with_the_configured_one(server: FakeEmbeddingServer) -> None:
+def test_dimension_mismatch_with_the_configured_one(server: EmbeddingServer) -> None:
     model = embedder(server, dimension=16)
     with pytest.raises(EmbeddingError) as exc:
         model.embed(TEXTS[:2])
@@ -290,10 +178,10 @@ def test_dimension_mismatch_with_the_configured_one(server: FakeEmbeddingServer)
     assert "\n" not in message
 
 
-def test_dimension_change_after_learning(server: FakeEmbeddingServer) -> None:
+def test_dimension_change_after_learning(server: EmbeddingServer) -> None:
     model = embedder(server)
     assert model.dimension == DIM
-    server.dim = 12
+    server.dimension = 12
     with pytest.raises(PgragError, match="returned 12-dimensional .* expected 8 "):
         model.embed(TEXTS[:1])
 
@@ -308,16 +196,16 @@ def test_dimension_change_after_learning(server: FakeEmbeddingServer) -> None:
         ([{"index": 0, "embedding": ["a"]}, {"index": 1, "embedding": [1]}], "not a list of"),
     ],
 )
-def test_malformed_responses(server: FakeEmbeddingServer, data: Any, problem: str) -> None:
-    server.script = [Reply(200, json.dumps({"data": data}).encode())]
+def test_malformed_responses(server: EmbeddingServer, data: Any, problem: str) -> None:
+    server.replies = [Reply(200, json.dumps({"data": data}).encode())]
     with pytest.raises(EmbeddingError, match=problem) as exc:
         embedder(server).embed(TEXTS[:2])
     assert str(exc.value).startswith(f"embedding server {server.base_url}/v1/embeddings")
     assert "\n" not in str(exc.value)
 
 
-def test_an_error_body_with_status_200(server: FakeEmbeddingServer) -> None:
-    server.script = [Reply(200, b'{"error": {"message": "input too long"}}')]
+def test_an_error_body_with_status_200(server: EmbeddingServer) -> None:
+    server.replies = [Reply(200, b'{"error": {"message": "input too long"}}')]
     with pytest.raises(EmbeddingError, match="answered an error: input too long; check the mod"):
         embedder(server).embed(["x"])
 
@@ -325,8 +213,8 @@ def test_an_error_body_with_status_200(server: FakeEmbeddingServer) -> None:
 # --- failures ---------------------------------------------------------------------------------
 
 
-def test_429_honours_retry_after(server: FakeEmbeddingServer) -> None:
-    server.script = [Reply(429, headers={"Retry-After": "3"})]
+def test_429_honours_retry_after(server: EmbeddingServer) -> None:
+    server.replies = [Reply(429, headers={"Retry-After": "3"})]
     sleeps = Sleeps()
     vectors = embedder(server, sleep=sleeps).embed(TEXTS[:2])
     np.testing.assert_allclose(vectors, expected(TEXTS[:2]), rtol=1e-6)
@@ -334,8 +222,8 @@ def test_429_honours_retry_after(server: FakeEmbeddingServer) -> None:
     assert len(server.requests) == 2
 
 
-def test_500_twice_then_success(server: FakeEmbeddingServer) -> None:
-    server.script = [Reply(500), Reply(502)]
+def test_500_twice_then_success(server: EmbeddingServer) -> None:
+    server.replies = [Reply(500), Reply(502)]
     sleeps = Sleeps()
     vectors = embedder(server, sleep=sleeps).embed(TEXTS[:2])
     np.testing.assert_allclose(vectors, expected(TEXTS[:2]), rtol=1e-6)
@@ -343,8 +231,8 @@ def test_500_twice_then_success(server: FakeEmbeddingServer) -> None:
     assert len(server.requests) == 3
 
 
-def test_persistent_503_gives_up(server: FakeEmbeddingServer) -> None:
-    server.script = [Reply(503) for _ in range(10)]
+def test_persistent_503_gives_up(server: EmbeddingServer) -> None:
+    server.replies = [Reply(503) for _ in range(10)]
     sleeps = Sleeps()
     with pytest.raises(EmbeddingError) as exc:
         embedder(server, retries=2, sleep=sleeps).embed(["x"])
@@ -355,7 +243,7 @@ def test_persistent_503_gives_up(server: FakeEmbeddingServer) -> None:
     assert sleeps == [0.5, 1.0] and len(server.requests) == 3
 
 
-def test_timeout(server: FakeEmbeddingServer) -> None:
+def test_timeout(server: EmbeddingServer) -> None:
     server.delay = 2.0
     sleeps = Sleeps()
     with pytest.raises(EmbeddingError) as exc:
@@ -390,10 +278,10 @@ def test_credentials_in_the_url_are_masked() -> None:
     assert "s3cret" not in repr(model)
 
 
-def test_401_hint_and_the_key_is_never_shown(server: FakeEmbeddingServer) -> None:
+def test_401_hint_and_the_key_is_never_shown(server: EmbeddingServer) -> None:
     key = "sk-test-0123456789"
     echo = json.dumps({"error": {"message": f"invalid token Bearer {key}"}}).encode()
-    server.script = [Reply(401, echo)]
+    server.replies = [Reply(401, echo)]
     with pytest.raises(EmbeddingError) as exc:
         embedder(server, api_key=key).embed(["x"])
     message = str(exc.value)
@@ -403,12 +291,12 @@ def test_401_hint_and_the_key_is_never_shown(server: FakeEmbeddingServer) -> Non
     assert len(server.requests) == 1  # not retried
 
 
-def test_unknown_model_hint(server: FakeEmbeddingServer) -> None:
+def test_unknown_model_hint(server: EmbeddingServer) -> None:
     with pytest.raises(EmbeddingError, match="HTTP 404: model 'nope' not found; check the model"):
         RemoteEmbedder(server.base_url, "nope", sleep=Sleeps()).embed(["x"])
 
 
-def test_api_key_header_and_absent_from_settings(server: FakeEmbeddingServer) -> None:
+def test_api_key_header_and_absent_from_settings(server: EmbeddingServer) -> None:
     model = embedder(server, api_key="sk-abc", dimension=DIM)
     model.embed(["x"])
     assert server.requests[0].headers["Authorization"] == "Bearer sk-abc"
@@ -419,7 +307,7 @@ def test_api_key_header_and_absent_from_settings(server: FakeEmbeddingServer) ->
 
 
 @pytest.mark.parametrize("concurrency", [1, 3])
-def test_concurrency_limit(server: FakeEmbeddingServer, concurrency: int) -> None:
+def test_concurrency_limit(server: EmbeddingServer, concurrency: int) -> None:
     server.delay = 0.08
     server.reverse = True
     model = embedder(server, batch_size=1, concurrency=concurrency, dimension=DIM)
@@ -431,8 +319,8 @@ def test_concurrency_limit(server: FakeEmbeddingServer, concurrency: int) -> Non
         assert server.max_in_flight > 1
 
 
-def test_a_failing_batch_fails_the_call(server: FakeEmbeddingServer) -> None:
-    server.script = [Reply(400, b'{"error": {"message": "bad input"}}')]
+def test_a_failing_batch_fails_the_call(server: EmbeddingServer) -> None:
+    server.replies = [Reply(400, b'{"error": {"message": "bad input"}}')]
     model = embedder(server, batch_size=1, concurrency=4, dimension=DIM)
     with pytest.raises(EmbeddingError, match="HTTP 400: bad input; check the model name"):
         model.embed(TEXTS[:8])
@@ -441,7 +329,7 @@ def test_a_failing_batch_fails_the_call(server: FakeEmbeddingServer) -> None:
 # --- settings ---------------------------------------------------------------------------------
 
 
-def test_settings_round_trip_reads_the_key_from_env(server: FakeEmbeddingServer) -> None:
+def test_settings_round_trip_reads_the_key_from_env(server: EmbeddingServer) -> None:
     stored = {
         "url": server.base_url + "/v1",
         "model": MODEL,

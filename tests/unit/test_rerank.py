@@ -12,10 +12,8 @@ import math
 import socket
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from pgrag.retrieval.rerank import (
     rerank,
     reranker_from_settings,
 )
+from tests.fakes import Reply, RerankServer, overlap
 
 QUERY = "how long is the refund window"
 PASSAGES = [
@@ -225,117 +224,18 @@ def test_rerank_refuses_bad_scores_and_arguments() -> None:
 # --- HTTP rerank servers ---------------------------------------------------------------------
 
 
-def overlap(query: str, text: str) -> float:
-    words = set(query.lower().split())
-    return float(sum(word.strip(".?,") in words for word in text.lower().split()))
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: dict[str, Any]
-
-
-@dataclass
-class Reply:
-    status: int
-    body: bytes = b'{"error": "scripted failure"}'
-    headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
-
-
-class FakeRerankServer:
-    """A local HTTP server speaking one rerank dialect ('tei' or 'cohere').
-
-    Scores are word overlap between query and passage; results come back sorted by score, as
-    real servers send them, so the client must map them back by index."""
-
-    def __init__(self, accepts: str, answers: str | None = None) -> None:
-        self.accepts, self.answers = accepts, answers or accepts
-        self.requests: list[Received] = []
-        self.script: list[Reply] = []
-        self.release = threading.Event()
-        fake = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length))
-                fake.requests.append(Received(self.path, dict(self.headers.items()), body))
-                if fake.script:
-                    reply = fake.script.pop(0)
-                    if reply.delay:
-                        fake.release.wait(reply.delay)
-                    fake.send(self, reply.status, reply.body, reply.headers)
-                    return
-                fake.send(self, *fake.answer(self.path, body))
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(
-            target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, bytes]:
-        key, route = ("texts", "/rerank") if self.accepts == "tei" else ("documents", "/rerank")
-        if not path.endswith(route):
-            return 404, b'{"error": "not found"}'
-        if key not in body or (self.accepts == "cohere" and "model" not in body):
-            return 422, json.dumps({"error": f"missing field {key} or model"}).encode()
-        texts = body[key]
-        ranked = sorted(range(len(texts)), key=lambda i: -overlap(body["query"], texts[i]))
-        if self.answers == "tei":
-            payload: Any = [{"index": i, "score": overlap(body["query"], texts[i])} for i in ranked]
-        else:
-            results = [
-                {"index": i, "relevance_score": overlap(body["query"], texts[i])} for i in ranked
-            ]
-            payload = {"id": "r-1", "results": results, "meta": {"api_version": {}}}
-        return 200, json.dumps(payload).encode()
-
-    @staticmethod
-    def send(
-        handler: BaseHTTPRequestHandler,
-        status: int,
-        body: bytes,
-        headers: dict[str, str] | None = None,
-    ) -> None:
-        handler.send_response(status)
-        handler.send_header("Content-Type", "application/json")
-        handler.send_header("Content-Length", str(len(body)))
-        handler.send_header("Connection", "close")
-        for name, value in (headers or {}).items():
-            handler.send_header(name, value)
-        handler.end_headers()
-        handler.wfile.write(body)
-
-    def stop(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=5)
+@pytest.fixture
+def tei() -> Iterator[RerankServer]:
+    server = RerankServer("tei")
+    yield server
+    server.close()
 
 
 @pytest.fixture
-def tei() -> Iterator[FakeRerankServer]:
-    server = FakeRerankServer("tei")
+def cohere() -> Iterator[RerankServer]:
+    server = RerankServer("cohere")
     yield server
-    server.stop()
-
-
-@pytest.fixture
-def cohere() -> Iterator[FakeRerankServer]:
-    server = FakeRerankServer("cohere")
-    yield server
-    server.stop()
+    server.close()
 
 
 class Sleeps(list[float]):
@@ -346,7 +246,7 @@ class Sleeps(list[float]):
 EXPECTED = [overlap(QUERY, p) for p in PASSAGES]
 
 
-def test_tei_shape(tei: FakeRerankServer) -> None:
+def test_tei_shape(tei: RerankServer) -> None:
     reranker = HTTPReranker(tei.base_url)
     assert reranker.url == tei.base_url + "/rerank"
     assert reranker.style == "tei"
@@ -367,7 +267,7 @@ def test_tei_shape(tei: FakeRerankServer) -> None:
     assert request.headers["Content-Type"] == "application/json"
 
 
-def test_cohere_shape_with_model_and_key(cohere: FakeRerankServer) -> None:
+def test_cohere_shape_with_model_and_key(cohere: RerankServer) -> None:
     reranker = HTTPReranker(cohere.base_url + "/v1", model="rerank-v3.5", api_key="sk-secret")
     assert reranker.url == cohere.base_url + "/v1/rerank"
     assert reranker.style == "cohere"
@@ -388,17 +288,17 @@ def test_cohere_shape_with_model_and_key(cohere: FakeRerankServer) -> None:
 
 @pytest.mark.parametrize(("accepts", "answers"), [("tei", "cohere"), ("cohere", "tei")])
 def test_either_response_form_is_read(accepts: str, answers: str) -> None:
-    server = FakeRerankServer(accepts, answers)
+    server = RerankServer(accepts, answers)
     try:
         reranker = HTTPReranker(
             server.base_url + "/rerank", model="m" if accepts == "cohere" else None
         )
         assert reranker.score(QUERY, PASSAGES) == EXPECTED
     finally:
-        server.stop()
+        server.close()
 
 
-def test_explicit_style_wins(cohere: FakeRerankServer) -> None:
+def test_explicit_style_wins(cohere: RerankServer) -> None:
     reranker = HTTPReranker(cohere.base_url + "/rerank", style="tei", model="m")
     with pytest.raises(RerankError, match="HTTP 422") as exc:
         reranker.score(QUERY, PASSAGES)
@@ -406,7 +306,7 @@ def test_explicit_style_wins(cohere: FakeRerankServer) -> None:
     assert "texts" in cohere.requests[0].body
 
 
-def test_batches_are_mapped_back_by_index(tei: FakeRerankServer) -> None:
+def test_batches_are_mapped_back_by_index(tei: RerankServer) -> None:
     reranker = HTTPReranker(tei.base_url, batch_size=3)
     passages = PASSAGES + ["the refund window"]
     assert reranker.score(QUERY, passages) == [overlap(QUERY, p) for p in passages]
@@ -415,8 +315,8 @@ def test_batches_are_mapped_back_by_index(tei: FakeRerankServer) -> None:
     assert len(tei.requests) == 2
 
 
-def test_retries_a_503_then_succeeds(tei: FakeRerankServer) -> None:
-    tei.script = [Reply(503)]
+def test_retries_a_503_then_succeeds(tei: RerankServer) -> None:
+    tei.replies = [Reply(503)]
     sleeps = Sleeps()
     reranker = HTTPReranker(tei.base_url, sleep=sleeps)
     assert reranker.score(QUERY, PASSAGES) == EXPECTED
@@ -424,15 +324,15 @@ def test_retries_a_503_then_succeeds(tei: FakeRerankServer) -> None:
     assert sleeps == [0.5]
 
 
-def test_429_honours_retry_after(tei: FakeRerankServer) -> None:
-    tei.script = [Reply(429, headers={"Retry-After": "2"})]
+def test_429_honours_retry_after(tei: RerankServer) -> None:
+    tei.replies = [Reply(429, headers={"Retry-After": "2"})]
     sleeps = Sleeps()
     assert HTTPReranker(tei.base_url, sleep=sleeps).score(QUERY, PASSAGES) == EXPECTED
     assert sleeps == [2.0]
 
 
-def test_gives_up_after_retries(tei: FakeRerankServer) -> None:
-    tei.script = [Reply(502), Reply(503), Reply(500)]
+def test_gives_up_after_retries(tei: RerankServer) -> None:
+    tei.replies = [Reply(502), Reply(503), Reply(500)]
     sleeps = Sleeps()
     with pytest.raises(RerankError) as exc:
         HTTPReranker(tei.base_url, retries=2, sleep=sleeps).score(QUERY, PASSAGES)
@@ -442,8 +342,8 @@ def test_gives_up_after_retries(tei: FakeRerankServer) -> None:
     assert sleeps == [0.5, 1.0]
 
 
-def test_auth_failure_is_not_retried_and_does_not_echo_the_key(tei: FakeRerankServer) -> None:
-    tei.script = [Reply(401, b'{"error": "bad token"}')]
+def test_auth_failure_is_not_retried_and_does_not_echo_the_key(tei: RerankServer) -> None:
+    tei.replies = [Reply(401, b'{"error": "bad token"}')]
     with pytest.raises(RerankError, match="HTTP 401: bad token; check PGRAG_RERANKER_API_KEY") as e:
         HTTPReranker(tei.base_url, api_key="sk-secret", sleep=Sleeps()).score(QUERY, PASSAGES)
     assert "sk-secret" not in str(e.value)
@@ -467,22 +367,22 @@ def test_unreachable_server_names_the_url() -> None:
     assert sleeps == [0.5]  # a refused connection is retried once, not three times
 
 
-def test_timeout_is_not_retried(tei: FakeRerankServer) -> None:
-    tei.script = [Reply(200, b"[]", delay=5.0)]
+def test_timeout_is_not_retried(tei: RerankServer) -> None:
+    tei.replies = [Reply(200, b"[]", delay=5.0)]
     with pytest.raises(RerankError, match=r"did not answer within 0\.3s"):
         HTTPReranker(tei.base_url, timeout=0.3, sleep=Sleeps()).score(QUERY, PASSAGES)
     assert len(tei.requests) == 1
 
 
-def test_redirects_are_not_followed(tei: FakeRerankServer) -> None:
-    elsewhere = FakeRerankServer("tei")
+def test_redirects_are_not_followed(tei: RerankServer) -> None:
+    elsewhere = RerankServer("tei")
     try:
-        tei.script = [Reply(302, b"", headers={"Location": elsewhere.base_url + "/rerank"})]
+        tei.replies = [Reply(302, b"", headers={"Location": elsewhere.base_url + "/rerank"})]
         with pytest.raises(RerankError, match="does not follow redirects"):
             HTTPReranker(tei.base_url, api_key="sk-secret").score(QUERY, PASSAGES)
         assert elsewhere.requests == []
     finally:
-        elsewhere.stop()
+        elsewhere.close()
 
 
 @pytest.mark.parametrize(
@@ -497,15 +397,15 @@ def test_redirects_are_not_followed(tei: FakeRerankServer) -> None:
         (b'{"results": [{"index": 0}]}', "no numeric relevance_score"),
     ],
 )
-def test_malformed_answers(tei: FakeRerankServer, body: bytes, what: str) -> None:
-    tei.script = [Reply(200, body)]
+def test_malformed_answers(tei: RerankServer, body: bytes, what: str) -> None:
+    tei.replies = [Reply(200, body)]
     with pytest.raises(RerankError, match="not a rerank response") as exc:
         HTTPReranker(tei.base_url).score(QUERY, PASSAGES)
     assert what in str(exc.value)
 
 
-def test_error_object_with_status_200(tei: FakeRerankServer) -> None:
-    tei.script = [Reply(200, b'{"message": "model not found"}')]
+def test_error_object_with_status_200(tei: RerankServer) -> None:
+    tei.replies = [Reply(200, b'{"message": "model not found"}')]
     with pytest.raises(RerankError, match="answered an error"):
         HTTPReranker(tei.base_url).score(QUERY, PASSAGES)
 
