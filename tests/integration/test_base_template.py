@@ -1,5 +1,5 @@
 """Base models (a few-shot prompt to /v1/completions) and the generator's tokenizer for the
-budget: real database and model, a real local OpenAI-compatible server (tests/conftest.py)."""
+budget: real database and model, a real local OpenAI-compatible server (tests/fakes.py)."""
 
 from __future__ import annotations
 

@@ -3,9 +3,9 @@ llama-cpp-python is NOT installed: configuration, precedence, file checks, the n
 error, lazy import.
 
 The ask() wiring is also checked here against a STAND-IN ``llama_cpp`` module injected into
-``sys.modules`` (``StandInLlama`` below), with the real database and embedding model. The
+``sys.modules`` (``tests.fakes.StandInLlama``), with the real database and embedding model. The
 stand-in only exercises pgrag's adapter (streaming, the token budget, the cache, error
-translation); the real llama.cpp is exercised by tests/test_local_llm_real.py, which
+translation); the real llama.cpp is exercised by tests/integration/test_local_llm_real.py, which
 ``scripts/test-local`` runs with a real build and a real (tiny) GGUF model.
 """
 

@@ -1,5 +1,5 @@
 """Answer scoring with the RAG marginal: real database and model, a real local /v1/completions
-server whose toy model likes the words of the passage in its prompt (tests/conftest.py)."""
+server whose toy model likes the words of the passage in its prompt (tests/fakes.py)."""
 
 from __future__ import annotations
 

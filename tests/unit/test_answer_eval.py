@@ -1,10 +1,6 @@
-"""`pgrag eval answers` and abstention on retrieval confidence, on the real model and database.
-
-The LLM is an oracle at the edge of the system: a real local HTTP server that reads the
-prompt pgrag sent, finds the question's known answer in one of the numbered sources and
-answers it with that source's number, or says it does not know. Whatever pgrag gets wrong
-between the index and the report (which paragraphs were indexed, what reached the prompt,
-how citations map back to paragraphs, how answers are normalised) shows in the numbers.
+"""The pure parts of `pgrag eval answers` and of abstention on retrieval confidence: AUROC,
+calibration, the seeded split, the retrieval confidence of given hits, reading SQuAD answers.
+The evaluation itself, on the real model and database: tests/integration/test_answer_eval.py.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Base models (a few-shot prompt to /v1/completions) and the generator's tokenizer for the
-budget: real database and model, a real local OpenAI-compatible server (tests/conftest.py)."""
+"""The /v1/completions client for base models, against a real local OpenAI-compatible server
+(tests/fakes.py), and the generator's tokenizer settings. Asking a base model over the real
+database and model: tests/integration/test_base_template.py.
+"""
 
 from __future__ import annotations
 

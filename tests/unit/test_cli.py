@@ -1,9 +1,6 @@
-"""The ``pgrag`` command end to end: real database, real model, a real local LLM server.
-
-Every command runs through click's CliRunner with ``--dsn`` pointing at a fresh migrated
-database; stdout and stderr are checked separately (results on stdout, everything else on
-stderr). ``--help`` is checked in a subprocess so that nothing the tests imported hides a heavy
-import.
+"""The ``pgrag`` command without a database: ``--help`` and usage errors, checked in a
+subprocess so that nothing the tests imported hides a heavy import. The commands end to end:
+tests/integration/test_cli.py.
 """
 
 from __future__ import annotations

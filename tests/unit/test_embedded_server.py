@@ -1,9 +1,5 @@
-"""The embedded PostgreSQL launcher (pgrag.server) and `pgrag server ...`.
-
-Every server lives in its own temporary directory under /tmp (not $HOME: as root the server
-runs as the OS user ``pgrag``, which must traverse every parent) and is stopped in a finally.
-Tests that do not need a fresh directory share one server per module; each of them starts by
-calling ensure_running() (the fast path when it is up), so they do not depend on their order.
+"""The embedded PostgreSQL launcher's directory, as the settings give it. Starting, stopping
+and recovering real servers: tests/integration/test_embedded_server.py.
 """
 
 from __future__ import annotations

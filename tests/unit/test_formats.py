@@ -1,5 +1,7 @@
 """Formats (issue 5): HTML, PDF and JSON Lines read into documents, the format decided by the
-content; real files written by the tests (PDFs by reportlab), ingested into a real database."""
+content, and the registry of format modules; real files written by the tests (PDFs by
+reportlab). Ingesting them into a real database: tests/integration/test_formats.py.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Ingest over time (issue 5): dry runs, re-ingesting edited files, pruning and removing
-documents, broken files among good ones, and an ingest killed with SIGKILL half-way."""
+"""Reading files for ingest: an unreadable file is a one-line error. Ingest over time, on a real
+database: tests/integration/test_ingest_lifecycle.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Instruction-like text in retrieved passages is flagged in the answer and its trace."""
+"""Instruction-like text in retrieved passages: the phrases that are flagged. Flagged in an
+answer and its trace: tests/integration/test_injection.py.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
-"""A local GGUF model (PGRAG_LLM_GGUF, pgrag[local]) in the default test run, where
-llama-cpp-python is NOT installed: configuration, precedence, file checks, the not-installed
-error, lazy import.
-
-The ask() wiring is also checked here against a STAND-IN ``llama_cpp`` module injected into
-``sys.modules`` (``StandInLlama`` below), with the real database and embedding model. The
-stand-in only exercises pgrag's adapter (streaming, the token budget, the cache, error
-translation); the real llama.cpp is exercised by tests/test_local_llm_real.py, which
-``scripts/test-local`` runs with a real build and a real (tiny) GGUF model.
+"""A local GGUF model (PGRAG_LLM_GGUF, pgrag[local]) where llama-cpp-python is NOT installed:
+configuration, precedence, lazy import, and pgrag's adapter against a STAND-IN ``llama_cpp``
+module injected into ``sys.modules`` (``tests.fakes.StandInLlama``). The CLI and ask() with
+the real database and embedding model: tests/integration/test_local_llm.py; the real
+llama.cpp: tests/integration/test_local_llm_real.py, which ``scripts/test-local`` runs.
 """
 
 from __future__ import annotations

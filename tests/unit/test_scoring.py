@@ -1,5 +1,7 @@
-"""Answer scoring with the RAG marginal: real database and model, a real local /v1/completions
-server whose toy model likes the words of the passage in its prompt (tests/conftest.py)."""
+"""Answer scoring with the RAG marginal: picking a candidate's tokens out of a completion's
+log-probabilities. Scoring against the real database, model and a local /v1/completions
+server: tests/integration/test_scoring.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""pgrag search as an OpenAI-format tool: its definition, and running a model's calls."""
+"""pgrag search as an OpenAI-format tool: its definition. Running a model's calls against a
+real database: tests/integration/test_tools.py.
+"""
 
 from __future__ import annotations
 
