@@ -2,16 +2,17 @@
 
 The database fixtures live in tests/integration/conftest.py, so they are not visible here;
 two guards keep it that way if they ever move: a unit test that asks for one fails before any
-fixture is set up, and while a unit test runs, this process may not start PostgreSQL's
-programs (initdb, pg_ctl, postgres), which is how pgrag starts its embedded server (for
-instance from a ``pgrag.connect()`` without a DSN).
+fixture is set up, and while a unit test is set up or runs, this process may not start
+PostgreSQL's programs (initdb, pg_ctl, postgres), which is how pgrag starts its embedded
+server (for instance from a ``pgrag.connect()`` without a DSN).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,19 @@ def _refuse_postgres(event: str, args: tuple[object, ...]) -> None:
 sys.addaudithook(_refuse_postgres)  # hooks cannot be removed: it checks the flag above
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item: pytest.Item) -> None:
+@contextmanager
+def _no_postgres(item: pytest.Item) -> Iterator[None]:
+    _running_unit_test.append(item.nodeid)
+    try:
+        yield
+    finally:
+        _running_unit_test.clear()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Generator[None]:
     if not _is_unit(item):
-        return
+        return (yield)
     wanted = sorted(DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())))
     if wanted:
         pytest.fail(
@@ -56,14 +66,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             " move the test to tests/integration",
             pytrace=False,
         )
+    with _no_postgres(item):
+        return (yield)
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None]:
+def pytest_runtest_call(item: pytest.Item) -> Generator[None]:
+    # Not at teardown: the last test of a run also tears down the session's fixtures, which
+    # may include the integration tests' server.
     if not _is_unit(item):
         return (yield)
-    _running_unit_test.append(item.nodeid)
-    try:
+    with _no_postgres(item):
         return (yield)
-    finally:
-        _running_unit_test.clear()
