@@ -1,0 +1,381 @@
+"""The ``pgrag`` command end to end: real database, real model, a real local LLM server.
+
+Every command runs through click's CliRunner with ``--dsn`` pointing at a fresh migrated
+database; stdout and stderr are checked separately (results on stdout, everything else on
+stderr). ``--help`` is checked in a subprocess so that nothing the tests imported hides a heavy
+import.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner, Result
+
+from pgrag import http as http_post
+from pgrag.cli import cli
+from tests.fakes import LLMServer
+
+SEARCH_KEYS = {
+    "rank",
+    "score",
+    "chunk_id",
+    "document_id",
+    "source",
+    "title",
+    "section",
+    "text",
+    "vector_rank",
+    "keyword_rank",
+}
+MONTHLY = "How many days do monthly subscriptions have for a refund?"
+ABSTAIN_TEXT = "I don't know based on the sources."
+
+
+def run(dsn: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    """``pgrag --dsn DSN ARGS``; exceptions other than SystemExit fail the test."""
+    result = CliRunner().invoke(cli, ["--dsn", dsn, *args], env=env, catch_exceptions=True)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def ok(dsn: str, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    result = run(dsn, *args, env=env)
+    assert result.exit_code == 0, f"exit {result.exit_code}\nstderr: {result.stderr}"
+    return result
+
+
+def assert_one_error_line(result: Result, starts_with: str) -> str:
+    assert result.exit_code == 1, result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(starts_with), lines[0]
+    assert "Traceback" not in result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def loaded(dsn: str, corpus: Path) -> str:
+    """``dsn`` after ``pgrag ingest <corpus> --collection docs``."""
+    result = ok(dsn, "ingest", str(corpus), "--collection", "docs")
+    assert "3 added" in result.stderr
+    return dsn
+
+
+def chunk_text(dsn: str, chunk_id: int) -> str:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT content FROM pgrag.chunks WHERE id = %s", (chunk_id,)).fetchone()
+    assert row is not None, f"chunk {chunk_id} does not exist"
+    return str(row[0])
+
+
+# --- search ----------------------------------------------------------------------------------
+
+
+def test_search_json(loaded: str) -> None:
+    result = ok(loaded, "search", "refund", "--collection", "docs", "--json")
+    rows = json.loads(result.stdout)  # nothing but JSON on stdout
+    assert isinstance(rows, list) and rows
+    for row in rows:
+        assert SEARCH_KEYS <= row.keys(), row.keys()
+    assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+    assert rows[0]["source"].endswith("refunds.md")
+
+    two = json.loads(ok(loaded, "search", "refund", "-c", "docs", "--json", "--k", "2").stdout)
+    assert len(two) == 2
+
+    keyword = json.loads(
+        ok(loaded, "search", "refund", "-c", "docs", "--json", "--mode", "keyword").stdout
+    )
+    assert keyword and all(r["vector_rank"] is None for r in keyword)
+    assert all(r["keyword_rank"] is not None for r in keyword)
+
+
+def test_search_filter(loaded: str) -> None:
+    result = ok(
+        loaded, "search", "office hours", "-c", "docs", "--json", "--filter", '{"format": "text"}'
+    )
+    rows = json.loads(result.stdout)
+    assert rows and {Path(r["source"]).name for r in rows} == {"office.txt"}
+
+    bad = run(loaded, "search", "refund", "-c", "docs", "--filter", "not json")
+    assert_one_error_line(bad, "error: --filter ")
+
+    not_object = run(loaded, "search", "refund", "-c", "docs", "--filter", "[1]")
+    assert_one_error_line(not_object, "error: --filter must be a JSON object")
+
+
+def test_search_plain_output(loaded: str) -> None:
+    result = ok(loaded, "search", "refund", "-c", "docs", "--k", "2")
+    assert result.stdout.startswith("1. ")
+    assert "refunds.md" in result.stdout and "\n2. " in result.stdout
+
+
+def test_search_unknown_collection(dsn: str) -> None:
+    result = run(dsn, "search", "refund", "--collection", "nope")
+    assert_one_error_line(result, "error: collection 'nope' does not exist")
+
+
+def test_database_errors_become_one_line(loaded: str) -> None:
+    with psycopg.connect(loaded) as conn:
+        conn.execute("ALTER FUNCTION pgrag.search_v5 RENAME TO search_v5_gone")
+    result = run(loaded, "search", "refund", "-c", "docs")
+    assert_one_error_line(result, "error: function pgrag.search_v5(")
+
+
+# --- configuration: read once, at the root, from pgrag.config ------------------------------
+
+
+def test_collection_defaults_to_pgrag_collection(loaded: str) -> None:
+    # No -c: PGRAG_COLLECTION names it; -c wins over the variable; neither: "default".
+    rows = json.loads(
+        ok(loaded, "search", "refund", "--json", env={"PGRAG_COLLECTION": "docs"}).stdout
+    )
+    assert rows and rows[0]["source"].endswith("refunds.md")
+    result = run(loaded, "search", "refund", "-c", "nope", env={"PGRAG_COLLECTION": "docs"})
+    assert_one_error_line(result, "error: collection 'nope' does not exist")
+    assert_one_error_line(run(loaded, "search", "refund"), "error: collection 'default' does")
+    # The help shows the built-in default, as before, whatever the environment says.
+    help_text = CliRunner().invoke(cli, ["search", "--help"], env={"PGRAG_COLLECTION": "docs"})
+    assert "[default: default]" in help_text.stdout
+
+
+def test_dsn_defaults_to_pgrag_dsn(loaded: str) -> None:
+    result = CliRunner().invoke(cli, ["collections", "--json"], env={"PGRAG_DSN": loaded})
+    assert result.exit_code == 0, result.stderr
+    assert [r["name"] for r in json.loads(result.stdout)] == ["docs"]
+    # --dsn wins over PGRAG_DSN.
+    unreachable = "postgresql://nobody@127.0.0.1:1/nowhere"
+    assert ok(loaded, "collections", env={"PGRAG_DSN": unreachable}).stdout.startswith("docs\t")
+
+
+def test_the_environment_is_read_once_per_command(
+    loaded: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgrag import config
+
+    calls = []
+    real = config.from_env
+
+    def counting(environ: Any = None) -> config.Settings:
+        calls.append(environ)
+        return real(environ)
+
+    monkeypatch.setattr(config, "from_env", counting)
+    ok(loaded, "search", "refund", "-c", "docs", "--json")
+    ok(loaded, "db", "check")
+    assert len(calls) == 2, calls
+
+
+# --- ask, offline reader ------------------------------------------------------------------
+
+
+def test_ask_json_offline(loaded: str) -> None:
+    result = ok(loaded, "ask", MONTHLY, "--collection", "docs", "--json")
+    answer = json.loads(result.stdout)
+    assert answer["abstained"] is False, answer
+    assert answer["generator"] == "extractive"
+    assert "14 days" in answer["answer"]
+    assert answer["citations"], answer
+    for c in answer["citations"]:
+        assert {"n", "chunk_id", "document_id", "source", "title"} <= c.keys()
+        assert f"[{c['n']}]" in answer["answer"]
+    assert any("14 days" in chunk_text(loaded, c["chunk_id"]) for c in answer["citations"])
+    assert answer["sources"]
+    for s in answer["sources"]:
+        assert {"n", "chunk_id", "text"} <= s.keys()
+    cited = {c["n"] for c in answer["citations"]}
+    assert cited <= {s["n"] for s in answer["sources"]}
+    assert {"embed_ms", "retrieve_ms", "generate_ms", "total_ms"} <= answer["timings"].keys()
+
+    with psycopg.connect(loaded) as conn:
+        row = conn.execute(
+            "SELECT question, abstained FROM pgrag.queries WHERE id = %s", (answer["query_id"],)
+        ).fetchone()
+    assert row == (MONTHLY, False)
+
+    # An OpenAI key without a base URL does not send the documents anywhere.
+    keyed = ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env={"OPENAI_API_KEY": "sk-x"})
+    assert json.loads(keyed.stdout)["generator"] == "extractive"
+
+
+def test_ask_plain_and_show_prompt(loaded: str) -> None:
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--show-prompt")
+    out = result.stdout
+    assert "14 days" in out
+    assert "[1]" in out or "[2]" in out
+    assert "\nSources:\n" in out
+    answer_part, sources_part = out.split("Sources:", 1)
+    assert "refunds.md" in sources_part
+    # The prompt went to stderr, not stdout, and ends with the question.
+    assert "### system" in result.stderr and "### system" not in out
+    prompt_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert prompt_lines[-1] == f"Question: {MONTHLY}"
+
+
+def test_ask_unanswerable_abstains(loaded: str) -> None:
+    result = ok(loaded, "ask", "What is the capital of Mongolia?", "-c", "docs", "--json")
+    answer = json.loads(result.stdout)
+    assert answer["abstained"] is True
+    assert answer["answer"] == ABSTAIN_TEXT
+    assert answer["reason"]
+    assert answer["citations"] == []
+
+
+# --- ask, through a real OpenAI-compatible server ------------------------------------------
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
+    for name in (
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("no_proxy", "127.0.0.1")
+    fake = LLMServer(reply="Hello [1].")  # JSON, or server-sent events when asked to stream
+    yield fake
+    fake.close()
+
+
+def test_ask_llm_keeps_valid_citations_and_drops_invalid(loaded: str, llm: LLMServer) -> None:
+    llm.reply = "Monthly refunds are allowed within 14 days [1]. Annual plans get 30 days [9]."
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env)
+    answer = json.loads(result.stdout)
+    assert answer["abstained"] is False
+    assert [c["n"] for c in answer["citations"]] == [1]
+    assert answer["invalid_citations"] == [9]
+    assert "[9]" not in answer["answer"] and "[1]" in answer["answer"]
+    assert "openai-compatible" in answer["generator"]
+
+    (request,) = llm.requests
+    assert request.body["model"] == "test"
+    assert request.body["stream"] is False
+    messages = request.body["messages"]
+    assert messages[-1]["content"].endswith(MONTHLY)
+    assert any("[1] " in m["content"] for m in messages)
+    assert "14 days" in messages[-1]["content"]
+
+
+def test_ask_llm_answer_with_a_nul_is_logged(loaded: str, llm: LLMServer) -> None:
+    # Models emit NUL (e.g. a <0x00> byte token; a random-weight GGUF model did), and
+    # PostgreSQL text cannot hold it: the log keeps a replacement character instead.
+    llm.reply = "Monthly refunds are allowed within 14 days [1].\x00"
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
+    assert answer["abstained"] is False
+    with psycopg.connect(loaded) as conn:
+        row = conn.execute(
+            "SELECT answer, checks FROM pgrag.queries WHERE id = %s", (answer["query_id"],)
+        ).fetchone()
+    assert row is not None
+    assert row[0] == "Monthly refunds are allowed within 14 days [1].\ufffd"
+    # The answer's checks (jsonb, which cannot hold \u0000 either) are recorded too.
+    assert "\ufffd" in json.dumps(row[1]["sentences"], ensure_ascii=False)
+
+
+def test_ask_llm_says_it_does_not_know(loaded: str, llm: LLMServer) -> None:
+    llm.reply = ABSTAIN_TEXT
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
+    assert answer["abstained"] is True
+    assert answer["answer"] == ABSTAIN_TEXT
+    assert "does not know" in answer["reason"]
+    assert answer["citations"] == []
+
+
+def test_ask_llm_without_citations_abstains(loaded: str, llm: LLMServer) -> None:
+    llm.reply = "Monthly subscriptions can be refunded within 14 days."
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env).stdout)
+    assert answer["abstained"] is True
+    assert answer["answer"] == ABSTAIN_TEXT
+    assert "cites no source" in answer["reason"]
+    assert answer["citations"] == []
+
+
+def test_ask_llm_plain_mode_streams(loaded: str, llm: LLMServer) -> None:
+    llm.reply = "Monthly subscriptions can be refunded within 14 days [1]."
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    assert llm.requests[0].body["stream"] is True
+    assert result.stdout.count(llm.reply) == 1, result.stdout
+    assert "\nSources:\n" in result.stdout and "  [1] " in result.stdout
+
+
+def test_ask_llm_unreachable(loaded: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_post, "BACKOFF_FIRST", 0.0)  # retries, without the waiting
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {"PGRAG_LLM_BASE_URL": f"http://127.0.0.1:{port}/v1", "PGRAG_LLM_MODEL": "test"}
+    for extra in ((), ("--json",)):
+        result = run(loaded, "ask", MONTHLY, "-c", "docs", *extra, env=env)
+        line = assert_one_error_line(result, "error: cannot reach the LLM endpoint ")
+        assert f"127.0.0.1:{port}" in line
+
+
+# --- collections, db, ingest ---------------------------------------------------------------
+
+
+def test_collections_json(loaded: str) -> None:
+    rows = json.loads(ok(loaded, "collections", "--json").stdout)
+    (docs,) = [r for r in rows if r["name"] == "docs"]
+    assert docs["documents"] == 3 and docs["chunks"] > 0
+    assert docs["model"] and docs["dimension"] == 384
+
+
+def test_db_check(dsn: str, empty_dsn: str) -> None:
+    ok(dsn, "db", "check")
+    assert run(empty_dsn, "db", "check").exit_code == 1
+
+
+def test_ingest_twice_writes_nothing_the_second_time(loaded: str, corpus: Path) -> None:
+    result = ok(loaded, "ingest", str(corpus), "--collection", "docs")
+    assert "3 unchanged" in result.stderr
+    assert "0 chunks written" in result.stderr
+    assert result.stdout == ""
+
+
+def test_trace_shows_what_ask_recorded(loaded: str) -> None:
+    answer = json.loads(ok(loaded, "ask", MONTHLY, "--collection", "docs", "--json").stdout)
+    trace = json.loads(ok(loaded, "trace", str(answer["query_id"]), "--json").stdout)
+    assert trace["question"] == MONTHLY and trace["collection"] == "docs"
+    assert trace["model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert trace["answer"] == answer["answer"] and trace["abstained"] is False
+    assert [c["chunk_id"] for c in trace["citations"]] == [
+        c["chunk_id"] for c in answer["citations"]
+    ]
+    # (The prompt puts the strongest passages at both ends; the trace keeps retrieval order.)
+    assert {r["chunk_id"] for r in trace["retrieved"]} == {s["chunk_id"] for s in answer["sources"]}
+    assert [r["rank"] for r in trace["retrieved"]] == list(range(1, len(trace["retrieved"]) + 1))
+    assert all(r["source"] for r in trace["retrieved"])
+    assert "retrieve_ms" in trace["timings"] and trace["prompt"]
+    plain = ok(loaded, "trace", str(answer["query_id"]), "--show-prompt").stdout
+    assert f"Q: {MONTHLY}" in plain and "retrieved:" in plain and "prompt:" in plain
+    missing = run(loaded, "trace", "999999")
+    assert_one_error_line(missing, "error: no recorded question has id 999999")
+
+
+def test_ask_scores_each_cited_sentence(loaded: str, llm: LLMServer) -> None:
+    llm.reply = (
+        "Monthly subscriptions can be refunded within 14 days [1]. Refunds also cover"
+        " shipping costs worldwide."
+    )
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", "--json", env=llm.env)
+    answer = json.loads(result.stdout)
+    first, second = answer["sentences"]
+    assert first["citations"] == [1] and first["support"] is not None
+    assert second["citations"] == [] and second["support"] is None
+    assert answer["uncited"] == ["Refunds also cover shipping costs worldwide."]
+    assert 0 < answer["faithfulness"] <= 0.5
+    plain = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    assert "warning: 1 sentence(s) cite no source" in plain.stderr

@@ -1,0 +1,135 @@
+"""Formats (issue 5): HTML, PDF and JSON Lines read into documents, the format decided by the
+content; real files written by the tests (PDFs by reportlab), ingested into a real database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import pgrag
+from pgrag.db.connect import Database
+from pgrag.ingest import formats, loaders
+from pgrag.ingest.formats import sniff
+from tests.samples import HTML, RST_FORMAT, load_one, package_with, write_jsonl, write_pdf
+
+
+def test_html_sections_become_the_chunks_section_path(db: Database, tmp_path: Path) -> None:
+    page = tmp_path / "help.html"
+    page.write_text(HTML)
+    report = pgrag.ingest(db, [page], collection="web")
+    assert not report.failed and report.count("added") == 1
+    rows = db.conn.execute(
+        "SELECT c.section, c.content FROM pgrag.chunks c ORDER BY c.ordinal"
+    ).fetchall()
+    sections = {r[0] for r in rows}
+    assert "Refunds > Digital goods" in sections, sections
+    digital = " ".join(r[1] for r in rows if r[0] == "Refunds > Digital goods")
+    assert "| Annual | 30 days |" in digital and "Ebooks" in digital
+    hits = pgrag.search(db, "digital goods ebooks refund", collection="web", mode="keyword")
+    assert hits[0].section == "Refunds > Digital goods"
+    assert hits[0].metadata["format"] == "html"
+
+
+def test_pdf_chunks_record_their_page(db: Database, tmp_path: Path) -> None:
+    write_pdf(tmp_path / "report.pdf")
+    report = pgrag.ingest(db, [tmp_path], collection="pdfs")
+    assert not report.failed and report.chunks_written >= 2
+    pages = db.conn.execute(
+        "SELECT c.page, c.content FROM pgrag.chunks c ORDER BY c.ordinal"
+    ).fetchall()
+    assert {p for p, _ in pages} == {1, 2}
+    assert all(("dividend" in text) == (page == 1) for page, text in pages)
+    assert any("| North | 120 | 5% |" in text for page, text in pages if page == 2)
+
+
+# -- JSON Lines ------------------------------------------------------------------------------
+
+
+def test_jsonl_ingest_updates_one_record_and_removes_a_vanished_one(
+    db: Database, tmp_path: Path
+) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "faq.jsonl"
+    records = [
+        {"id": f"r{i}", "text": f"Record {i} explains topic number {i} in detail."}
+        for i in range(5)
+    ]
+    write_jsonl(path, records)
+    first = pgrag.ingest(db, [folder], collection="faq")
+    assert first.count("added") == 5 and not first.failed
+    records[2]["text"] = "Record 2 now explains something else entirely."
+    del records[4]
+    write_jsonl(path, records)
+    second = pgrag.ingest(db, [folder], collection="faq", prune=True)
+    assert (second.count("updated"), second.count("unchanged"), second.count("deleted")) == (
+        1,
+        3,
+        1,
+    )
+    sources = {r[0] for r in db.conn.execute("SELECT source FROM pgrag.documents").fetchall()}
+    assert sources == {f"{path.resolve()}#r{i}" for i in range(4)}
+
+
+def test_search_sees_pdf_html_and_jsonl_together(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    write_pdf(folder / "report.pdf")
+    (folder / "help.html").write_text(HTML)
+    write_jsonl(folder / "faq.jsonl", [{"id": "a", "text": "The Lisbon office opens at 8:00."}])
+    report = pgrag.ingest(db, [folder], collection="mixed")
+    assert report.count("added") == 3 and not report.failed
+    with psycopg.connect(db.dsn) as conn:
+        formats = {
+            r[0]
+            for r in conn.execute(
+                "SELECT metadata ->> 'format' FROM pgrag.search_v4('mixed', 'refund', k => 20)"
+            ).fetchall()
+        }
+    assert formats == {"pdf", "html"}
+
+
+def test_a_json_lines_metadata_change_is_stored_without_embedding(
+    db: Database, tmp_path: Path
+) -> None:
+    path = write_jsonl(
+        tmp_path / "m.jsonl", [{"id": "a", "text": "Refunds take 5 days.", "team": "x"}]
+    )
+    pgrag.ingest(db, [path], collection="meta")
+    write_jsonl(path, [{"id": "a", "text": "Refunds take 5 days.", "team": "y"}])
+    report = pgrag.ingest(db, [path], collection="meta")
+    assert report.count("updated") == 1 and report.chunks_embedded == 0
+    hits = pgrag.search(db, "refunds", collection="meta", filter={"team": "y"}, mode="keyword")
+    assert len(hits) == 1
+
+
+# -- the registry: a format is one module ----------------------------------------------------
+
+
+def test_a_format_module_dropped_into_the_package_is_read_with_no_other_edit(
+    db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.syspath_prepend(str(tmp_path))
+    package = package_with(tmp_path, "formats_with_rst", {"rst": RST_FORMAT})
+    monkeypatch.setattr(formats, "PACKAGE", package)
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    guide = folder / "guide.rst"
+    guide.write_text("Refund guide\n============\n\nRefunds take five business days.\n")
+    (folder / "notes.md").write_text("# Notes\n\nNothing about money.\n")
+    assert sniff(guide.read_bytes(), ".rst") == "rst"
+    assert sniff(b"# Title\n", ".md") == "markdown"  # the others still there
+    doc = load_one(guide)
+    assert (doc.format, doc.title, doc.markdown) == ("rst", "Refund guide", False)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    [(_, problem)] = list(loaders.find_files([empty]))
+    assert problem is not None and ".rst" in str(problem)  # the walk's suffixes include it
+    report = pgrag.ingest(db, [folder], collection="rst")
+    assert report.count("added") == 2 and not report.failed
+    hits = pgrag.search(db, "refunds business days", collection="rst", k=1, mode="keyword")
+    assert hits[0].title == "Refund guide" and hits[0].metadata["format"] == "rst"
+    again = pgrag.ingest(db, [folder], collection="rst", prune=True)  # walked: never pruned
+    assert again.count("unchanged") == 2 and not again.count("deleted")

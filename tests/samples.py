@@ -1,0 +1,233 @@
+"""Sample inputs that unit and integration tests share: documents in each format, a format
+module for the registry, and a tiny SQuAD file with known answers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pgrag.ingest import formats
+from pgrag.ingest.formats.jsonl import JsonlFields
+from pgrag.ingest.loaders import LoadedFile, load_path
+
+# --- formats (tests/unit/test_formats.py, tests/integration/test_formats.py) ----------------
+
+HTML = """<!DOCTYPE html>
+<html><head><title>Billing help</title><script>var tracking = "refund-script";</script>
+<style>.x { color: red }</style></head>
+<body>
+<header class="site-header"><a href="/">Home</a> <a href="/about">About the navigation</a></header>
+<nav><ul><li><a href="/">Home</a></li><li>Pricing menu</li></ul></nav>
+<main><article>
+<header><h1>Refunds</h1></header>
+<p>Refunds are processed within <b>5 business days</b>.</p>
+<h2>Digital goods</h2>
+<ul><li>Ebooks: no refund after download.</li><li>Courses: refund within 14 days.</li></ul>
+<table><tr><th>Plan</th><th>Window</th></tr><tr><td>Monthly</td><td>14 days</td></tr>
+<tr><td>Annual</td><td>30 days</td></tr></table>
+<p># not a heading</p>
+</article></main>
+<div class="cookie-banner">We use cookies</div>
+<footer>Copyright 2026 ACME</footer>
+</body></html>
+"""
+
+
+def load_one(path: Path, fields: JsonlFields | None = None) -> LoadedFile:
+    items = list(load_path(path, fields))
+    assert len(items) == 1, items
+    label, item = items[0]
+    assert label == str(path)
+    assert isinstance(item, LoadedFile), item
+    return item
+
+
+def write_pdf(path: Path, title: str = "Annual report") -> Path:
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import PageBreak, Paragraph, SimpleDocTemplate, Table
+
+    styles = getSampleStyleSheet()
+    doc = SimpleDocTemplate(str(path), pagesize=A4, title=title)
+    doc.build(
+        [
+            Paragraph("Annual report", styles["Title"]),
+            Paragraph(
+                "Revenue grew in every region. The board approved a dividend.", styles["Normal"]
+            ),
+            PageBreak(),
+            Paragraph("Regional results", styles["Heading2"]),
+            Table(
+                [["Region", "Revenue", "Growth"], ["North", "120", "5%"], ["South", "80", "12%"]]
+            ),
+            Paragraph("Refunds fell by a third after the new policy.", styles["Normal"]),
+        ]
+    )
+    return path
+
+
+def write_jsonl(path: Path, records: list[Any]) -> Path:
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in records) + "\n")
+    return path
+
+
+RST_FORMAT = '''
+"""reStructuredText, for the test: a title underlined with ===, read as plain text."""
+
+import re
+
+NAME = "rst"
+LABEL = "reStructuredText"
+SUFFIXES = (".rst",)
+ORDER = 350
+
+_TITLE = re.compile(r"^(\\S.*)\\n=+\\s*$", re.M)
+
+
+def detect(sample):
+    return sample.known == NAME
+
+
+def convert(text):
+    match = _TITLE.search(text)
+    return text, match.group(1).strip() if match else None
+'''
+
+
+def package_with(tmp_path: Path, name: str, modules: dict[str, str]) -> str:
+    """A package of format modules on sys.path: copies of pgrag's, plus ``modules``."""
+    package = tmp_path / name
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    for module in Path(formats.__file__).parent.glob("*.py"):
+        if module.name != "__init__.py":
+            (package / module.name).write_text(module.read_text())
+    for module_name, source in modules.items():
+        (package / f"{module_name}.py").write_text(source)
+    return name
+
+
+# --- answer evaluation (tests/*/test_answer_eval.py) -------------------------------------
+
+# Ten paragraphs on unrelated subjects, two questions each; answers are unique strings.
+PARAGRAPHS = [
+    (
+        "Volcanoes",
+        "Mount Tambora erupted in 1815 and caused the year without a summer in Europe. Its"
+        " plume reached the stratosphere.",
+        [
+            ("When did Mount Tambora erupt?", "1815"),
+            ("What did the eruption of Tambora cause in Europe?", "the year without a summer"),
+        ],
+    ),
+    (
+        "Bees",
+        "Honey bees communicate the direction of flowers with a waggle dance. A colony may"
+        " hold about 60,000 workers in summer.",
+        [
+            ("How do honey bees tell others where flowers are?", "a waggle dance"),
+            ("How many workers may a bee colony hold in summer?", "about 60,000"),
+        ],
+    ),
+    (
+        "Chess",
+        "The Sicilian Defence begins with the moves 1.e4 c5. Bobby Fischer played it as"
+        " Black in most of his games against 1.e4.",
+        [
+            ("Which moves begin the Sicilian Defence?", "1.e4 c5"),
+            ("Which player used the Sicilian as Black against 1.e4?", "Bobby Fischer"),
+        ],
+    ),
+    (
+        "Bread",
+        "Sourdough bread rises because of wild yeast and lactic acid bacteria in the starter."
+        " A starter is fed with flour and water every day.",
+        [
+            ("What makes sourdough bread rise?", "wild yeast and lactic acid bacteria"),
+            ("What is a sourdough starter fed with?", "flour and water"),
+        ],
+    ),
+    (
+        "Rivers",
+        "The Danube flows through ten countries and empties into the Black Sea. Vienna and"
+        " Budapest lie on its banks.",
+        [
+            ("Into which sea does the Danube empty?", "the Black Sea"),
+            ("Through how many countries does the Danube flow?", "ten"),
+        ],
+    ),
+    (
+        "Telescopes",
+        "The Hubble Space Telescope was launched in 1990 aboard the shuttle Discovery. Its"
+        " mirror is 2.4 metres across.",
+        [
+            ("When was the Hubble Space Telescope launched?", "1990"),
+            ("How wide is Hubble's mirror?", "2.4 metres"),
+        ],
+    ),
+    (
+        "Cycling",
+        "The Tour de France was first held in 1903. The leader of the general classification"
+        " wears the yellow jersey.",
+        [
+            ("When was the first Tour de France held?", "1903"),
+            ("What does the leader of the Tour de France wear?", "the yellow jersey"),
+        ],
+    ),
+    (
+        "Coffee",
+        "Espresso is made by forcing hot water through finely ground coffee at about nine"
+        " bars of pressure. A ristretto uses less water.",
+        [
+            ("At what pressure is espresso brewed?", "about nine bars"),
+            ("Which espresso drink uses less water?", "a ristretto"),
+        ],
+    ),
+    (
+        "Glaciers",
+        "The Aletsch Glacier in the Swiss Alps is the largest glacier in the Alps. It has"
+        " retreated by more than three kilometres since 1870.",
+        [
+            ("Which is the largest glacier in the Alps?", "the Aletsch Glacier"),
+            ("How far has the Aletsch Glacier retreated since 1870?", "more than three kilometres"),
+        ],
+    ),
+    (
+        "Typography",
+        "Garamond is an old-style serif typeface named after Claude Garamond, a Parisian"
+        " punch-cutter of the sixteenth century.",
+        [
+            ("After whom is the Garamond typeface named?", "Claude Garamond"),
+            ("What kind of typeface is Garamond?", "an old-style serif typeface"),
+        ],
+    ),
+]
+ANSWERS = {q: a for _, _, qas in PARAGRAPHS for q, a in qas}
+
+
+def squad_file(path: Path) -> Path:
+    data = {
+        "version": "1.1",
+        "data": [
+            {
+                "title": title,
+                "paragraphs": [
+                    {
+                        "context": context,
+                        "qas": [
+                            {
+                                "id": f"{title}-{i}",
+                                "question": q,
+                                "answers": [{"text": a, "answer_start": context.find(a)}],
+                            }
+                            for i, (q, a) in enumerate(qas)
+                        ],
+                    }
+                ],
+            }
+            for title, context, qas in PARAGRAPHS
+        ],
+    }
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
