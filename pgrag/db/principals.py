@@ -15,7 +15,7 @@ from pgrag.errors import InputError
 
 Q = queries.load(__name__)
 
-# Must agree with pgrag.principals_valid (tests/test_access.py checks both ways).
+# Must agree with pgrag.principals_valid (tests/integration/test_access.py checks both ways).
 PRINCIPAL = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:@+-]{0,127}")
 
 
