@@ -95,7 +95,7 @@ def fresh_database(dsn: str | None, name: str, marker: str) -> str:
     from psycopg.conninfo import make_conninfo
 
     from pgrag.db import schema as migrate
-    from pgrag.db.connect import resolve_dsn
+    from pgrag.db.dsn import resolve_dsn
 
     base = resolve_dsn(dsn)
     admin = make_conninfo(base, dbname="postgres")

@@ -25,7 +25,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import schema as migrate
-from pgrag.db.connect import resolve_dsn
+from pgrag.db.dsn import resolve_dsn
 from pgrag.embeddings.local import default_embedder
 
 SQUAD = Path.home() / ".cache/pgrag-bench/squad-dev-v1.1.json"

@@ -44,7 +44,7 @@ from hnsw_recall import (
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import schema as migrate
-from pgrag.db.connect import resolve_dsn
+from pgrag.db.dsn import resolve_dsn
 
 HALF = "synthetic-mixture-384-halfvec"
 KS = (10, 100)

@@ -65,7 +65,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import schema as migrate
-from pgrag.db.connect import resolve_dsn
+from pgrag.db.dsn import resolve_dsn
 
 COLLECTION = "hnsw"
 MODEL = ("synthetic-mixture-384", "benchmark")  # name, provider

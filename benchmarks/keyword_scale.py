@@ -74,7 +74,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from pgrag.db import schema as migrate
-from pgrag.db.connect import resolve_dsn
+from pgrag.db.dsn import resolve_dsn
 from pgrag.db.resources import migrations_dir
 
 COLLECTION = "scale"

@@ -45,7 +45,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 from pgrag.db import schema as migrate
-from pgrag.db.connect import resolve_dsn
+from pgrag.db.dsn import resolve_dsn
 
 COLLECTION = "vis"
 MARKER = "pgrag visibility benchmark (benchmarks/visibility.py); safe to drop"

@@ -15,7 +15,8 @@ from click.core import ParameterSource
 
 from pgrag import config
 from pgrag.config import Settings
-from pgrag.db.connect import Database, connect, describe_error, resolve_dsn
+from pgrag.db.connect import Database, connect, describe_error
+from pgrag.db.dsn import resolve_dsn
 from pgrag.errors import PgragError
 from pgrag.retrieval.search import SearchSettings
 

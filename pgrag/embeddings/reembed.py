@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pgrag.db import queries
-from pgrag.db.connect import open_connection, transaction
+from pgrag.db.connect import transaction
+from pgrag.db.dsn import open_connection
 from pgrag.embeddings.models import collection_id as _collection_id
 from pgrag.embeddings.models import embedder_for
 from pgrag.embeddings.worker import embed_chunks, store_vectors
