@@ -6,7 +6,7 @@ import click
 
 from pgrag.cli.options import dsn as _dsn
 from pgrag.cli.options import emit_json, fail, json_option
-from pgrag.db import drift
+from pgrag.db import drift, repair
 from pgrag.db import schema as migrate
 
 
@@ -87,12 +87,18 @@ def db_check(ctx: click.Context, as_json: bool) -> None:
 
 
 @db.command("repair")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Repair although pgrag.release() says a newer release's functions are installed"
+    " (when you know no newer release ran here).",
+)
 @click.pass_context
-def db_repair(ctx: click.Context) -> None:
+def db_repair(ctx: click.Context, force: bool) -> None:
     """Restore what `pgrag db check` finds, in one transaction: functions, policies and
     row-level security, triggers, indexes, constraints and privileges as this release installs
     them; drop what pgrag did not create in its schema; queue chunks without vectors."""
-    done, left = drift.repair_database(_dsn(ctx))
+    done, left = repair.repair_database(_dsn(ctx), force=force)
     for line in done:
         click.echo(line)
     for d in left:

@@ -1,12 +1,13 @@
 """What pgrag's schema is, read from the catalog: the fingerprint ``pgrag db check`` compares.
 
 :func:`take` reads every object of schema pgrag that decides what the database does -- each
-function's definition (body, language, security, settings, arguments, result), tables and
-their columns, constraints, indexes, triggers (and whether they are enabled), row-level
-security and its policies, and every privilege granted to a role other than the owner -- into
-plain JSON. Text the server writes out (index and trigger definitions, policy expressions) is
-taken with only pg_catalog and pgvector's schema on the search_path, so it reads the same on
-every installation.
+function's definition (body, language, security, settings, arguments, result), tables (and
+whether they are logged), their columns, constraints, indexes, triggers (and whether they, and
+the foreign keys' own triggers, are enabled), rules, tables that inherit from them, row-level
+security and its policies, operators, every privilege granted to a role other than the owner,
+and the default privileges of the schema -- into plain JSON. Text the server writes out (index
+and trigger definitions, policy expressions) is taken with only pg_catalog and pgvector's schema
+on the search_path, so it reads the same on every installation.
 
 This release's fingerprint ships as ``pgrag/db/expected_schema.json``, taken from a database
 that ``pgrag db upgrade`` installed fresh. Regenerate it after changing anything in sql/ or a
@@ -68,8 +69,8 @@ def take(conn: Any) -> dict[str, Any]:
         "functions": {sig: _hash(definition) for sig, definition in fetch(Q.functions)},
         "function_grants": _grants(fetch(Q.function_grants)),
         "relations": {
-            name: {"kind": kind, "rls": rls, "force_rls": force}
-            for name, kind, rls, force in fetch(Q.relations)
+            name: {"kind": kind, "rls": rls, "force_rls": force, "persistence": persistence}
+            for name, kind, rls, force, persistence in fetch(Q.relations)
         },
         "relation_grants": _grants(fetch(Q.relation_grants)),
         "columns": columns,
@@ -93,6 +94,11 @@ def take(conn: Any) -> dict[str, Any]:
         },
         "schema_grants": sorted(f"{g} {p}" for g, p in fetch(Q.schema_grants)),
         "types": {name: kind for name, kind in fetch(Q.types)},
+        "rules": {name: _text(d) for name, d in fetch(Q.rules)},
+        "disabled_internal_triggers": {t: n for t, n in fetch(Q.disabled_internal_triggers)},
+        "children": {child: parent for child, parent in fetch(Q.children)},
+        "default_privileges": sorted(" ".join(r) for r in fetch(Q.default_privileges)),
+        "operators": sorted(r[0] for r in fetch(Q.operators)),
     }
 
 

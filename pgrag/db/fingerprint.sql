@@ -8,8 +8,8 @@ SELECT set_config('search_path',
                   true);
 
 -- name: functions
--- Every function of schema pgrag with what defines it (not its comment or owner), except
--- pgrag.release(), which names the release itself.
+-- Every function of schema pgrag with what defines it (not its comment or owner). (Its body
+-- is the release: pgrag.release() names the digest of the files and the version.)
 SELECT p.oid::regprocedure::text,
        jsonb_build_object('language', l.lanname, 'source', p.prosrc, 'kind', p.prokind,
                           'definer', p.prosecdef, 'volatility', p.provolatile,
@@ -18,7 +18,7 @@ SELECT p.oid::regprocedure::text,
                           'arguments', pg_get_function_arguments(p.oid),
                           'result', pg_get_function_result(p.oid), 'config', p.proconfig)
   FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang
- WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname <> 'release'
+ WHERE p.pronamespace = 'pgrag'::regnamespace
  ORDER BY 1;
 
 -- name: function_grants
@@ -28,13 +28,13 @@ SELECT p.oid::regprocedure::text,
        a.privilege_type
   FROM pg_proc p, aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a
  WHERE p.pronamespace = 'pgrag'::regnamespace AND a.grantee <> p.proowner
-   AND p.proname <> 'release'
  ORDER BY 1, 2, 3;
 
 -- name: relations
 -- Tables, views, sequences and other relations of schema pgrag (not indexes), with their
--- row-level security switches.
-SELECT c.oid::regclass::text, c.relkind::text, c.relrowsecurity, c.relforcerowsecurity
+-- row-level security switches and persistence (p: logged, u: unlogged).
+SELECT c.oid::regclass::text, c.relkind::text, c.relrowsecurity, c.relforcerowsecurity,
+       c.relpersistence::text
   FROM pg_class c
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
  ORDER BY 1;
@@ -124,17 +124,67 @@ SELECT t.oid::regtype::text, t.typtype::text
    AND (t.typrelid = 0 OR c.relkind = 'c')
  ORDER BY 1;
 
--- name: foreign_owners
--- pgrag's functions and relations that its schema's owner does not own.
-SELECT 'function ' || p.oid::regprocedure::text, pg_get_userbyid(p.proowner),
-       pg_get_userbyid(n.nspowner)
-  FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
- WHERE n.nspname = 'pgrag' AND p.proowner <> n.nspowner
+-- name: owners
+-- Who owns schema pgrag and each of its functions and relations (one role should own all).
+SELECT 'schema', 'pgrag', pg_get_userbyid(n.nspowner) FROM pg_namespace n WHERE n.nspname = 'pgrag'
 UNION ALL
-SELECT 'relation ' || c.oid::regclass::text, pg_get_userbyid(c.relowner),
-       pg_get_userbyid(n.nspowner)
-  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
- WHERE n.nspname = 'pgrag' AND c.relowner <> n.nspowner AND c.relkind NOT IN ('i', 'I', 't')
+SELECT 'function', p.oid::regprocedure::text, pg_get_userbyid(p.proowner)
+  FROM pg_proc p WHERE p.pronamespace = 'pgrag'::regnamespace
+UNION ALL
+SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'table' END,
+       c.oid::regclass::text, pg_get_userbyid(c.relowner)
+  FROM pg_class c
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
+   -- an identity or serial column's sequence goes with its table's owner
+   AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                    WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                      AND d.refclassid = 'pg_class'::regclass AND d.deptype IN ('a', 'i'))
+ ORDER BY 1, 2;
+
+-- name: rules
+-- Rewrite rules on pgrag's tables (a view's own _RETURN rule left out).
+SELECT r.ev_class::regclass::text || '.' || r.rulename, pg_get_ruledef(r.oid)
+  FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND r.rulename <> '_RETURN'
+ ORDER BY 1;
+
+-- name: disabled_internal_triggers
+-- The foreign keys' own triggers on pgrag's tables that are disabled, per table (none is).
+SELECT t.tgrelid::regclass::text, count(*)
+  FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND t.tgisinternal AND t.tgenabled = 'D'
+ GROUP BY 1 ORDER BY 1;
+
+-- name: children
+-- Tables that inherit from (or are partitions of) pgrag's tables: their rows show in every
+-- read of the parent.
+SELECT i.inhrelid::regclass::text, i.inhparent::regclass::text
+  FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
+ WHERE p.relnamespace = 'pgrag'::regnamespace
+ ORDER BY 1;
+
+-- name: default_privileges
+-- ALTER DEFAULT PRIVILEGES ... IN SCHEMA pgrag: what new objects there would be granted.
+SELECT pg_get_userbyid(d.defaclrole), d.defaclobjtype::text,
+       CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END,
+       a.privilege_type
+  FROM pg_default_acl d, aclexplode(d.defaclacl) a
+ WHERE d.defaclnamespace = 'pgrag'::regnamespace
+ ORDER BY 1, 2, 3, 4;
+
+-- name: operators
+SELECT o.oid::regoperator::text FROM pg_operator o
+ WHERE o.oprnamespace = 'pgrag'::regnamespace ORDER BY 1;
+
+-- name: role_attributes
+-- pgrag's roles, and what would let a restricted one read everything: superuser, BYPASSRLS,
+-- or membership of pgrag_writer (unrestricted) or of the owner of schema pgrag.
+SELECT r.rolname::text, r.rolsuper, r.rolbypassrls,
+       EXISTS (SELECT 1 FROM pg_roles w WHERE w.rolname = 'pgrag_writer'
+                  AND w.oid <> r.oid AND pg_has_role(r.oid, w.oid, 'MEMBER')),
+       pg_has_role(r.oid, n.nspowner, 'MEMBER')
+  FROM pg_roles r, pg_namespace n
+ WHERE n.nspname = 'pgrag' AND r.rolname IN ('pgrag_reader', 'pgrag_writer', 'pgrag_app')
  ORDER BY 1;
 
 -- name: roles

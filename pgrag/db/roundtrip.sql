@@ -182,7 +182,7 @@ DELETE FROM pgrag_saved.rows WHERE kind = ANY (%(kinds)s);
 -- model still building is backfilled by pgrag models reembed, which resumes where it stopped.)
 WITH missing AS (
          SELECT c.collection_id, array_agg(DISTINCT c.id) AS ids
-           FROM pgrag.chunks c
+           FROM ONLY pgrag.chunks c
            JOIN pgrag.collection_models m
              ON m.collection_id = c.collection_id AND m.status IN ('active', 'standby')
           WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e

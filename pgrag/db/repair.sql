@@ -1,0 +1,119 @@
+-- name: ensure_model_index
+SELECT pgrag.ensure_model_index(%(model_id)s);
+
+-- name: drop_function
+DROP FUNCTION IF EXISTS {function};
+
+-- name: drop_trigger
+DROP TRIGGER IF EXISTS {trigger} ON {table};
+
+-- name: enable_trigger
+ALTER TABLE {table} ENABLE TRIGGER {trigger};
+
+-- name: enable_always_trigger
+ALTER TABLE {table} ENABLE ALWAYS TRIGGER {trigger};
+
+-- name: enable_replica_trigger
+ALTER TABLE {table} ENABLE REPLICA TRIGGER {trigger};
+
+-- name: disable_trigger
+ALTER TABLE {table} DISABLE TRIGGER {trigger};
+
+-- name: drop_policy
+DROP POLICY IF EXISTS {policy} ON {table};
+
+-- name: create_policy
+CREATE POLICY {policy} ON {table} AS {permissive} FOR {command} TO {roles} {using} {check};
+
+-- name: enable_rls
+ALTER TABLE {table} ENABLE ROW LEVEL SECURITY;
+
+-- name: disable_rls
+ALTER TABLE {table} DISABLE ROW LEVEL SECURITY;
+
+-- name: force_rls
+ALTER TABLE {table} FORCE ROW LEVEL SECURITY;
+
+-- name: no_force_rls
+ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY;
+
+-- name: drop_index
+DROP INDEX IF EXISTS {index};
+
+-- name: drop_constraint
+ALTER TABLE {table} DROP CONSTRAINT IF EXISTS {constraint};
+
+-- name: add_constraint
+ALTER TABLE {table} ADD CONSTRAINT {constraint} {definition};
+
+-- name: validate_constraint
+ALTER TABLE {table} VALIDATE CONSTRAINT {constraint};
+
+-- name: drop_view
+DROP VIEW IF EXISTS {relation};
+
+-- name: revoke_function
+REVOKE {privilege} ON FUNCTION {function} FROM {grantee};
+
+-- name: revoke_relation
+REVOKE {privilege} ON {relation} FROM {grantee};
+
+-- name: revoke_column
+REVOKE {privilege} ({column}) ON {relation} FROM {grantee};
+
+-- name: revoke_schema
+REVOKE {privilege} ON SCHEMA pgrag FROM {grantee};
+
+-- name: revoke_sequence
+REVOKE {privilege} ON SEQUENCE {relation} FROM {grantee};
+
+-- name: grant_function
+GRANT {privilege} ON FUNCTION {function} TO {grantee};
+
+-- name: grant_relation
+GRANT {privilege} ON {relation} TO {grantee};
+
+-- name: grant_column
+GRANT {privilege} ({column}) ON {relation} TO {grantee};
+
+-- name: grant_sequence
+GRANT {privilege} ON SEQUENCE {relation} TO {grantee};
+
+-- name: drop_rule
+DROP RULE IF EXISTS {rule} ON {table};
+
+-- name: no_inherit
+ALTER TABLE {child} NO INHERIT {parent};
+
+-- name: drop_operator
+DROP OPERATOR IF EXISTS {operator};
+
+-- name: revoke_default
+ALTER DEFAULT PRIVILEGES FOR ROLE {role} IN SCHEMA pgrag REVOKE {privilege} ON {objects} FROM {grantee};
+
+-- name: enable_all_triggers
+ALTER TABLE {table} ENABLE TRIGGER ALL;
+
+-- name: set_logged
+ALTER TABLE {table} SET LOGGED;
+
+-- name: set_default
+ALTER TABLE {table} ALTER COLUMN {column} SET DEFAULT {default};
+
+-- name: drop_default
+ALTER TABLE {table} ALTER COLUMN {column} DROP DEFAULT;
+
+-- name: set_not_null
+ALTER TABLE {table} ALTER COLUMN {column} SET NOT NULL;
+
+-- name: drop_not_null
+ALTER TABLE {table} ALTER COLUMN {column} DROP NOT NULL;
+
+-- name: set_owner
+ALTER {kind} {object} OWNER TO {owner};
+
+-- name: revoke_role
+REVOKE {granted} FROM {role};
+
+-- name: alter_role
+ALTER ROLE {role} {attribute};
