@@ -193,7 +193,14 @@ def _rename(pairs: dict[str, str]) -> None:
 
     found = _functions(list(pairs))
     missing = set(pairs) - set(found)
-    assert not missing, f"functions of revision 0009 are missing: {sorted(missing)}"
+    if missing:
+        from pgrag.errors import SchemaError
+
+        raise SchemaError(
+            f"this database is not what revision 0009 installed: functions {sorted(missing)}"
+            " are missing, so 0010 cannot rename them; restore them from a backup (or from"
+            " migrations/history/ of pgrag 0.1) and run `pgrag db upgrade` again"
+        )
     for old, signature in found.items():
         _sql(
             sql.SQL("ALTER FUNCTION {} RENAME TO {}").format(

@@ -22,12 +22,18 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
     """Upgrade the schema to REVISION (default: head). An empty database is installed fresh;
     the functions are re-applied whenever they are not this release's."""
     dsn = _dsn(ctx)
-    before = migrate.current(dsn)
-    migrate.upgrade(dsn, revision)
-    after = migrate.current(dsn)
-    if before != after:
-        click.echo(f"upgraded pgrag's schema: {before or '(none)'} -> {after}", err=True)
+    moved = migrate.upgrade(dsn, revision)
+    _notices(moved.notices)
+    if moved.before != moved.after:
+        click.echo(
+            f"upgraded pgrag's schema: {moved.before or '(none)'} -> {moved.after}", err=True
+        )
     click.echo(migrate.state(dsn).describe())
+
+
+def _notices(notices: list[str]) -> None:
+    for notice in notices:
+        click.echo(f"notice: {notice}", err=True)
 
 
 # ignore_unknown_options: Alembic's relative revisions ("-1") are arguments, not options.
@@ -43,16 +49,18 @@ def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
     """Downgrade the schema to REVISION: an id, -1 for one step, or 'base' (removes pgrag's
     schema and all its data). What it would remove is listed first and needs --yes; what the
     next upgrade can restore (role mappings, model links, thresholds...) is kept for it."""
-    dsn = _dsn(ctx)
-    before = migrate.current(dsn)
-    removed = migrate.downgrade(dsn, revision, confirm=yes)
-    after = migrate.current(dsn)
-    for line in removed:
+    moved = migrate.downgrade(_dsn(ctx), revision, confirm=yes)
+    _notices(moved.notices)
+    for line in moved.removed:
         click.echo(f"removed {line}", err=True)
-    if after is None:
-        click.echo(f"removed pgrag's schema and its data (was at {before or '(none)'})")
+    if moved.before is None:
+        click.echo("pgrag's schema is not installed here: nothing to downgrade")
+    elif moved.before == moved.after:
+        click.echo(f"pgrag's schema is at {moved.after} already: nothing to downgrade")
+    elif moved.after is None:
+        click.echo(f"removed pgrag's schema and its data (was at {moved.before})")
     else:
-        click.echo(f"downgraded pgrag's schema: {before or '(none)'} -> {after}")
+        click.echo(f"downgraded pgrag's schema: {moved.before} -> {moved.after}")
 
 
 @db.command("current")

@@ -37,6 +37,8 @@ def repair_database(dsn: str, *, force: bool = False) -> tuple[list[str], list[d
     """:func:`repair` on ``dsn`` in one transaction, under the migration lock; returns what it
     did and what still differs afterwards (what no repair can restore)."""
     with open_connection(dsn) as conn, schema.locked(dsn):
+        if schema.state_of(conn).revision_current:
+            schema.lock_tables(conn)  # (repair refuses other revisions itself)
         done = repair(conn, force=force)
         left = drift.check(conn)
         conn.commit()

@@ -22,10 +22,11 @@ import hashlib
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgrag.db import queries, roundtrip
+from pgrag.db.dsn import open_connection
 from pgrag.db.resources import migrations_dir, sql_file
 from pgrag.errors import InputError, SchemaError, SchemaNotReady
 from pgrag.version import __version__
@@ -58,6 +59,9 @@ FUNCTION_FILES = (
     "grants",
 )
 MIN_PGVECTOR = (0, 8)
+# How long a migration or a repair keeps trying to lock pgrag's tables while searches, ingests
+# or workers hold them, before it gives up having changed nothing.
+LOCK_WAIT_S = 30.0
 
 
 def alembic_config() -> Config:
@@ -133,9 +137,7 @@ def installed_release(conn: Any) -> dict[str, str] | None:
 
 def current(dsn: str) -> str | None:
     """The revision the database is at, or None when pgrag's schema was never installed."""
-    import psycopg
-
-    with psycopg.connect(dsn) as conn:
+    with open_connection(dsn) as conn:
         return revision_of(conn)
 
 
@@ -215,9 +217,7 @@ def state_of(conn: Any) -> SchemaState:
 
 
 def state(dsn: str) -> SchemaState:
-    import psycopg
-
-    with psycopg.connect(dsn) as conn:
+    with open_connection(dsn) as conn:
         return state_of(conn)
 
 
@@ -234,13 +234,12 @@ def require_current(conn: Any) -> None:
 @contextmanager
 def _sqlalchemy(dsn: str) -> Iterator[Connection]:
     # SQLAlchemy gets its connections from psycopg with exactly the DSN pgrag resolved, so
-    # there is one place (pgrag.db.connect) that understands DSNs and libpq variables.
-    import psycopg
+    # there is one place (pgrag.db.dsn) that understands DSNs and libpq variables.
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
     engine = create_engine(
-        "postgresql+psycopg://", creator=lambda: psycopg.connect(dsn), poolclass=NullPool
+        "postgresql+psycopg://", creator=lambda: open_connection(dsn), poolclass=NullPool
     )
     try:
         with engine.connect() as conn:
@@ -253,30 +252,89 @@ def _sqlalchemy(dsn: str) -> Iterator[Connection]:
 def locked(dsn: str) -> Iterator[None]:
     """Hold the migration lock (on a side connection) while the block runs: the second of two
     concurrent upgrades, repairs or downgrades waits for the first."""
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as lock:
+    with open_connection(dsn, autocommit=True) as lock:
         lock.execute(Q.lock, {"key": MIGRATION_LOCK})
         yield
 
 
+def lock_tables(conn: Any, wait: float = LOCK_WAIT_S) -> None:
+    """Lock every table of schema pgrag (ACCESS EXCLUSIVE), in the caller's transaction, before
+    any DDL runs. A migration that took its locks one statement at a time could deadlock with
+    a search that had read one table and wanted the next; this takes them all first. Each try
+    gives up within half of deadlock_timeout, so a search waiting behind it is not the one the
+    deadlock detector cancels; it tries again until ``wait`` seconds have passed, then raises
+    :class:`SchemaError` (and the caller's transaction has changed nothing)."""
+    import time
+
+    import psycopg
+    from psycopg import sql
+
+    tables = [row[0] for row in conn.execute(Q.pgrag_tables).fetchall()]
+    if not tables:
+        return
+    statement = sql.SQL(Q.lock_tables).format(
+        tables=sql.SQL(", ").join(sql.Identifier("pgrag", name) for name in tables)
+    )
+    (before,) = conn.execute(Q.lock_timeout_now).fetchone()
+    deadline, pause = time.monotonic() + wait, 0.05
+    while True:
+        conn.execute(Q.savepoint)
+        try:
+            conn.execute(Q.lock_timeout_short)
+            conn.execute(statement)
+        except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
+            conn.execute(Q.rollback_savepoint)
+            if time.monotonic() + pause > deadline:
+                raise SchemaError(
+                    f"pgrag's tables stayed in use for {wait:.0f} s (searches, ingests or a"
+                    " worker hold them), so nothing was changed; retry when they are idle, or"
+                    " stop pgrag's workers and long transactions first"
+                ) from None
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            continue
+        conn.execute(Q.lock_timeout_restore, {"value": before})
+        conn.execute(Q.release_savepoint)
+        return
+
+
+@dataclass
+class Moved:
+    """What :func:`upgrade` or :func:`downgrade` did: the revision before and after (None: not
+    installed), what a downgrade removed, and the server's notices (a role it could not
+    create, say)."""
+
+    before: str | None
+    after: str | None
+    removed: list[str] = field(default_factory=list)
+    notices: list[str] = field(default_factory=list)
+
+
 @contextmanager
-def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any]]:
+def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any, list[str]]]:
     """Alembic's config and a connection in one transaction, under the migration lock: the
     second of two concurrent upgrades waits, then finds nothing to do. Commits when the block
-    ends without an error."""
+    ends without an error. The list collects the server's notices."""
     cfg = alembic_config()
+    notices: list[str] = []
     with locked(dsn):
         with _sqlalchemy(dsn) as conn:
             raw = conn.connection.driver_connection
             assert raw is not None
+            raw.add_notice_handler(lambda d: _keep_notice(notices, d.message_primary))
             cfg.attributes["connection"] = conn
             cfg.attributes["version_table_schema"] = version_table_schema(raw)
-            yield cfg, conn, raw
+            yield cfg, conn, raw, notices
             conn.commit()
             # Alembic commits what it ran; anything run on the psycopg connection after it is
             # committed here.
             raw.commit()
+
+
+def _keep_notice(notices: list[str], message: str | None) -> None:
+    # pgrag's own notices (a role it could not create); not the server's "... skipping".
+    if message and message.startswith("pgrag: "):
+        notices.append(message)
 
 
 def _alembic(cfg: Config, command: str, revision: str) -> None:
@@ -292,28 +350,67 @@ def _alembic(cfg: Config, command: str, revision: str) -> None:
         ) from err
 
 
-def upgrade(dsn: str, revision: str = "head") -> None:
+def _check_revision(revision: str, verb: str) -> None:
+    if not revision.strip():
+        raise InputError(
+            f"the revision to {verb} to is empty; give 'head', an id like 0009"
+            + (", -1 or 'base'" if verb == "downgrade" else "")
+        )
+    if verb == "upgrade" and revision == "base":
+        raise InputError(
+            "cannot upgrade to 'base' (it is the empty database); `pgrag db downgrade base --yes`"
+            " removes pgrag's schema"
+        )
+
+
+def upgrade(dsn: str, revision: str = "head") -> Moved:
     """Move the database to ``revision`` (default: this release's head). An empty database is
     installed from sql/schema/ and sql/functions/; one installed by an earlier release goes
-    through the migrations; either way the functions are this release's at the end."""
-    with _migrating(dsn) as (cfg, _, raw):
-        if revision in ("head", head()) and revision_of(raw) is None and not _schema_exists(raw):
-            install(raw)
+    through the migrations; either way the functions are this release's at the end. Before
+    anything changes, pgrag's tables are locked (:func:`lock_tables`)."""
+    _check_revision(revision, "upgrade")
+    with _migrating(dsn) as (cfg, _, raw, notices):
+        before = revision_of(raw)
+        to_head = revision in ("head", head())
+        if to_head and before is None and not _schema_exists(raw):
+            _install(raw)
             _alembic(cfg, "stamp", "head")  # env.py's finish() finds nothing left to do
             raw.execute(Q.grant_roles)  # the version table exists now: every role may read it
         else:
+            if before is None and _schema_exists(raw):
+                raise SchemaError(
+                    "schema pgrag exists but pgrag's version table (alembic_version_pgrag) is"
+                    " on no schema of this connection's search_path: if pgrag installed it, set"
+                    " the search_path to the schema that holds the table; if not, rename or"
+                    " drop schema pgrag"
+                )
+            release = installed_release(raw) if (before or "") >= FUNCTIONS_SINCE else None
+            current_functions = release is not None and release.get("digest") == functions_digest()
+            if not (to_head and before == head() and current_functions):
+                lock_tables(raw)
             _alembic(cfg, "upgrade", revision)
+        return Moved(before, revision_of(raw), notices=notices)
 
 
-def downgrade(dsn: str, revision: str, *, confirm: bool = False) -> list[str]:
+def downgrade(dsn: str, revision: str, *, confirm: bool = False) -> Moved:
     """Move the database back to ``revision`` ('base' removes pgrag's schema). What the
     downgrade would remove is listed first (:func:`pgrag.db.roundtrip.plan`); unless
     ``confirm``, anything it would remove with rows in it is an :class:`InputError` naming it
-    all, and nothing changes. What an upgrade can restore is kept aside for it. Returns the
-    lines describing what was removed."""
-    with _migrating(dsn) as (cfg, _, raw):
+    all, and nothing changes. What an upgrade can restore is kept aside for it. The result's
+    ``removed`` describes what was removed."""
+    _check_revision(revision, "downgrade")
+    with _migrating(dsn) as (cfg, _, raw, notices):
         start = revision_of(raw)
+        if start is None:
+            return Moved(None, None, notices=notices)  # nothing installed: nothing to remove
         target = _resolve(revision, start)
+        if target is not None and target > start:
+            raise SchemaError(
+                f"cannot downgrade to {target}: the database is at {start}, before it;"
+                " `pgrag db upgrade` moves forward"
+            )
+        if target == start:
+            return Moved(start, start, notices=notices)
         losses = roundtrip.plan(raw, start, target)
         lines = [loss.describe() for loss in losses if loss.rows]
         if lines and not confirm:
@@ -322,9 +419,10 @@ def downgrade(dsn: str, revision: str, *, confirm: bool = False) -> list[str]:
                 + "; ".join(lines)
                 + ". Nothing was changed; run again with --yes (confirm=True) to downgrade"
             )
+        lock_tables(raw)
         roundtrip.save(raw, losses, target)
         _alembic(cfg, "downgrade", revision)
-        return lines
+        return Moved(start, revision_of(raw), removed=lines, notices=notices)
 
 
 def _resolve(revision: str, start: str | None) -> str | None:
@@ -377,6 +475,27 @@ def require_pgvector(conn: Any) -> None:
 def _use_vector(conn: Any) -> None:
     conn.execute(Q.vector_on_search_path)
     conn.execute(Q.load_vector)
+
+
+def _install(conn: Any) -> None:
+    """:func:`install`, with what to do when the role may not create what it needs."""
+    import psycopg
+
+    user, database = conn.execute(Q.who).fetchone()
+    try:
+        install(conn)
+    except psycopg.errors.InsufficientPrivilege as err:
+        reason = err.diag.message_primary or "permission denied"
+        if "extension" in reason:
+            todo = f"a superuser runs CREATE EXTENSION vector in database {database}, then retry"
+        else:
+            todo = (
+                f"run `pgrag db upgrade` as the database's owner, or have an administrator run"
+                f" GRANT CREATE ON DATABASE {database} TO {user}"
+            )
+        raise SchemaError(
+            f"role {user} may not install pgrag in database {database} ({reason}): {todo}"
+        ) from err
 
 
 def install(conn: Any) -> None:

@@ -93,3 +93,37 @@ CREATE OR REPLACE FUNCTION pgrag.release() RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS {body};
+
+-- name: pgrag_tables
+-- Every table of schema pgrag (what a migration or a repair locks before it changes any).
+SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE n.nspname = 'pgrag' AND c.relkind IN ('r', 'p')
+ ORDER BY 1;
+
+-- name: lock_timeout_short
+-- Give up on a lock before deadlock_timeout ends (half of it, at most 500 ms): a search that
+-- waits behind the migration is never the one the deadlock detector cancels.
+SELECT set_config('lock_timeout',
+                  greatest(10, least(500, setting::integer / 2))::text || 'ms', true)
+  FROM pg_settings WHERE name = 'deadlock_timeout';
+
+-- name: lock_timeout_restore
+SELECT set_config('lock_timeout', %(value)s, true);
+
+-- name: lock_timeout_now
+SELECT current_setting('lock_timeout');
+
+-- name: lock_tables
+LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE;
+
+-- name: savepoint
+SAVEPOINT pgrag_lock;
+
+-- name: release_savepoint
+RELEASE SAVEPOINT pgrag_lock;
+
+-- name: rollback_savepoint
+ROLLBACK TO SAVEPOINT pgrag_lock;
+
+-- name: who
+SELECT current_user::text, current_database()::text;

@@ -147,8 +147,9 @@ def test_a_round_trip_to_0001_loses_nothing_an_upgrade_can_restore(populated: st
         assert words in message, message
     assert migrate.current(dsn) == migrate.head() and _counts(dsn) == before
 
-    removed = migrate.downgrade(dsn, "0001", confirm=True)
-    assert "role mappings: 3 (kept for the next upgrade)" in removed
+    moved = migrate.downgrade(dsn, "0001", confirm=True)
+    assert "role mappings: 3 (kept for the next upgrade)" in moved.removed
+    assert (moved.before, moved.after) == (migrate.head(), "0001")
     at_0001 = _counts(dsn)
     assert migrate.current(dsn) == "0001"
     assert at_0001["documents"] == before["documents"] and at_0001["chunks"] == before["chunks"]
