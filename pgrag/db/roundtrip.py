@@ -4,10 +4,11 @@ A downgrade past a migration drops what that migration added. Before it does, :f
 counts the rows it would drop, per migration, and says what becomes of each: *kept* (saved in
 ``pgrag_saved.rows`` and put back by the next upgrade to this release: role mappings, model
 links, the embedding queue, calibrated thresholds, half-precision index settings, bodies of
-documents written with SQL, answer checks), *rebuilt* (access lists and keyword postings, which
-the upgrade recomputes from documents and chunks), or *lost* (a cache, or everything, on a
-downgrade to base). An upgrade from before the queue existed also queues every chunk that has no
-vector of its collection's model (:func:`requeue`), whatever ran meanwhile.
+documents written with SQL, answer checks, keyword calibrations), *rebuilt* (access lists and
+keyword postings, which the upgrade recomputes from documents and chunks), or *lost* (a cache,
+or everything, on a downgrade to base). An upgrade from before the queue existed also queues
+every chunk that has no vector of its collection's model (:func:`requeue`), whatever ran
+meanwhile.
 :func:`pgrag.db.schema.downgrade` shows that list and needs ``confirm`` when any of it has rows.
 """
 
@@ -55,6 +56,13 @@ ITEMS = (
     Item("0005", "documents stored once as copies of another", "count_duplicates", COPIED),
     Item("0003", "role mappings", "count_role_mappings", KEPT, "role_mappings"),
     Item("0003", "access lists (documents keep their principals)", "count_acls", REBUILT),
+    Item(
+        "0002",
+        "keyword calibrations (each collection's reference length for impacts)",
+        "count_keyword_settings",
+        KEPT,
+        "keyword_settings",
+    ),
     Item("0002", "keyword postings", "count_postings", REBUILT),
     Item("0001", "embedding models", "count_models", LOST),
     Item("0001", "documents", "count_documents", LOST),
@@ -63,7 +71,16 @@ ITEMS = (
     Item("0001", "logged questions", "count_queries", LOST),
 )
 # Restored in this order: model links after their models' settings.
-RESTORE = ("role_mappings", "index_types", "thresholds", "model_links", "queue", "bodies", "checks")
+RESTORE = (
+    "role_mappings",
+    "index_types",
+    "thresholds",
+    "model_links",
+    "queue",
+    "bodies",
+    "checks",
+    "keyword_settings",
+)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,9 @@ SELECT count(*) FROM pgrag.embedding_models WHERE index_type <> 'vector';
 -- name: count_bodies
 SELECT count(*) FROM pgrag.documents WHERE body IS NOT NULL;
 
+-- name: count_keyword_settings
+SELECT count(*) FROM pgrag.keyword_settings;
+
 -- name: count_queue
 SELECT count(*) FROM pgrag.embedding_queue;
 
@@ -87,6 +90,12 @@ INSERT INTO pgrag_saved.rows (kind, data)
 SELECT 'thresholds', jsonb_build_object('id', id, 'name', name, 'min_confidence', min_confidence)
   FROM pgrag.embedding_models WHERE min_confidence IS NOT NULL;
 
+-- name: save_keyword_settings
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'keyword_settings', jsonb_build_object('collection_id', k.collection_id, 'name', c.name,
+           'impact_avgdl', k.impact_avgdl, 'refreshed_at', k.refreshed_at)
+  FROM pgrag.keyword_settings k JOIN pgrag.collections c ON c.id = k.collection_id;
+
 -- name: save_model_links
 INSERT INTO pgrag_saved.rows (kind, data)
 SELECT 'model_links', to_jsonb(cm) FROM pgrag.collection_models cm WHERE cm.status <> 'active';
@@ -159,6 +168,24 @@ UPDATE pgrag.embedding_models m SET min_confidence = (s.data ->> 'min_confidence
   FROM pgrag_saved.rows s
  WHERE s.kind = 'thresholds' AND m.id = (s.data ->> 'id')::integer
    AND m.name = s.data ->> 'name' AND m.min_confidence IS NULL;
+
+-- name: restore_keyword_settings
+-- Each collection's reference length as it was (the upgrade through 0002 took it from the
+-- corpus as it is now), and its postings' impacts at that length again: keyword searches read
+-- the postings in the order they did before the round trip.
+WITH restored AS (
+         UPDATE pgrag.keyword_settings k
+            SET impact_avgdl = (s.data ->> 'impact_avgdl')::float8,
+                refreshed_at = (s.data ->> 'refreshed_at')::timestamptz
+           FROM pgrag_saved.rows s, pgrag.collections c
+          WHERE s.kind = 'keyword_settings' AND c.id = (s.data ->> 'collection_id')::integer
+            AND c.name = s.data ->> 'name' AND k.collection_id = c.id
+            AND k.impact_avgdl <> (s.data ->> 'impact_avgdl')::float8
+      RETURNING k.collection_id, k.impact_avgdl)
+UPDATE pgrag.keyword_postings p
+   SET impact = p.tf / (p.tf + 1.5 * (0.25 + 0.75 * p.dl / r.impact_avgdl))
+  FROM restored r
+ WHERE p.collection_id = r.collection_id;
 
 -- name: restore_bodies
 -- A document written with SQL gets its body back unless it was rewritten meanwhile (its chunks

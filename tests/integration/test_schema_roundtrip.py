@@ -49,9 +49,18 @@ COUNTS = {
     "halfvec models": "SELECT count(*) FROM pgrag.embedding_models WHERE index_type = 'halfvec'",
     "bodies": "SELECT count(*) FROM pgrag.documents WHERE body IS NOT NULL",
     "answer checks": "SELECT count(*) FROM pgrag.queries WHERE checks IS NOT NULL",
+    "keyword calibrations": "SELECT count(*) FROM pgrag.keyword_settings WHERE impact_avgdl = 7.5",
+    "postings": "SELECT count(*) FROM pgrag.keyword_postings",
+    "impacts at the calibration": (
+        "SELECT count(*) FROM pgrag.keyword_postings"
+        " WHERE abs(impact - tf / (tf + 1.5 * (0.25 + 0.75 * dl / 7.5))) < 1e-6"
+    ),
 }
 # What does not exist at an earlier revision is not counted there.
 SINCE = {
+    "keyword calibrations": "0002",
+    "postings": "0002",
+    "impacts at the calibration": "0002",
     "role mappings": "0003",
     "model links": "0008",
     "building links": "0008",
@@ -93,6 +102,12 @@ def populated(db: pgrag.Database, corpus: Path, admin_dsn: str) -> str:
         conn.execute(
             "UPDATE pgrag.embedding_models SET min_confidence = 0.42 WHERE id = %s", (active,)
         )
+        # Keyword impacts calibrated at a reference length the corpus no longer has (as
+        # keyword_maintain leaves them until the average drifts past its threshold).
+        conn.execute("UPDATE pgrag.keyword_settings SET impact_avgdl = 7.5")
+        conn.execute(
+            "UPDATE pgrag.keyword_postings SET impact = tf / (tf + 1.5 * (0.25 + 0.75 * dl / 7.5))"
+        )
         # A second model, being built: half of its vectors are there, at half precision.
         (second,) = conn.execute(
             "INSERT INTO pgrag.embedding_models (name, provider, dimension, index_type)"
@@ -132,6 +147,8 @@ def test_a_round_trip_to_0001_loses_nothing_an_upgrade_can_restore(populated: st
     assert before["queued"] > 0 and before["unqueued chunks"] == 0
     assert before["thresholds"] == before["halfvec models"] == before["bodies"] == 1
     assert before["answer checks"] == 1 and before["orphaned vectors"] == 0
+    assert before["keyword calibrations"] == 1
+    assert before["impacts at the calibration"] == before["postings"] > 0
 
     # Named first, and refused without confirmation: nothing changes.
     with pytest.raises(InputError) as refused:
@@ -142,6 +159,7 @@ def test_a_round_trip_to_0001_loses_nothing_an_upgrade_can_restore(populated: st
         "links of collections to models that are not active (building, standby, retired): 1",
         "chunks queued for a vector",
         "calibrated abstention thresholds: 1",
+        "keyword calibrations (each collection's reference length for impacts): 1 (kept",
         "--yes",
     ):
         assert words in message, message
