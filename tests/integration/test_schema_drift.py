@@ -354,7 +354,7 @@ def test_a_model_index_built_otherwise_and_a_stray_one_are_found_and_fixed(
         "SELECT pg_get_indexdef(%s::regclass)", (f"pgrag.{index}",)
     ).fetchone()
     assert "vector_cosine_ops" in rebuilt
-    assert db.conn.execute(
-        "SELECT to_regclass('pgrag.chunk_embeddings_hnsw_9999')"
-    ).fetchone() == (None,)
+    assert db.conn.execute("SELECT to_regclass('pgrag.chunk_embeddings_hnsw_9999')").fetchone() == (
+        None,
+    )
     db.conn.rollback()
