@@ -301,8 +301,8 @@ def lock_tables(conn: Any, wait: float = LOCK_WAIT_S) -> None:
 @dataclass
 class Moved:
     """What :func:`upgrade` or :func:`downgrade` did: the revision before and after (None: not
-    installed), what a downgrade removed, and the server's notices (a role it could not
-    create, say)."""
+    installed), what a downgrade removed, and pgrag's notices from the server (a role it could
+    not create, say)."""
 
     before: str | None
     after: str | None
@@ -314,7 +314,7 @@ class Moved:
 def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any, list[str]]]:
     """Alembic's config and a connection in one transaction, under the migration lock: the
     second of two concurrent upgrades waits, then finds nothing to do. Commits when the block
-    ends without an error. The list collects the server's notices."""
+    ends without an error. The list collects pgrag's notices (:func:`_keep_notice`)."""
     cfg = alembic_config()
     notices: list[str] = []
     with locked(dsn):
