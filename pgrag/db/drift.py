@@ -25,11 +25,13 @@ Q = queries.load(__name__)
 
 ROLES = ("pgrag_reader", "pgrag_writer", "pgrag_app")
 RESTRICTED = ("pgrag_reader", "pgrag_app")
-BACKUP = "not repairable: restore it from a backup, or downgrade and upgrade"
+BACKUP = "not repairable: restore the table from a backup"
 # Column attributes in a fingerprint, and which of them repair sets back (the others would
 # rewrite or lose data).
 COLUMN = ("type", "not null", "default", "identity", "generated", "collation")
-REPAIRABLE_COLUMN = {"not null", "default"}
+REPAIRABLE_COLUMN = {"not null", "default", "identity"}
+# The storage options of pgrag's model indexes (pgrag.model_index_ddl).
+HNSW_OPTIONS = ["m=16", "ef_construction=128"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,36 @@ def compare(expected: dict[str, Any], live: dict[str, Any], roles: set[str]) -> 
                 f"grant {privilege} on new {_OBJECTS.get(objects_, objects_)} to {grantee}",
             )
         )
+    for name, want in sorted(expected.get("sequences", {}).items()):
+        got = live.get("sequences", {}).get(name)
+        if got is not None and got != want:
+            differ = ", ".join(f"{k} {got[k]} (not {want[k]})" for k in want if got[k] != want[k])
+            out.append(Drift("sequence", name, f"is defined otherwise: {differ}"))
+    for entry in live.get("publications", []):
+        publication, what = entry.split(" ", 1)
+        out.append(
+            Drift(
+                "publication",
+                publication,
+                f"sends {what} to its subscribers, every row whatever row-level security",
+                repairable=False,
+                fix=f"if it is not yours, its owner runs ALTER PUBLICATION {publication} DROP ..."
+                " (or DROP PUBLICATION)",
+            )
+        )
+    for entry in live.get("database_settings", []):
+        who, setting = entry.split(" ", 1)
+        out.append(
+            Drift(
+                "database setting",
+                f"{setting} (for {who})",
+                "pgrag's triggers do not fire: documents lose their access lists and chunks"
+                " their keyword postings",
+                repairable=False,
+                fix="a superuser runs ALTER DATABASE ... [IN ROLE ...] RESET"
+                " session_replication_role",
+            )
+        )
     out += _relations(expected, live)
     out += _columns(expected, live)
     out += _grants(expected, live, roles)
@@ -109,6 +141,7 @@ def compare(expected: dict[str, Any], live: dict[str, Any], roles: set[str]) -> 
 
 
 _OBJECTS = {"r": "tables", "S": "sequences", "f": "functions", "T": "types", "n": "schemas"}
+_IDENTITY = {"d": "DEFAULT", "n": "NOTHING", "f": "FULL", "i": "USING INDEX"}
 
 
 def _relations(expected: dict[str, Any], live: dict[str, Any]) -> list[Drift]:
@@ -116,7 +149,10 @@ def _relations(expected: dict[str, Any], live: dict[str, Any]) -> list[Drift]:
     exp_rel, got_rel = expected["relations"], live["relations"]
     for name in sorted(set(exp_rel) | set(got_rel)):
         if name not in got_rel:
-            out.append(Drift("table", name, "missing", repairable=False, fix=BACKUP))
+            if exp_rel[name]["kind"] == "S":  # an identity column's: comes back with it
+                out.append(Drift("sequence", name, "missing (its column lost its identity)"))
+            else:
+                out.append(Drift("table", name, "missing", repairable=False, fix=BACKUP))
         elif name not in exp_rel:
             view = got_rel[name]["kind"] in ("v", "m")  # repair drops a view, never a table
             out.append(
@@ -140,6 +176,19 @@ def _relations(expected: dict[str, Any], live: dict[str, Any]) -> list[Drift]:
                 out.append(Drift("row-level security", name, "FORCE differs from this release"))
             if e.get("persistence") != g.get("persistence"):
                 out.append(Drift("table", name, "is UNLOGGED: a crash empties it"))
+            if e.get("replica_identity", "d") != g.get("replica_identity", "d"):
+                out.append(
+                    Drift(
+                        "table",
+                        name,
+                        f"has replica identity {_IDENTITY.get(g.get('replica_identity'), '?')}"
+                        f" (not {_IDENTITY.get(e.get('replica_identity'), '?')}): published,"
+                        " its updates and deletes fail",
+                    )
+                )
+            if e.get("options", []) != g.get("options", []):
+                shown = ", ".join(g.get("options", [])) or "none"
+                out.append(Drift("table", name, f"has storage options {shown}, not as released"))
     return out
 
 
@@ -184,13 +233,21 @@ def _columns(expected: dict[str, Any], live: dict[str, Any]) -> list[Drift]:
     return out
 
 
+def exists(live: dict[str, Any], section: str, name: str) -> bool:
+    """Whether the object of a grant (a function, a relation, a column) exists in ``live``."""
+    if section == "function_grants":
+        return name in live["functions"]
+    if section == "relation_grants":
+        return name in live["relations"]
+    *table, column = fingerprint.split_name(name)
+    return any(
+        fingerprint.split_name(t) == table and any(c[0] == column for c in columns)
+        for t, columns in live["columns"].items()
+    )
+
+
 def _grants(expected: dict[str, Any], live: dict[str, Any], roles: set[str]) -> list[Drift]:
     out: list[Drift] = []
-    present = {
-        "function_grants": set(live.get("functions", {})) | set(expected.get("functions", {})),
-        "relation_grants": set(live["relations"]),
-        "column_grants": {f"{t}.{c[0]}" for t, cols in live["columns"].items() for c in cols},
-    }
     sections = (
         ("function_grants", "function"),
         ("relation_grants", "relation"),
@@ -199,7 +256,7 @@ def _grants(expected: dict[str, Any], live: dict[str, Any], roles: set[str]) -> 
     for section, kind in sections:
         exp, got = expected.get(section, {}), live.get(section, {})
         for name in sorted(set(exp) | set(got)):
-            if name not in present[section]:
+            if not exists(live, section, name):
                 continue  # the object itself is missing: reported above
             want = for_roles(exp.get(name, []), roles)
             have = set(got.get(name, []))
@@ -219,12 +276,15 @@ def _grants(expected: dict[str, Any], live: dict[str, Any], roles: set[str]) -> 
     return out
 
 
-def owner(conn: Any) -> tuple[str, list[tuple[str, str, str]]]:
-    """The role that owns pgrag's objects (most of them), and each object another role owns
-    as (kind, name, its owner)."""
+def owner(conn: Any) -> tuple[str, list[tuple[str, str, str]], str | None]:
+    """The owner of schema pgrag, each object another role owns as (kind, name, its owner),
+    and the role that owns most objects when that is not the schema's owner (then which of
+    the two is pgrag's owner is for a person to say)."""
     rows = [tuple(r) for r in conn.execute(fingerprint.Q.owners).fetchall()]
-    expected = Counter(r[2] for r in rows if r[0] != "schema").most_common(1)[0][0]
-    return expected, [r for r in rows if r[2] != expected]
+    reference = next(r[2] for r in rows if r[0] == "schema")
+    most = Counter(r[2] for r in rows if r[0] != "schema").most_common(1)[0][0]
+    others = [r for r in rows if r[0] != "schema" and r[2] != reference]
+    return reference, others, most if most != reference else None
 
 
 def check(conn: Any) -> list[Drift]:
@@ -246,6 +306,7 @@ def check(conn: Any) -> list[Drift]:
     roles = fingerprint.existing_roles(conn)
     out += compare(fingerprint.expected(), live, roles)
     out += _model_indexes(conn)
+    out += _sequences_behind(conn, live)
     out += _owners(conn)
     out += _roles(conn, roles)
     for collection, model, n in conn.execute(Q.unqueued).fetchall():
@@ -259,11 +320,56 @@ def check(conn: Any) -> list[Drift]:
     return out
 
 
+def identity_columns(live: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(table, column, its sequence) for each identity column of pgrag's tables."""
+    return [
+        (table, column[0], f"{table}_{column[0]}_seq")
+        for table, columns in sorted(live["columns"].items())
+        for column in columns
+        if column[4]  # attidentity: 'a' or 'd'
+    ]
+
+
+def behind(conn: Any, table: str, column: str, sequence: str) -> tuple[int, int] | None:
+    """(the sequence's next value, the column's largest) when the next value is already used."""
+    from psycopg import sql
+
+    row = conn.execute(
+        sql.SQL(Q.sequence_position).format(
+            column=sql.Identifier(column),
+            table=sql.Identifier(*fingerprint.split_name(table)),
+        ),
+        {"sequence": sequence},
+    ).fetchone()
+    if row is None or row[0] is None or row[1] is None:
+        return None
+    next_value, largest = int(row[0]), int(row[1])
+    return (next_value, largest) if next_value <= largest else None
+
+
+def _sequences_behind(conn: Any, live: dict[str, Any]) -> list[Drift]:
+    out: list[Drift] = []
+    for table, column, sequence in identity_columns(live):
+        if sequence not in live["relations"]:
+            continue  # reported as missing
+        found = behind(conn, table, column, sequence)
+        if found:
+            out.append(
+                Drift(
+                    "sequence",
+                    sequence,
+                    f"would give {found[0]} next, but {table}.{column} already holds up to"
+                    f" {found[1]}: every insert fails",
+                )
+            )
+    return out
+
+
 def _model_indexes(conn: Any) -> list[Drift]:
     out: list[Drift] = []
     for row in conn.execute(Q.model_indexes).fetchall():
         model_id, name, index, valid, method, opclass, want_opclass, expr, want_type = row[:9]
-        predicate, want_predicate = row[9:]
+        predicate, want_predicate, options = row[9:]
         where = f"{index} (model {name}, id {model_id})"
         if method is None or not valid:
             out.append(Drift("index", where, "missing or invalid"))
@@ -278,19 +384,37 @@ def _model_indexes(conn: Any) -> list[Drift]:
             )
         elif predicate != want_predicate:
             out.append(Drift("index", where, f"covers {predicate}, not {want_predicate}"))
+        elif sorted(options or []) != sorted(HNSW_OPTIONS):
+            shown = ", ".join(options or []) or "the defaults"
+            out.append(
+                Drift("index", where, f"is built with {shown}, not {', '.join(HNSW_OPTIONS)}")
+            )
     for (index,) in conn.execute(Q.stray_model_indexes).fetchall():
         out.append(Drift("index", index, "belongs to no model a collection uses"))
     return out
 
 
 def _owners(conn: Any) -> list[Drift]:
-    expected, others = owner(conn)
+    reference, others, most = owner(conn)
+    if most is not None:
+        n = sum(1 for _, _, who in others if who == most)
+        return [
+            Drift(
+                "owner of",
+                "schema pgrag",
+                f"is {reference}, but {most} owns {n} of its objects: one of them was given"
+                " pgrag's objects by hand",
+                repairable=False,
+                fix="a superuser decides which role is pgrag's owner and gives it the schema and"
+                " every object in it (ALTER SCHEMA pgrag OWNER TO ...; ALTER ... OWNER TO ...)",
+            )
+        ]
     return [
         Drift(
             "owner of",
             f"{kind} {name}",
-            f"is {who}, not {expected} (who owns pgrag's other objects)",
-            fix=f"its owner or a superuser can run ALTER {kind.upper()} ... OWNER TO {expected}",
+            f"is {who}, not {reference} (who owns schema pgrag)",
+            fix=f"its owner or a superuser can run ALTER {kind.upper()} ... OWNER TO {reference}",
         )
         for kind, name, who in others
     ]
@@ -310,13 +434,14 @@ def _roles(conn: Any, roles: set[str]) -> list[Drift]:
                     " SELECT pgrag.grant_roles()",
                 )
             )
+    (running_as_superuser,) = conn.execute(Q.running_as_superuser).fetchone()
     for role, superuser, bypassrls, writer, owns in conn.execute(
         fingerprint.Q.role_attributes
     ).fetchall():
         why = [
             what for what, flag in (("a superuser", superuser), ("BYPASSRLS", bypassrls)) if flag
         ]
-        if role in RESTRICTED:
+        if role in RESTRICTED and not superuser:  # (a superuser is a member of every role)
             why += ["a member of pgrag_writer"] * bool(writer)
             why += ["a member of the owner of schema pgrag"] * bool(owns)
         if why:
@@ -325,7 +450,11 @@ def _roles(conn: Any, roles: set[str]) -> list[Drift]:
                     "role",
                     role,
                     f"is {' and '.join(why)}, so it reads everything",
-                    fix="an administrator (or a role with CREATEROLE) takes that away",
+                    repairable=bool(running_as_superuser),
+                    fix=None
+                    if running_as_superuser
+                    else "a superuser takes that away (ALTER ROLE ... NOSUPERUSER NOBYPASSRLS;"
+                    " REVOKE ... FROM ...); `pgrag db repair` run as one does",
                 )
             )
     return out

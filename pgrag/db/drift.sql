@@ -13,7 +13,8 @@ SELECT m.id, m.name, 'pgrag.chunk_embeddings_hnsw_' || m.id,
        pg_get_indexdef(i.indexrelid, 1, true),
        m.index_type || '(' || m.dimension || ')',
        pg_get_expr(i.indpred, i.indrelid),
-       '(model_id = ' || m.id || ')'
+       '(model_id = ' || m.id || ')',
+       (SELECT x.reloptions FROM pg_class x WHERE x.oid = i.indexrelid)
   FROM pgrag.embedding_models m
   LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.chunk_embeddings_hnsw_' || m.id)
  WHERE EXISTS (SELECT 1 FROM pgrag.collection_models cm
@@ -48,3 +49,14 @@ SELECT c.name, e.name, count(*)
                     WHERE q.model_id = m.model_id AND q.chunk_id = k.id)
  GROUP BY c.name, e.name
  ORDER BY c.name, e.name;
+
+-- name: sequence_position
+-- An identity sequence's next value and the largest value its column holds (the table and
+-- column are composed in, as identifiers).
+SELECT coalesce(s.last_value + s.increment_by, s.start_value),
+       (SELECT max({column}) FROM {table})
+  FROM pg_sequences s
+ WHERE s.schemaname || '.' || s.sequencename = %(sequence)s;
+
+-- name: running_as_superuser
+SELECT rolsuper FROM pg_roles WHERE rolname = current_user;

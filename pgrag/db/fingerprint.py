@@ -69,8 +69,26 @@ def take(conn: Any) -> dict[str, Any]:
         "functions": {sig: _hash(definition) for sig, definition in fetch(Q.functions)},
         "function_grants": _grants(fetch(Q.function_grants)),
         "relations": {
-            name: {"kind": kind, "rls": rls, "force_rls": force, "persistence": persistence}
-            for name, kind, rls, force, persistence in fetch(Q.relations)
+            name: {
+                "kind": kind,
+                "rls": rls,
+                "force_rls": force,
+                "persistence": persistence,
+                "replica_identity": replica,
+                "options": list(options),
+            }
+            for name, kind, rls, force, persistence, replica, options in fetch(Q.relations)
+        },
+        "sequences": {
+            name: {
+                "type": kind,
+                "start": start,
+                "min": low,
+                "max": high,
+                "increment": step,
+                "cycle": cycle,
+            }
+            for name, kind, start, low, high, step, cycle in fetch(Q.sequences)
         },
         "relation_grants": _grants(fetch(Q.relation_grants)),
         "columns": columns,
@@ -99,7 +117,41 @@ def take(conn: Any) -> dict[str, Any]:
         "children": {child: parent for child, parent in fetch(Q.children)},
         "default_privileges": sorted(" ".join(r) for r in fetch(Q.default_privileges)),
         "operators": sorted(r[0] for r in fetch(Q.operators)),
+        "publications": sorted(f"{p} {what}" for p, what in fetch(Q.publications)),
+        "database_settings": sorted(
+            f"{who} {setting}" for who, setting in fetch(Q.database_settings)
+        ),
     }
+
+
+def split_name(name: str) -> list[str]:
+    """The parts of a dotted name as the catalog writes it, each unquoted:
+    'pgrag."Docs".keep' -> ['pgrag', 'Docs', 'keep'] (regclass text and quote_ident quote a
+    part only where it needs it)."""
+    parts: list[str] = []
+    i, n = 0, len(name)
+    while i < n:
+        if name[i] == '"':
+            j, part = i + 1, []
+            while j < n:
+                if name[j] == '"':
+                    if j + 1 < n and name[j + 1] == '"':
+                        part.append('"')
+                        j += 2
+                        continue
+                    break
+                part.append(name[j])
+                j += 1
+            parts.append("".join(part))
+            i = j + 1
+        else:
+            j = name.find(".", i)
+            j = n if j < 0 else j
+            parts.append(name[i:j])
+            i = j
+        if i < n and name[i] == ".":
+            i += 1
+    return parts
 
 
 def expected() -> dict[str, Any]:

@@ -32,9 +32,11 @@ SELECT p.oid::regprocedure::text,
 
 -- name: relations
 -- Tables, views, sequences and other relations of schema pgrag (not indexes), with their
--- row-level security switches and persistence (p: logged, u: unlogged).
+-- row-level security switches, persistence (p: logged, u: unlogged), replica identity
+-- (d: the primary key) and storage options (autovacuum_enabled=false, say).
 SELECT c.oid::regclass::text, c.relkind::text, c.relrowsecurity, c.relforcerowsecurity,
-       c.relpersistence::text
+       c.relpersistence::text, c.relreplident::text,
+       coalesce(ARRAY(SELECT o FROM unnest(c.reloptions) o ORDER BY 1), '{}')
   FROM pg_class c
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
  ORDER BY 1;
@@ -66,7 +68,7 @@ SELECT c.oid::regclass::text, a.attname::text, format_type(a.atttypid, a.atttypm
  ORDER BY 1, a.attnum;
 
 -- name: column_grants
-SELECT c.oid::regclass::text || '.' || a.attname,
+SELECT c.oid::regclass::text || '.' || quote_ident(a.attname),
        CASE WHEN x.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(x.grantee) END,
        x.privilege_type
   FROM pg_attribute a
@@ -77,7 +79,7 @@ SELECT c.oid::regclass::text || '.' || a.attname,
  ORDER BY 1, 2, 3;
 
 -- name: constraints
-SELECT co.conrelid::regclass::text || '.' || co.conname, pg_get_constraintdef(co.oid),
+SELECT co.conrelid::regclass::text || '.' || quote_ident(co.conname), pg_get_constraintdef(co.oid),
        co.convalidated
   FROM pg_constraint co
  WHERE co.connamespace = 'pgrag'::regnamespace AND co.conrelid <> 0
@@ -94,14 +96,14 @@ SELECT i.oid::regclass::text, pg_get_indexdef(i.oid), x.indisvalid
  ORDER BY 1;
 
 -- name: triggers
-SELECT t.tgrelid::regclass::text || '.' || t.tgname, pg_get_triggerdef(t.oid),
+SELECT t.tgrelid::regclass::text || '.' || quote_ident(t.tgname), pg_get_triggerdef(t.oid),
        t.tgenabled::text
   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
  WHERE c.relnamespace = 'pgrag'::regnamespace AND NOT t.tgisinternal
  ORDER BY 1;
 
 -- name: policies
-SELECT p.polrelid::regclass::text || '.' || p.polname, p.polcmd::text, p.polpermissive,
+SELECT p.polrelid::regclass::text || '.' || quote_ident(p.polname), p.polcmd::text, p.polpermissive,
        ARRAY(SELECT CASE WHEN r = 0 THEN 'public' ELSE pg_get_userbyid(r) END
                FROM unnest(p.polroles) r ORDER BY 1),
        pg_get_expr(p.polqual, p.polrelid), pg_get_expr(p.polwithcheck, p.polrelid)
@@ -143,7 +145,7 @@ SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'table'
 
 -- name: rules
 -- Rewrite rules on pgrag's tables (a view's own _RETURN rule left out).
-SELECT r.ev_class::regclass::text || '.' || r.rulename, pg_get_ruledef(r.oid)
+SELECT r.ev_class::regclass::text || '.' || quote_ident(r.rulename), pg_get_ruledef(r.oid)
   FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class
  WHERE c.relnamespace = 'pgrag'::regnamespace AND r.rulename <> '_RETURN'
  ORDER BY 1;
@@ -190,3 +192,37 @@ SELECT r.rolname::text, r.rolsuper, r.rolbypassrls,
 -- name: roles
 -- pgrag's roles that exist in this cluster (grants to the others cannot be there).
 SELECT rolname::text FROM pg_roles WHERE rolname IN ('pgrag_reader', 'pgrag_writer', 'pgrag_app');
+
+-- name: sequences
+-- Each sequence's definition (an identity column's too): type, start, bounds, step, cycling.
+SELECT s.seqrelid::regclass::text, format_type(s.seqtypid, NULL), s.seqstart, s.seqmin,
+       s.seqmax, s.seqincrement, s.seqcycle
+  FROM pg_sequence s JOIN pg_class c ON c.oid = s.seqrelid
+ WHERE c.relnamespace = 'pgrag'::regnamespace
+ ORDER BY 1;
+
+-- name: publications
+-- Publications that send rows of pgrag's tables to subscribers: named tables, the whole schema,
+-- or every table.
+SELECT p.pubname::text, c.oid::regclass::text
+  FROM pg_publication p
+  JOIN pg_publication_rel r ON r.prpubid = p.oid
+  JOIN pg_class c ON c.oid = r.prrelid
+ WHERE c.relnamespace = 'pgrag'::regnamespace
+UNION
+SELECT p.pubname::text, 'schema pgrag'
+  FROM pg_publication p JOIN pg_publication_namespace n ON n.pnpubid = p.oid
+ WHERE n.pnnspid = 'pgrag'::regnamespace
+UNION
+SELECT p.pubname::text, 'every table' FROM pg_publication p WHERE p.puballtables
+ ORDER BY 1, 2;
+
+-- name: database_settings
+-- Settings stored for this database (or for every database), for everyone or for one role,
+-- that stop pgrag's triggers (session_replication_role) from firing.
+SELECT coalesce(pg_get_userbyid(nullif(s.setrole, 0)), 'everyone'), c.setting
+  FROM pg_db_role_setting s, unnest(s.setconfig) c(setting)
+ WHERE s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+   AND c.setting LIKE 'session\_replication\_role=%'
+   AND c.setting <> 'session_replication_role=origin'
+ ORDER BY 1, 2;

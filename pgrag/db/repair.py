@@ -2,19 +2,25 @@
 
 :func:`repair`, in one transaction: re-applies every function; re-creates what is missing or
 different (triggers, policies, constraints, indexes, from the definitions the fingerprint
-holds; column defaults and NOT NULL); switches row-level security, triggers (the foreign keys'
-too) and logging back on; drops what pgrag did not create in its schema (functions, triggers,
-rules, policies, constraints, indexes, views, operators) and detaches tables that inherit from
-its tables; revokes privileges and default privileges it did not grant; rebuilds model indexes
-that are missing, invalid or built otherwise, and drops those of no model in use; gives objects
-back to the role that owns the rest and takes away what lets a restricted role read everything
-(where the role running it may); queues chunks without vectors. What it cannot restore (a
-dropped column, data) :func:`pgrag.db.drift.check` still names afterwards.
+holds; column defaults, NOT NULL and identity; sequences' definitions and positions); switches
+row-level security, triggers (the foreign keys' too), logging, replica identity and storage
+options back; drops what pgrag did not create in its schema (functions, triggers, rules,
+policies, constraints, indexes, views, operators) and detaches tables that inherit from its
+tables; revokes privileges and default privileges it did not grant and grants back what it
+did; rebuilds model indexes that are missing, invalid or built otherwise, and drops those of no
+model in use; gives objects back to the owner of schema pgrag and takes away what lets a
+restricted role read everything (where the running role may); queues chunks without vectors.
+
+Each of these is a step of its own, in a savepoint: one that fails (a row that breaks a
+constraint being re-added, a view of the user's that needs a function being dropped, a right
+the running role lacks, a warning that nothing was granted or revoked) is reported as
+``not done: ...`` with the server's reason, and the others still happen. What no repair can
+restore (a dropped column, data) :func:`pgrag.db.drift.check` still names afterwards.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
 from typing import Any
 
 from pgrag.db import drift, fingerprint, queries, roundtrip, schema
@@ -28,15 +34,19 @@ _KINDS = {
     "table": "TABLE",
     "sequence": "SEQUENCE",
     "view": "VIEW",
-    "schema": "SCHEMA",
 }
 _OBJECTS = {"r": "TABLES", "S": "SEQUENCES", "f": "FUNCTIONS", "T": "TYPES", "n": "SCHEMAS"}
+_OPTION = re.compile(r"^[a-z_][a-z0-9_.]*$")
 
 
 def repair_database(dsn: str, *, force: bool = False) -> tuple[list[str], list[drift.Drift]]:
-    """:func:`repair` on ``dsn`` in one transaction, under the migration lock; returns what it
-    did and what still differs afterwards (what no repair can restore)."""
+    """:func:`repair` on ``dsn`` in one transaction, under the migration lock and with pgrag's
+    tables locked; returns what it did and what still differs afterwards (what no repair can
+    restore). A database where nothing differs is left alone: no lock, nothing re-applied."""
     with open_connection(dsn) as conn, schema.locked(dsn):
+        if not drift.check(conn):
+            conn.rollback()
+            return [], []
         if schema.state_of(conn).revision_current:
             schema.lock_tables(conn)  # (repair refuses other revisions itself)
         done = repair(conn, force=force)
@@ -45,11 +55,64 @@ def repair_database(dsn: str, *, force: bool = False) -> tuple[list[str], list[d
     return done, left
 
 
-def repair(conn: Any, *, force: bool = False) -> list[str]:
-    """Make schema pgrag this release's, in the caller's transaction; returns what it did.
-    Refuses a database whose functions say they are a newer release's, unless ``force``."""
-    from psycopg import sql
+class _Steps:
+    """Runs each repair in a savepoint of the caller's transaction and keeps the account."""
 
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.done: list[str] = []
+        self._warnings: list[str] | None = None
+        conn.add_notice_handler(self._notice)
+
+    def _notice(self, diag: Any) -> None:
+        if self._warnings is not None and diag.severity_nonlocalized == "WARNING":
+            self._warnings.append(diag.message_primary or "")
+
+    def __call__(self, what: str, *statements: Any, action: Any = None) -> bool:
+        """Run ``statements`` (then ``action()``) as one step; True when it was done."""
+        import psycopg
+
+        self._warnings = []
+        try:
+            with self.conn.transaction():
+                for statement in statements:
+                    self.conn.execute(statement)
+                if action is not None:
+                    action()
+                if self._warnings:  # "no privileges were revoked", say: nothing happened
+                    raise _Warned("; ".join(self._warnings))
+        except _Warned as warned:
+            self.done.append(f"not done: {what} ({warned})")
+            return False
+        except psycopg.errors.InsufficientPrivilege as err:
+            self.done.append(f"not done, for lack of the right: {what} ({_reason(err)})")
+            return False
+        except psycopg.Error as err:
+            self.done.append(f"not done: {what} ({_reason(err)})")
+            return False
+        finally:
+            self._warnings = None
+        self.done.append(what)
+        return True
+
+    def close(self) -> None:
+        self.conn.remove_notice_handler(self._notice)
+
+
+class _Warned(Exception):
+    pass
+
+
+def _reason(err: Any) -> str:
+    primary = err.diag.message_primary or str(err).strip()
+    detail = err.diag.message_detail
+    return f"{primary}; {detail}" if detail else primary
+
+
+def repair(conn: Any, *, force: bool = False) -> list[str]:
+    """Make schema pgrag this release's, in the caller's transaction; returns what it did (and,
+    as ``not done: ...``, what it tried and could not). Refuses a database whose functions say
+    they are a newer release's, unless ``force``."""
     st = schema.state_of(conn)
     if not st.revision_current:
         raise SchemaNotReady(st.describe() + "; `pgrag db repair` works on the current revision")
@@ -58,221 +121,295 @@ def repair(conn: Any, *, force: bool = False) -> list[str]:
             st.describe() + "; `pgrag db repair --force` puts this release's functions back if"
             " no newer release ran here (pgrag.release() says so, and nothing verifies it)"
         )
-    done: list[str] = []
-
-    def run(what: str, query: str, **parts: Any) -> None:
-        # (A definition from the fingerprint is run as it is: it may hold braces.)
-        conn.execute(sql.SQL(query).format(**parts) if parts else sql.SQL(query))
-        done.append(what)
-
-    def attempt(what: str, query: str, **parts: Any) -> None:
-        """What the running role may lack the right to do: tried in a savepoint."""
-        import psycopg
-
-        try:
-            with conn.transaction():
-                run(what, query, **parts)
-        except psycopg.errors.InsufficientPrivilege as err:
-            done.append(f"not done, for lack of the right: {what} ({err.diag.message_primary})")
-
-    expected = fingerprint.expected()
-    roles = fingerprint.existing_roles(conn)
-    schema.apply_functions(conn)
-    done.append("re-applied every function of sql/functions/ and granted pgrag's roles")
-    live = fingerprint.take(conn)
-    _unexpected(run, expected, live)
-    _triggers(conn, run, attempt, expected, live)
-    _policies(conn, run, expected, live)
-    _relations(run, attempt, expected, live)
-    _constraints(conn, run, expected, live)
-    _indexes(conn, run, expected, live)
-    _columns(run, expected, live)
-    live = fingerprint.take(conn)  # what the steps above left, for the privileges
-    _privileges(conn, expected, live, roles, done)
-    conn.execute(schema.Q.grant_roles)
-    _model_indexes(conn, run, done)
-    _owners(conn, attempt)
-    _roles(conn, attempt)
-    queued = roundtrip.requeue(conn)
-    if queued:
-        done.append(f"queued {queued} (chunk, model) pairs without a vector for pgrag worker")
-    return done
+    step = _Steps(conn)
+    try:
+        expected = fingerprint.expected()
+        roles = fingerprint.existing_roles(conn)
+        step(
+            "re-applied every function of sql/functions/ and granted pgrag's roles",
+            action=lambda: schema.apply_functions(conn),
+        )
+        live = fingerprint.take(conn)
+        _unexpected(step, expected, live)
+        _triggers(step, expected, live)
+        _policies(step, expected, live)
+        _relations(step, expected, live)
+        _constraints(step, expected, live)
+        _indexes(step, expected, live)
+        _columns(step, expected, live)
+        _sequences(conn, step, expected, fingerprint.take(conn))
+        _privileges(step, expected, fingerprint.take(conn), roles)
+        _model_indexes(conn, step)
+        _owners(conn, step)
+        _roles(conn, step)
+        queued: list[int] = []
+        what = "queued the chunks without a vector for pgrag worker"
+        if step(what, action=lambda: queued.append(roundtrip.requeue(conn))):
+            step.done.remove(what)
+            if queued[0]:
+                step.done.append(
+                    f"queued {queued[0]} (chunk, model) pairs without a vector for pgrag worker"
+                )
+        return step.done
+    finally:
+        step.close()
 
 
-Run = Callable[..., None]
+def _q(query: str, **parts: Any) -> Any:
+    """A named query with identifiers (or a definition the fingerprint holds) composed in."""
+    from psycopg import sql
+
+    return sql.SQL(query).format(**parts) if parts else sql.SQL(query)
 
 
-def _unexpected(run: Run, expected: dict[str, Any], live: dict[str, Any]) -> None:
+def _ident(name: str) -> Any:
+    """A relation named as the catalog writes it ('pgrag."Docs"', 'shadow'), as an identifier."""
+    from psycopg import sql
+
+    return sql.Identifier(*fingerprint.split_name(name))
+
+
+def _split(name: str) -> tuple[Any, str]:
+    """'pgrag.chunks.chunks_acl' -> (pgrag.chunks as an identifier, 'chunks_acl')."""
+    from psycopg import sql
+
+    parts = fingerprint.split_name(name)
+    return sql.Identifier(*parts[:-1]), parts[-1]
+
+
+def _unexpected(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
     from psycopg import sql
 
     for name in sorted(set(live["rules"]) - set(expected.get("rules", {}))):
         table, rule = _split(name)
-        run(f"dropped rule {name}", Q.drop_rule, rule=sql.Identifier(rule), table=table)
+        step(f"dropped rule {name}", _q(Q.drop_rule, rule=sql.Identifier(rule), table=table))
     for name in sorted(set(live["triggers"]) - set(expected["triggers"])):
         table, trigger = _split(name)
-        run(f"dropped trigger {name}", Q.drop_trigger, trigger=sql.Identifier(trigger), table=table)
+        step(
+            f"dropped trigger {name}",
+            _q(Q.drop_trigger, trigger=sql.Identifier(trigger), table=table),
+        )
     for sig in sorted(set(live["functions"]) - set(expected["functions"])):
-        run(f"dropped function {sig}", Q.drop_function, function=sql.SQL(sig))
+        # (regprocedure text: the server quoted each part of the name)
+        step(f"dropped function {sig}", _q(Q.drop_function, function=sql.SQL(sig)))
     for operator in sorted(set(live["operators"]) - set(expected.get("operators", []))):
-        run(f"dropped operator {operator}", Q.drop_operator, operator=sql.SQL(operator))
+        step(f"dropped operator {operator}", _q(Q.drop_operator, operator=sql.SQL(operator)))
     for child, parent in sorted(live["children"].items()):
         if child not in expected.get("children", {}):
-            run(
+            step(
                 f"detached {child} from {parent}",
-                Q.no_inherit,
-                child=_qualified(child),
-                parent=_relation(parent),
+                _q(Q.no_inherit, child=_ident(child), parent=_ident(parent)),
             )
     for name, got in sorted(live["relations"].items()):
         if name not in expected["relations"] and got["kind"] in ("v", "m"):
-            run(f"dropped view {name}", Q.drop_view, relation=_relation(name))
+            step(f"dropped view {name}", _q(Q.drop_view, relation=_ident(name)))
 
 
-def _triggers(
-    conn: Any, run: Run, attempt: Run, expected: dict[str, Any], live: dict[str, Any]
-) -> None:
+def _triggers(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
     from psycopg import sql
 
+    modes = {
+        "O": Q.enable_trigger,
+        "A": Q.enable_always_trigger,
+        "R": Q.enable_replica_trigger,
+        "D": Q.disable_trigger,
+    }
     for name, want in sorted(expected["triggers"].items()):
         got = live["triggers"].get(name)
         table, trigger = _split(name)
+        parts = {"trigger": sql.Identifier(trigger), "table": table}
         if got is None or got["definition"] != want["definition"]:
-            conn.execute(
-                sql.SQL(Q.drop_trigger).format(trigger=sql.Identifier(trigger), table=table)
-            )
-            run(f"re-created trigger {name}", want["definition"])
-            got = {"enabled": "O"}
-        if got["enabled"] != want["enabled"]:
-            mode = {
-                "O": Q.enable_trigger,
-                "A": Q.enable_always_trigger,
-                "R": Q.enable_replica_trigger,
-                "D": Q.disable_trigger,
-            }[want["enabled"]]
-            run(f"enabled trigger {name}", mode, trigger=sql.Identifier(trigger), table=table)
+            statements = [_q(Q.drop_trigger, **parts), _q(want["definition"])]
+            if want["enabled"] != "O":
+                statements.append(_q(modes[want["enabled"]], **parts))
+            step(f"re-created trigger {name}", *statements)
+        elif got["enabled"] != want["enabled"]:
+            step(f"enabled trigger {name}", _q(modes[want["enabled"]], **parts))
     for table in sorted(live["disabled_internal_triggers"]):
-        attempt(
+        step(
             f"enabled the foreign keys' triggers on {table}",
-            Q.enable_all_triggers,
-            table=_relation(table),
+            _q(Q.enable_all_triggers, table=_ident(table)),
         )
 
 
-def _policies(conn: Any, run: Run, expected: dict[str, Any], live: dict[str, Any]) -> None:
+def _policies(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
     from psycopg import sql
 
     for name in sorted(set(live["policies"]) - set(expected["policies"])):
         table, policy = _split(name)
-        run(f"dropped policy {name}", Q.drop_policy, policy=sql.Identifier(policy), table=table)
+        step(
+            f"dropped policy {name}",
+            _q(Q.drop_policy, policy=sql.Identifier(policy), table=table),
+        )
     for name, want in sorted(expected["policies"].items()):
         if live["policies"].get(name) == want:
             continue
         table, policy = _split(name)
-        conn.execute(sql.SQL(Q.drop_policy).format(policy=sql.Identifier(policy), table=table))
-        run(
+        ident = sql.Identifier(policy)
+        step(
             f"re-created policy {name}",
-            Q.create_policy,
-            policy=sql.Identifier(policy),
-            table=table,
-            **_policy_parts(want),
+            _q(Q.drop_policy, policy=ident, table=table),
+            _q(Q.create_policy, policy=ident, table=table, **_policy_parts(want)),
         )
 
 
-def _relations(run: Run, attempt: Run, expected: dict[str, Any], live: dict[str, Any]) -> None:
+def _relations(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
+    from psycopg import sql
+
     for name, want in sorted(expected["relations"].items()):
         got = live["relations"].get(name)
         if got is None:
             continue
-        table = _relation(name)
+        table = _ident(name)
         if got["rls"] != want["rls"]:
             state = "enabled" if want["rls"] else "disabled"
-            run(
+            step(
                 f"{state} row-level security on {name}",
-                Q.enable_rls if want["rls"] else Q.disable_rls,
-                table=table,
+                _q(Q.enable_rls if want["rls"] else Q.disable_rls, table=table),
             )
         if got["force_rls"] != want["force_rls"]:
-            run(
+            step(
                 f"set FORCE ROW LEVEL SECURITY on {name} as released",
-                Q.force_rls if want["force_rls"] else Q.no_force_rls,
-                table=table,
+                _q(Q.force_rls if want["force_rls"] else Q.no_force_rls, table=table),
             )
         if got.get("persistence") != want.get("persistence"):
-            attempt(f"made {name} logged again", Q.set_logged, table=table)
+            step(f"made {name} logged again", _q(Q.set_logged, table=table))
+        if got.get("replica_identity", "d") != want.get("replica_identity", "d"):
+            step(
+                f"set the replica identity of {name} back to DEFAULT",
+                _q(Q.replica_identity_default, table=table),
+            )
+        have, wanted = got.get("options", []), want.get("options", [])
+        if have != wanted and want["kind"] in ("r", "p"):
+            names = [o.split("=", 1)[0] for o in have if _OPTION.match(o.split("=", 1)[0])]
+            statements = []
+            if names:
+                options = sql.SQL(", ").join(sql.SQL(n) for n in names)
+                statements.append(_q(Q.reset_options, table=table, options=options))
+            if wanted:  # (as the fingerprint holds them)
+                options = sql.SQL(", ").join(sql.SQL(o) for o in wanted)
+                statements.append(_q(Q.set_options, table=table, options=options))
+            step(f"set the storage options of {name} back", *statements)
 
 
-def _constraints(conn: Any, run: Run, expected: dict[str, Any], live: dict[str, Any]) -> None:
+def _constraints(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
     from psycopg import sql
 
     for name in sorted(set(live["constraints"]) - set(expected["constraints"])):
         table, constraint = _split(name)
-        run(
+        step(
             f"dropped constraint {name}",
-            Q.drop_constraint,
-            table=table,
-            constraint=sql.Identifier(constraint),
+            _q(Q.drop_constraint, table=table, constraint=sql.Identifier(constraint)),
         )
     for name, want in sorted(expected["constraints"].items()):
         got = live["constraints"].get(name)
         table, constraint = _split(name)
         ident = sql.Identifier(constraint)
         if got is None or got["definition"] != want["definition"]:
-            conn.execute(sql.SQL(Q.drop_constraint).format(table=table, constraint=ident))
-            run(
+            step(
                 f"re-created constraint {name}",
-                Q.add_constraint,
-                table=table,
-                constraint=ident,
-                definition=sql.SQL(want["definition"]),
+                _q(Q.drop_constraint, table=table, constraint=ident),
+                _q(
+                    Q.add_constraint,
+                    table=table,
+                    constraint=ident,
+                    definition=sql.SQL(want["definition"]),
+                ),
             )
         elif got["validated"] != want["validated"]:
-            run(
-                f"validated constraint {name}", Q.validate_constraint, table=table, constraint=ident
+            step(
+                f"validated constraint {name}",
+                _q(Q.validate_constraint, table=table, constraint=ident),
             )
 
 
-def _indexes(conn: Any, run: Run, expected: dict[str, Any], live: dict[str, Any]) -> None:
-    from psycopg import sql
-
+def _indexes(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
     for name in sorted(set(live["indexes"]) - set(expected["indexes"])):
-        run(f"dropped index {name}", Q.drop_index, index=_relation(name))
+        step(f"dropped index {name}", _q(Q.drop_index, index=_ident(name)))
     for name, want in sorted(expected["indexes"].items()):
         got = live["indexes"].get(name)
         if got == want:
             continue
+        statements = [_q(want["definition"])]
         if got is not None:
-            conn.execute(sql.SQL(Q.drop_index).format(index=_relation(name)))
-        run(f"re-created index {name}", want["definition"])
+            statements.insert(0, _q(Q.drop_index, index=_ident(name)))
+        step(f"re-created index {name}", *statements)
 
 
-def _columns(run: Run, expected: dict[str, Any], live: dict[str, Any]) -> None:
-    """Defaults and NOT NULL back as released (the other attributes would touch data)."""
+def _columns(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
+    """Defaults, NOT NULL and identity back as released (the other attributes would rewrite
+    or lose data)."""
     from psycopg import sql
 
     for table in sorted(set(expected["columns"]) & set(live["columns"])):
         got = {c[0]: c for c in live["columns"][table]}
-        for name, _type, notnull, default, *_ in expected["columns"][table]:
+        for name, _type, notnull, default, identity, *_ in expected["columns"][table]:
             have = got.get(name)
             if have is None:
                 continue
-            parts = {"table": _relation(table), "column": sql.Identifier(name)}
-            if have[3] != default:
+            parts = {"table": _ident(table), "column": sql.Identifier(name)}
+            column = f"{table}.{name}"
+            if have[4] != identity and identity in ("a", "d"):
+                how = sql.SQL("ALWAYS" if identity == "a" else "BY DEFAULT")
+                if have[4]:
+                    step(
+                        f"made {column} GENERATED {how.as_string()} again",
+                        _q(Q.set_generated, how=how, **parts),
+                    )
+                elif have[3] is None:  # (a default of its own would block it: reported)
+                    step(
+                        f"made {column} an identity column again",
+                        _q(Q.add_identity, how=how, **parts),
+                    )
+            if have[3] != default and not identity:
                 if default is None:
-                    run(f"dropped the default of {table}.{name}", Q.drop_default, **parts)
+                    step(f"dropped the default of {column}", _q(Q.drop_default, **parts))
                 else:
-                    run(
-                        f"set the default of {table}.{name} back",
-                        Q.set_default,
-                        default=sql.SQL(default),
-                        **parts,
+                    step(
+                        f"set the default of {column} back",
+                        _q(Q.set_default, default=sql.SQL(default), **parts),
                     )
             if have[2] != notnull:
                 query = Q.set_not_null if notnull else Q.drop_not_null
-                run(f"set NOT NULL on {table}.{name} as released", query, **parts)
+                step(f"set NOT NULL on {column} as released", _q(query, **parts))
+
+
+def _sequences(conn: Any, step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
+    """Sequences defined as released, and each one past the largest value of its column."""
+    from psycopg import sql
+
+    for name, want in sorted(expected.get("sequences", {}).items()):
+        got = live.get("sequences", {}).get(name)
+        if got is None or got == want:
+            continue
+        step(
+            f"defined sequence {name} as released",
+            _q(
+                Q.alter_sequence,
+                sequence=_ident(name),
+                type=sql.SQL(want["type"]),
+                increment=sql.Literal(want["increment"]),
+                min=sql.Literal(want["min"]),
+                max=sql.Literal(want["max"]),
+                start=sql.Literal(want["start"]),
+                cycle=sql.SQL("CYCLE" if want["cycle"] else "NO CYCLE"),
+            ),
+        )
+    for table, column, sequence in drift.identity_columns(live):
+        if sequence not in live["relations"]:
+            continue
+        found = drift.behind(conn, table, column, sequence)
+        if found:
+            step(
+                f"moved sequence {sequence} past {found[1]}, the largest {table}.{column}",
+                action=lambda s=sequence, v=found[1]: conn.execute(
+                    Q.move_sequence, {"sequence": s, "value": v}
+                ),
+            )
 
 
 def _privileges(
-    conn: Any, expected: dict[str, Any], live: dict[str, Any], roles: set[str], done: list[str]
+    step: _Steps, expected: dict[str, Any], live: dict[str, Any], roles: set[str]
 ) -> None:
     """Revoke what pgrag did not grant; grant what it did and is gone (a PUBLIC EXECUTE that
     re-applying a function does not give back, say)."""
@@ -292,14 +429,9 @@ def _privileges(
         ("grant", "relation"): Q.grant_relation,
     }
     kinds = {name: rel["kind"] for name, rel in live["relations"].items()}
-    present = {
-        "function_grants": set(live["functions"]),
-        "relation_grants": set(live["relations"]),
-        "column_grants": {f"{t}.{c[0]}" for t, cols in live["columns"].items() for c in cols},
-    }
     for section in ("function_grants", "relation_grants", "column_grants"):
         exp, got = expected.get(section, {}), live[section]
-        for name in sorted((set(exp) | set(got)) & present[section]):
+        for name in sorted(n for n in set(exp) | set(got) if drift.exists(live, section, n)):
             want, have = drift.for_roles(exp.get(name, []), roles), set(got.get(name, []))
             for g, revoke in sorted(
                 [(g, True) for g in have - want] + [(g, False) for g in want - have]
@@ -310,126 +442,104 @@ def _privileges(
                 if section == "function_grants":
                     what, parts["function"] = "function", sql.SQL(name)
                 elif section == "column_grants":
-                    relation, column = name.rsplit(".", 1)
+                    relation, column = _split(name)
                     what = "column"
-                    parts["relation"], parts["column"] = _relation(relation), sql.Identifier(column)
+                    parts["relation"], parts["column"] = relation, sql.Identifier(column)
                 else:
                     what = "sequence" if kinds.get(name) == "S" else "relation"
-                    parts["relation"] = _relation(name)
-                conn.execute(sql.SQL(statements[verb, what]).format(**parts))
+                    parts["relation"] = _ident(name)
                 way = "from" if revoke else "to"
-                done.append(f"{verb}d {privilege} on {name} {way} {who}")
+                step(
+                    f"{verb}d {privilege} on {name} {way} {who}",
+                    _q(statements[verb, what], **parts),
+                )
     for g in sorted(set(live["schema_grants"]) - drift.for_roles(expected["schema_grants"], roles)):
         who, privilege = g.split(" ", 1)
-        conn.execute(
-            sql.SQL(Q.revoke_schema).format(privilege=sql.SQL(privilege), grantee=grantee(who))
+        step(
+            f"revoked {privilege} on schema pgrag from {who}",
+            _q(Q.revoke_schema, privilege=sql.SQL(privilege), grantee=grantee(who)),
         )
-        done.append(f"revoked {privilege} on schema pgrag from {who}")
     for entry in sorted(
         set(live["default_privileges"]) - set(expected.get("default_privileges", []))
     ):
         role, objects, who, privilege = entry.split(" ", 3)
-        conn.execute(
-            sql.SQL(Q.revoke_default).format(
+        step(
+            f"revoked the default {privilege} on new {_OBJECTS[objects].lower()} from {who}",
+            _q(
+                Q.revoke_default,
                 role=sql.Identifier(role),
                 privilege=sql.SQL(privilege),
                 objects=sql.SQL(_OBJECTS[objects]),
                 grantee=grantee(who),
-            )
-        )
-        done.append(
-            f"revoked the default {privilege} on new {_OBJECTS[objects].lower()} from {who}"
+            ),
         )
 
 
-def _model_indexes(conn: Any, run: Run, done: list[str]) -> None:
-    from psycopg import sql
-
+def _model_indexes(conn: Any, step: _Steps) -> None:
     wrong = {d.name.split(" ", 1)[0] for d in drift._model_indexes(conn)}
     for (index,) in conn.execute(drift.Q.stray_model_indexes).fetchall():
-        run(f"dropped {index} (no model a collection uses)", Q.drop_index, index=_relation(index))
+        step(
+            f"dropped {index} (no model a collection uses)",
+            _q(Q.drop_index, index=_ident(index)),
+        )
         wrong.discard(index)
     for row in conn.execute(drift.Q.model_indexes).fetchall():
         model_id, name, index = row[:3]
         if index in wrong:
-            conn.execute(sql.SQL(Q.drop_index).format(index=_relation(index)))
-            conn.execute(Q.ensure_model_index, {"model_id": model_id})
-            done.append(f"built {index} (model {name})")
+            step(
+                f"built {index} (model {name})",
+                _q(Q.drop_index, index=_ident(index)),
+                action=lambda m=model_id: conn.execute(Q.ensure_model_index, {"model_id": m}),
+            )
 
 
-def _owners(conn: Any, attempt: Run) -> None:
+def _owners(conn: Any, step: _Steps) -> None:
     from psycopg import sql
 
-    expected, others = drift.owner(conn)
+    reference, others, most = drift.owner(conn)
+    if most is not None:
+        return  # which role is pgrag's owner is for a person to say (db check names both)
     for kind, name, who in others:
-        target = sql.Identifier(name) if kind == "schema" else sql.SQL(name)
-        if kind not in ("function", "schema"):
-            target = _relation(name)
-        attempt(
-            f"gave {kind} {name} back to {expected} (from {who})",
-            Q.set_owner,
-            kind=sql.SQL(_KINDS[kind]),
-            object=target,
-            owner=sql.Identifier(expected),
+        target = sql.SQL(name) if kind == "function" else _ident(name)
+        step(
+            f"gave {kind} {name} back to {reference} (from {who})",
+            _q(
+                Q.set_owner,
+                kind=sql.SQL(_KINDS[kind]),
+                object=target,
+                owner=sql.Identifier(reference),
+            ),
         )
 
 
-def _roles(conn: Any, attempt: Run) -> None:
+def _roles(conn: Any, step: _Steps) -> None:
     from psycopg import sql
 
+    reference = drift.owner(conn)[0]
     for role, superuser, bypassrls, writer, owns in conn.execute(
         fingerprint.Q.role_attributes
     ).fetchall():
         ident = sql.Identifier(role)
         if superuser:
-            attempt(
+            step(
                 f"made {role} NOSUPERUSER",
-                Q.alter_role,
-                role=ident,
-                attribute=sql.SQL("NOSUPERUSER"),
+                _q(Q.alter_role, role=ident, attribute=sql.SQL("NOSUPERUSER")),
             )
         if bypassrls:
-            attempt(
+            step(
                 f"made {role} NOBYPASSRLS",
-                Q.alter_role,
-                role=ident,
-                attribute=sql.SQL("NOBYPASSRLS"),
+                _q(Q.alter_role, role=ident, attribute=sql.SQL("NOBYPASSRLS")),
             )
-        if role in drift.RESTRICTED and writer:
-            attempt(
+        if role in drift.RESTRICTED and writer and not superuser:
+            step(
                 f"revoked pgrag_writer from {role}",
-                Q.revoke_role,
-                granted=sql.Identifier("pgrag_writer"),
-                role=ident,
+                _q(Q.revoke_role, granted=sql.Identifier("pgrag_writer"), role=ident),
             )
-        if role in drift.RESTRICTED and owns:
-            owner_role = drift.owner(conn)[0]
-            attempt(
-                f"revoked {owner_role} from {role}",
-                Q.revoke_role,
-                granted=sql.Identifier(owner_role),
-                role=ident,
+        if role in drift.RESTRICTED and owns and not superuser:
+            step(
+                f"revoked {reference} from {role}",
+                _q(Q.revoke_role, granted=sql.Identifier(reference), role=ident),
             )
-
-
-def _relation(name: str) -> Any:
-    from psycopg import sql
-
-    schema_name, _, relation = name.partition(".")
-    return sql.Identifier(schema_name, relation)
-
-
-def _qualified(name: str) -> Any:
-    """A relation named as regclass text writes it: schema.name, or a bare name."""
-    from psycopg import sql
-
-    return _relation(name) if "." in name else sql.Identifier(name)
-
-
-def _split(name: str) -> tuple[Any, str]:
-    """'pgrag.chunks.chunks_acl' -> (pgrag.chunks as an identifier, 'chunks_acl')."""
-    schema_name, table, rest = name.split(".", 2)
-    return _relation(f"{schema_name}.{table}"), rest
 
 
 def _policy_parts(policy: dict[str, Any]) -> dict[str, Any]:

@@ -53,19 +53,20 @@ ALTER TABLE {table} VALIDATE CONSTRAINT {constraint};
 DROP VIEW IF EXISTS {relation};
 
 -- name: revoke_function
-REVOKE {privilege} ON FUNCTION {function} FROM {grantee};
+-- (CASCADE: and what the grantee granted on from it, whoever holds that now.)
+REVOKE {privilege} ON FUNCTION {function} FROM {grantee} CASCADE;
 
 -- name: revoke_relation
-REVOKE {privilege} ON {relation} FROM {grantee};
+REVOKE {privilege} ON {relation} FROM {grantee} CASCADE;
 
 -- name: revoke_column
-REVOKE {privilege} ({column}) ON {relation} FROM {grantee};
+REVOKE {privilege} ({column}) ON {relation} FROM {grantee} CASCADE;
 
 -- name: revoke_schema
-REVOKE {privilege} ON SCHEMA pgrag FROM {grantee};
+REVOKE {privilege} ON SCHEMA pgrag FROM {grantee} CASCADE;
 
 -- name: revoke_sequence
-REVOKE {privilege} ON SEQUENCE {relation} FROM {grantee};
+REVOKE {privilege} ON SEQUENCE {relation} FROM {grantee} CASCADE;
 
 -- name: grant_function
 GRANT {privilege} ON FUNCTION {function} TO {grantee};
@@ -117,3 +118,27 @@ REVOKE {granted} FROM {role};
 
 -- name: alter_role
 ALTER ROLE {role} {attribute};
+
+-- name: replica_identity_default
+ALTER TABLE {table} REPLICA IDENTITY DEFAULT;
+
+-- name: reset_options
+ALTER TABLE {table} RESET ({options});
+
+-- name: set_options
+ALTER TABLE {table} SET ({options});
+
+-- name: alter_sequence
+ALTER SEQUENCE {sequence} AS {type} INCREMENT BY {increment} MINVALUE {min} MAXVALUE {max}
+    START WITH {start} {cycle};
+
+-- name: move_sequence
+-- Past the largest value its column holds.
+SELECT setval(%(sequence)s::regclass, %(value)s);
+
+-- name: set_generated
+-- {how}: ALWAYS or BY DEFAULT.
+ALTER TABLE {table} ALTER COLUMN {column} SET GENERATED {how};
+
+-- name: add_identity
+ALTER TABLE {table} ALTER COLUMN {column} ADD GENERATED {how} AS IDENTITY;
