@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pgrag.db import queries
+from pgrag.errors import SchemaError
 
 Q = queries.load(__name__)
 
@@ -112,6 +113,7 @@ def plan(conn: Any, start: str | None, target: str | None) -> list[Loss]:
 def save(conn: Any, losses: list[Loss], target: str | None) -> None:
     """Keep aside, in the caller's transaction, what the next upgrade can put back. A
     downgrade to base keeps nothing (and removes what earlier downgrades kept)."""
+    trust_saved(conn)
     if target is None:
         conn.execute(Q.drop_saved_table)
         conn.execute(Q.drop_saved_schema)
@@ -125,11 +127,30 @@ def save(conn: Any, losses: list[Loss], target: str | None) -> None:
         conn.execute(getattr(Q, f"save_{loss.item.saved_as}"))
 
 
+def trust_saved(conn: Any) -> None:
+    """Raise SchemaError unless schema pgrag_saved, if it exists, is the running role's (or a
+    superuser's) alone: one another role made or may write would let it plant role mappings
+    that an upgrade restores, and one it may read would show it what a downgrade kept."""
+    row = conn.execute(Q.saved_owner).fetchone()
+    if row is None:
+        return
+    owner, others, trusted = row
+    if trusted and not others:
+        return
+    whose = f"owned by {owner}" + (f", with {others} in it or given rights on it" if others else "")
+    raise SchemaError(
+        f"schema pgrag_saved is {whose}: it was not made by a pgrag downgrade run as this role,"
+        " so pgrag neither keeps rows in it nor restores any from it (nothing was changed);"
+        " look at what it holds, drop it (DROP SCHEMA pgrag_saved CASCADE) and retry"
+    )
+
+
 def restore(conn: Any) -> None:
     """Put back what downgrades kept (at the end of an upgrade to this release)."""
     row = conn.execute(Q.saved_exists).fetchone()
     if not (row and row[0]):
         return
+    trust_saved(conn)
     for kind in RESTORE:
         conn.execute(getattr(Q, f"restore_{kind}"))
     conn.execute(Q.forget_restored, {"kinds": list(RESTORE)})

@@ -51,7 +51,7 @@ SELECT count(*) FROM pgrag.embedding_models;
 
 -- name: create_saved_schema
 -- Where a downgrade keeps what the next upgrade puts back: outside schema pgrag (which a
--- downgrade changes), readable by its owner only.
+-- downgrade changes), readable by its owner only (roundtrip.trust_saved checked an existing one).
 CREATE SCHEMA IF NOT EXISTS pgrag_saved;
 
 -- name: create_saved_table
@@ -63,6 +63,22 @@ CREATE TABLE IF NOT EXISTS pgrag_saved.rows (
 
 -- name: saved_exists
 SELECT to_regclass('pgrag_saved.rows') IS NOT NULL;
+
+-- name: saved_owner
+-- Who owns schema pgrag_saved and what is in it, if it exists, and whether pgrag can trust it:
+-- the running role (or a superuser) owns the schema and everything in it, and no other role
+-- has a right on any of it. Anything else was not made by a pgrag downgrade.
+SELECT pg_get_userbyid(n.nspowner),
+       (SELECT string_agg(DISTINCT pg_get_userbyid(x.who), ', ')
+          FROM (SELECT a.grantee AS who FROM aclexplode(n.nspacl) a WHERE a.grantee <> n.nspowner
+                UNION SELECT c.relowner FROM pg_class c
+                       WHERE c.relnamespace = n.oid AND c.relowner <> n.nspowner
+                UNION SELECT a.grantee FROM pg_class c, aclexplode(c.relacl) a
+                       WHERE c.relnamespace = n.oid AND a.grantee <> c.relowner) x),
+       n.nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+       OR (SELECT rolsuper FROM pg_roles WHERE oid = n.nspowner)
+  FROM pg_namespace n
+ WHERE n.nspname = 'pgrag_saved';
 
 -- name: drop_saved_table
 DROP TABLE IF EXISTS pgrag_saved.rows;

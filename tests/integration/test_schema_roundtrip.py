@@ -217,3 +217,68 @@ def test_to_base_everything_is_named_and_nothing_is_kept(populated: str) -> None
             "SELECT to_regnamespace('pgrag'), to_regnamespace('pgrag_saved')"
         ).fetchone()
     assert row == (None, None)
+
+
+def test_a_pgrag_saved_made_by_another_role_is_neither_used_nor_restored(
+    db: pgrag.Database, corpus: Path, admin_dsn: str
+) -> None:
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    # A role that may create schemas in the database plants what an upgrade would restore:
+    # a role mapping that lets it read group:hr's documents.
+    pgrag.ingest(db, [corpus], collection="docs")
+    db.conn.rollback()
+    database = psycopg.conninfo.conninfo_to_dict(db.dsn)["dbname"]
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS rt_mallory")
+        conn.execute("CREATE ROLE rt_mallory LOGIN IN ROLE pgrag_reader")
+        conn.execute(
+            sql.SQL("GRANT CREATE ON DATABASE {} TO rt_mallory").format(sql.Identifier(database))
+        )
+    try:
+        with psycopg.connect(make_conninfo(db.dsn, user="rt_mallory"), autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA pgrag_saved")
+            conn.execute(
+                "CREATE TABLE pgrag_saved.rows (kind text NOT NULL, data jsonb NOT NULL,"
+                " saved_at timestamptz NOT NULL DEFAULT now())"
+            )
+            conn.execute(
+                "INSERT INTO pgrag_saved.rows (kind, data) VALUES ('role_mappings',"
+                ' \'{"role_name": "rt_mallory", "principal": "group:hr"}\')'
+            )
+            conn.execute("GRANT USAGE, CREATE ON SCHEMA pgrag_saved TO PUBLIC")
+            conn.execute("GRANT ALL ON pgrag_saved.rows TO PUBLIC")
+        for move in (
+            lambda: migrate.downgrade(db.dsn, "0009", confirm=True),
+            lambda: migrate.downgrade(db.dsn, "base", confirm=True),
+        ):
+            with pytest.raises(
+                pgrag.SchemaError, match="schema pgrag_saved is owned by rt_mallory"
+            ):
+                move()
+            assert migrate.current(db.dsn) == migrate.head()
+        # Were it there before an upgrade (planted while the database sat at 0009):
+        with psycopg.connect(db.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SCHEMA pgrag_saved RENAME TO planted")
+        migrate.downgrade(db.dsn, "0009", confirm=True)
+        with psycopg.connect(db.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SCHEMA planted RENAME TO pgrag_saved")
+        with pytest.raises(pgrag.SchemaError, match="neither keeps rows in it nor restores"):
+            migrate.upgrade(db.dsn)
+        assert migrate.current(db.dsn) == "0009"
+        with psycopg.connect(db.dsn) as conn:
+            assert conn.execute(
+                "SELECT count(*) FROM pgrag.role_principals WHERE role_name = 'rt_mallory'"
+            ).fetchone() == (0,)
+    finally:
+        with psycopg.connect(db.dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA IF EXISTS pgrag_saved CASCADE")
+            conn.execute("DROP SCHEMA IF EXISTS planted CASCADE")
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("REVOKE CREATE ON DATABASE {} FROM rt_mallory").format(
+                    sql.Identifier(database)
+                )
+            )
+            conn.execute("DROP ROLE rt_mallory")
