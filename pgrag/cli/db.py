@@ -15,7 +15,8 @@ def db() -> None:
     """Upgrade, downgrade, check or repair the schema (sql/README.md says what lives where)."""
 
 
-@db.command("upgrade")
+# ignore_unknown_options: a mistaken "-1" is an argument to refuse in words, not an option.
+@db.command("upgrade", context_settings={"ignore_unknown_options": True})
 @click.argument("revision", default="head")
 @click.pass_context
 def db_upgrade(ctx: click.Context, revision: str) -> None:
@@ -107,6 +108,9 @@ def db_repair(ctx: click.Context, force: bool) -> None:
     row-level security, triggers, indexes, constraints and privileges as this release installs
     them; drop what pgrag did not create in its schema; queue chunks without vectors."""
     done, left = repair.repair_database(_dsn(ctx), force=force)
+    if not done and not left:
+        click.echo("nothing differs from this release: nothing to repair")
+        return
     for line in done:
         click.echo(line)
     for d in left:

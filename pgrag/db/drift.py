@@ -463,7 +463,13 @@ def _roles(conn: Any, roles: set[str]) -> list[Drift]:
 def check_database(dsn: str) -> list[Drift]:
     """:func:`check` on a new connection to ``dsn``; changes nothing."""
     with open_connection(dsn) as conn:
+        who = schema.running(conn)
         try:
             return check(conn)
+        except Exception as err:
+            explained = schema.explain(err, "check", who)
+            if explained is None:
+                raise
+            raise explained from err
         finally:
             conn.rollback()

@@ -44,14 +44,21 @@ def repair_database(dsn: str, *, force: bool = False) -> tuple[list[str], list[d
     tables locked; returns what it did and what still differs afterwards (what no repair can
     restore). A database where nothing differs is left alone: no lock, nothing re-applied."""
     with open_connection(dsn) as conn, schema.locked(dsn):
-        if not drift.check(conn):
-            conn.rollback()
-            return [], []
-        if schema.state_of(conn).revision_current:
-            schema.lock_tables(conn)  # (repair refuses other revisions itself)
-        done = repair(conn, force=force)
-        left = drift.check(conn)
-        conn.commit()
+        who = schema.running(conn)
+        try:
+            if not drift.check(conn):
+                conn.rollback()
+                return [], []
+            if schema.state_of(conn).revision_current:
+                schema.lock_tables(conn)  # (repair refuses other revisions itself)
+            done = repair(conn, force=force)
+            left = drift.check(conn)
+            conn.commit()
+        except Exception as err:
+            explained = schema.explain(err, "repair", who)
+            if explained is None:
+                raise
+            raise explained from err
     return done, left
 
 

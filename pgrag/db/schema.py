@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -36,8 +38,14 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
 
 Q = queries.load(__name__)
+log = logging.getLogger("pgrag")
 
 VERSION_TABLE = "alembic_version_pgrag"
+NO_VERSION_TABLE = (
+    "schema pgrag exists, but no version table of its owner (alembic_version_pgrag) says which"
+    " revision it is at: if pgrag installed it, that table was dropped or given to another"
+    " role (give it back to the schema's owner); if pgrag did not, rename or drop schema pgrag"
+)
 MIGRATION_LOCK = 0x70677261  # "pgra"
 # From this revision on, the functions come from sql/functions/ (before it, from the history
 # files the migrations ran).
@@ -62,6 +70,8 @@ MIN_PGVECTOR = (0, 8)
 # How long a migration or a repair keeps trying to lock pgrag's tables while searches, ingests
 # or workers hold them, before it gives up having changed nothing.
 LOCK_WAIT_S = 30.0
+# How long one waits for another's migration lock (a concurrent upgrade may take minutes).
+MIGRATION_LOCK_WAIT_S = 300.0
 
 
 def alembic_config() -> Config:
@@ -146,6 +156,7 @@ class SchemaState:
     current: str | None
     head: str
     release: dict[str, str] | None = None  # the installed functions' digest and version
+    orphan_schema: bool = False  # schema pgrag exists without a version table to trust
 
     @property
     def revision_current(self) -> bool:
@@ -165,6 +176,8 @@ class SchemaState:
         return self.revision_current and self.functions_current
 
     def describe(self) -> str:
+        if self.current is None and self.orphan_schema:
+            return NO_VERSION_TABLE
         if self.current is None:
             return "pgrag's schema is not installed in this database; run `pgrag db upgrade`"
         if self.current not in _known_revisions():
@@ -213,7 +226,8 @@ def state_of(conn: Any) -> SchemaState:
     release = (
         installed_release(conn) if revision is not None and revision >= FUNCTIONS_SINCE else None
     )
-    return SchemaState(current=revision, head=head(), release=release)
+    orphan = revision is None and _schema_exists(conn)
+    return SchemaState(current=revision, head=head(), release=release, orphan_schema=orphan)
 
 
 def state(dsn: str) -> SchemaState:
@@ -249,52 +263,98 @@ def _sqlalchemy(dsn: str) -> Iterator[Connection]:
 
 
 @contextmanager
-def locked(dsn: str) -> Iterator[None]:
+def locked(dsn: str, wait: float = MIGRATION_LOCK_WAIT_S) -> Iterator[None]:
     """Hold the migration lock (on a side connection) while the block runs: the second of two
-    concurrent upgrades, repairs or downgrades waits for the first."""
+    concurrent upgrades, repairs or downgrades waits for the first, saying (as a warning on
+    the "pgrag" logger) who holds it; after ``wait`` seconds it gives up with a SchemaError
+    that names the holder."""
     with open_connection(dsn, autocommit=True) as lock:
-        lock.execute(Q.lock, {"key": MIGRATION_LOCK})
+        started = time.monotonic()
+        tell = started + 5.0
+        while True:
+            row = lock.execute(Q.try_lock, {"key": MIGRATION_LOCK}).fetchone()
+            if row is not None and row[0]:
+                break
+            now = time.monotonic()
+            holder = lock.execute(Q.lock_holder, {"key": MIGRATION_LOCK}).fetchone()
+            who = (
+                f"session {holder[0]} (role {holder[1]}, application {holder[2]}, {holder[3]})"
+                if holder
+                else "another session"
+            )
+            if now - started > wait:
+                raise SchemaError(
+                    f"pgrag's migration lock stayed held by {who} for {wait:.0f} s: an upgrade,"
+                    " downgrade or repair runs there. Nothing was changed; retry when it ends, or"
+                    " if that session is not pgrag's, end it (SELECT pg_terminate_backend(pid))"
+                )
+            if now > tell:
+                log.warning("waiting for pgrag's migration lock, held by %s", who)
+                tell = now + 30.0
+            time.sleep(0.25)
         yield
 
 
 def lock_tables(conn: Any, wait: float = LOCK_WAIT_S) -> None:
-    """Lock every table of schema pgrag (ACCESS EXCLUSIVE), in the caller's transaction, before
-    any DDL runs. A migration that took its locks one statement at a time could deadlock with
-    a search that had read one table and wanted the next; this takes them all first. Each try
-    gives up within half of deadlock_timeout, so a search waiting behind it is not the one the
-    deadlock detector cancels; it tries again until ``wait`` seconds have passed, then raises
-    :class:`SchemaError` (and the caller's transaction has changed nothing)."""
-    import time
-
+    """Lock every table of schema pgrag, and pgrag's version table (ACCESS EXCLUSIVE), in the
+    caller's transaction, before any DDL runs. A migration that took its locks one statement at
+    a time could deadlock with a search that had read one table and wanted the next; this takes
+    them all first. Each try gives up on a table within half of deadlock_timeout while it holds
+    others, so a search waiting behind it is not the one the deadlock detector cancels; the
+    next try starts with the table that stopped it, waiting longer there while it holds nothing
+    (so its own deadlock check cancels an autovacuum in the way). After ``wait`` seconds it
+    raises :class:`SchemaError` naming who holds the tables (and the caller's transaction has
+    changed nothing). Later lock waits in the transaction end after ``wait`` seconds too."""
     import psycopg
     from psycopg import sql
 
-    tables = [row[0] for row in conn.execute(Q.pgrag_tables).fetchall()]
+    tables = [sql.Identifier(*row) for row in conn.execute(Q.pgrag_tables).fetchall()]
+    version_schema = _find_version_table(conn)
+    if version_schema is not None:
+        tables.append(sql.Identifier(version_schema, VERSION_TABLE))
     if not tables:
         return
-    statement = sql.SQL(Q.lock_tables).format(
-        tables=sql.SQL(", ").join(sql.Identifier("pgrag", name) for name in tables)
-    )
-    (before,) = conn.execute(Q.lock_timeout_now).fetchone()
-    deadline, pause = time.monotonic() + wait, 0.05
+    (before_ms,) = conn.execute(Q.lock_timeout_ms).fetchone()
+    wait_ms = int(wait * 1000)
+    # For the rest of the migration, a lock it still needs (one no search takes, such as a
+    # row another session holds) is waited for ``wait`` at most, not forever.
+    rest_ms = wait_ms if before_ms == 0 or before_ms > wait_ms else before_ms
+    deadline, pause, first = time.monotonic() + wait, 0.05, 0
     while True:
+        order = list(range(first, len(tables))) + list(range(first))
         conn.execute(Q.savepoint)
+        at = 0
         try:
-            conn.execute(Q.lock_timeout_short)
-            conn.execute(statement)
+            for at, table in enumerate(tables[i] for i in order):
+                if at == 0 and first:
+                    # The table that stopped the last try, holding no other: no deadlock can
+                    # involve this wait, and the deadlock check this session runs after
+                    # deadlock_timeout cancels an autovacuum in the way.
+                    left_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+                    conn.execute(Q.lock_timeout_set, {"ms": max(10, min(left_ms, 5000))})
+                elif at <= 1:
+                    conn.execute(Q.lock_timeout_short)
+                conn.execute(sql.SQL(Q.lock_table).format(table=table))
         except (psycopg.errors.LockNotAvailable, psycopg.errors.DeadlockDetected):
             conn.execute(Q.rollback_savepoint)
+            first = order[at]
             if time.monotonic() + pause > deadline:
+                holders = [
+                    f"session {pid} ({kind if kind != 'client backend' else f'role {role}'},"
+                    f" application {app}, {state})"
+                    for pid, role, app, state, kind in conn.execute(Q.table_lock_holders)
+                ]
                 raise SchemaError(
-                    f"pgrag's tables stayed in use for {wait:.0f} s (searches, ingests or a"
-                    " worker hold them), so nothing was changed; retry when they are idle, or"
-                    " stop pgrag's workers and long transactions first"
+                    f"pgrag's tables stayed in use for {wait:.0f} s"
+                    f" ({'; '.join(holders) or 'by sessions that have gone since'}),"
+                    " so nothing was changed; retry when they are idle, or stop pgrag's workers"
+                    " and long transactions first"
                 ) from None
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
             continue
-        conn.execute(Q.lock_timeout_restore, {"value": before})
         conn.execute(Q.release_savepoint)
+        conn.execute(Q.lock_timeout_set, {"ms": rest_ms})
         return
 
 
@@ -311,10 +371,11 @@ class Moved:
 
 
 @contextmanager
-def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any, list[str]]]:
+def _migrating(dsn: str, command: str) -> Iterator[tuple[Config, Connection, Any, list[str]]]:
     """Alembic's config and a connection in one transaction, under the migration lock: the
     second of two concurrent upgrades waits, then finds nothing to do. Commits when the block
-    ends without an error. The list collects pgrag's notices (:func:`_keep_notice`)."""
+    ends without an error; the server's errors that a person can act on become SchemaErrors
+    saying what to do. The list collects pgrag's notices (:func:`_keep_notice`)."""
     cfg = alembic_config()
     notices: list[str] = []
     with locked(dsn):
@@ -322,13 +383,59 @@ def _migrating(dsn: str) -> Iterator[tuple[Config, Connection, Any, list[str]]]:
             raw = conn.connection.driver_connection
             assert raw is not None
             raw.add_notice_handler(lambda d: _keep_notice(notices, d.message_primary))
-            cfg.attributes["connection"] = conn
-            cfg.attributes["version_table_schema"] = version_table_schema(raw)
-            yield cfg, conn, raw, notices
-            conn.commit()
-            # Alembic commits what it ran; anything run on the psycopg connection after it is
-            # committed here.
-            raw.commit()
+            who = running(raw)
+            try:
+                cfg.attributes["connection"] = conn
+                cfg.attributes["version_table_schema"] = version_table_schema(raw)
+                yield cfg, conn, raw, notices
+                conn.commit()
+                # Alembic commits what it ran; anything run on the psycopg connection after it
+                # is committed here.
+                raw.commit()
+            except Exception as err:
+                explained = explain(err, command, who)
+                if explained is None:
+                    raise
+                raise explained from err
+
+
+def running(conn: Any) -> tuple[str, str, str | None]:
+    """The running role, the database and the owner of schema pgrag (None: not installed)."""
+    user, database, owner = conn.execute(Q.who_runs).fetchone()
+    return str(user), str(database), owner
+
+
+def explain(
+    err: BaseException, command: str, who: tuple[str, str, str | None]
+) -> SchemaError | None:
+    """What the person running ``pgrag db COMMAND`` does about a server error, as a SchemaError
+    (None: nothing better to say than the error itself). ``who``: the running role, the
+    database and the owner of schema pgrag."""
+    import psycopg
+
+    orig = getattr(err, "orig", None) or err  # SQLAlchemy wraps psycopg's errors
+    if not isinstance(orig, psycopg.Error) or orig.diag.message_primary is None:
+        return None
+    user, database, owner = who
+    reason = orig.diag.message_primary
+    if isinstance(orig, psycopg.errors.LockNotAvailable):
+        return SchemaError(
+            f"`pgrag db {command}` waited {LOCK_WAIT_S:.0f} s for a lock another session holds"
+            f" ({reason}); nothing was changed: retry when that session ends"
+        )
+    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
+        as_whom = f"the owner of schema pgrag ({owner})" if owner else "the database's owner"
+        return SchemaError(
+            f"role {user} may not do what `pgrag db {command}` needs in database {database}"
+            f" ({reason}); nothing was changed: run it as {as_whom}"
+        )
+    if isinstance(orig, psycopg.errors.DependentObjectsStillExist):
+        detail = orig.diag.message_detail or ""
+        return SchemaError(
+            f"`pgrag db {command}` would remove what objects of yours use ({reason}:"
+            f" {' '.join(detail.split())}); nothing was changed: drop or change them first"
+        )
+    return None
 
 
 def _keep_notice(notices: list[str], message: str | None) -> None:
@@ -351,16 +458,22 @@ def _alembic(cfg: Config, command: str, revision: str) -> None:
 
 
 def _check_revision(revision: str, verb: str) -> None:
+    """Refuse, in one line, a revision that names nothing an upgrade (or downgrade) can reach."""
+    known = sorted(_known_revisions())
+    forms = f"'head' or an id from {known[0]} to {known[-1]}"
+    if verb == "downgrade":
+        forms = f"an id from {known[0]} to {known[-1]}, -N (N steps back) or 'base'"
     if not revision.strip():
-        raise InputError(
-            f"the revision to {verb} to is empty; give 'head', an id like 0009"
-            + (", -1 or 'base'" if verb == "downgrade" else "")
-        )
+        raise InputError(f"the revision to {verb} to is empty; give {forms}")
     if verb == "upgrade" and revision == "base":
         raise InputError(
             "cannot upgrade to 'base' (it is the empty database); `pgrag db downgrade base --yes`"
             " removes pgrag's schema"
         )
+    relative = verb == "downgrade" and revision.startswith("-") and revision[1:].isdigit()
+    if revision in known or relative or revision == ("head" if verb == "upgrade" else "base"):
+        return
+    raise InputError(f"cannot {verb} to {revision!r}: not a revision pgrag knows; give {forms}")
 
 
 def upgrade(dsn: str, revision: str = "head") -> Moved:
@@ -369,7 +482,7 @@ def upgrade(dsn: str, revision: str = "head") -> Moved:
     through the migrations; either way the functions are this release's at the end. Before
     anything changes, pgrag's tables are locked (:func:`lock_tables`)."""
     _check_revision(revision, "upgrade")
-    with _migrating(dsn) as (cfg, _, raw, notices):
+    with _migrating(dsn, "upgrade") as (cfg, _, raw, notices):
         before = revision_of(raw)
         to_head = revision in ("head", head())
         if to_head and before is None and not _schema_exists(raw):
@@ -378,11 +491,11 @@ def upgrade(dsn: str, revision: str = "head") -> Moved:
             raw.execute(Q.grant_roles)  # the version table exists now: every role may read it
         else:
             if before is None and _schema_exists(raw):
+                raise SchemaError(NO_VERSION_TABLE)
+            if before is not None and not to_head and revision < before:
                 raise SchemaError(
-                    "schema pgrag exists but pgrag's version table (alembic_version_pgrag) is"
-                    " on no schema of this connection's search_path: if pgrag installed it, set"
-                    " the search_path to the schema that holds the table; if not, rename or"
-                    " drop schema pgrag"
+                    f"cannot upgrade to {revision}: the database is at {before}, after it;"
+                    f" `pgrag db downgrade {revision}` moves back"
                 )
             release = installed_release(raw) if (before or "") >= FUNCTIONS_SINCE else None
             current_functions = release is not None and release.get("digest") == functions_digest()
@@ -399,7 +512,7 @@ def downgrade(dsn: str, revision: str, *, confirm: bool = False) -> Moved:
     all, and nothing changes. What an upgrade can restore is kept aside for it. The result's
     ``removed`` describes what was removed."""
     _check_revision(revision, "downgrade")
-    with _migrating(dsn) as (cfg, _, raw, notices):
+    with _migrating(dsn, "downgrade") as (cfg, _, raw, notices):
         start = revision_of(raw)
         if start is None:
             return Moved(None, None, notices=notices)  # nothing installed: nothing to remove
@@ -436,12 +549,19 @@ def _resolve(revision: str, start: str | None) -> str | None:
         if revision.startswith("-") and start is not None:
             steps = int(revision[1:])
             rev = script.get_revision(start)
-            for _ in range(steps):
+            for taken in range(steps):
                 if rev is None or rev.down_revision is None:
-                    return None
+                    if taken + 1 == steps:
+                        return None  # exactly back to base
+                    raise InputError(
+                        f"cannot downgrade {steps} steps: the database is at {start}, {taken + 1}"
+                        f" after base; give -{taken + 1} or 'base' to remove pgrag's schema"
+                    )
                 rev = script.get_revision(str(rev.down_revision))
             return None if rev is None else rev.revision
         found = script.get_revision(revision)
+    except InputError:
+        raise
     except Exception as err:  # noqa: BLE001 - alembic raises several kinds for a bad id
         raise SchemaError(
             f"cannot downgrade to {revision!r}: {err}; revisions are 'base', an id like 0001 or -N"
@@ -481,7 +601,7 @@ def _install(conn: Any) -> None:
     """:func:`install`, with what to do when the role may not create what it needs."""
     import psycopg
 
-    user, database = conn.execute(Q.who).fetchone()
+    user, database, _ = running(conn)
     try:
         install(conn)
     except psycopg.errors.InsufficientPrivilege as err:

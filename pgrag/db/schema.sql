@@ -1,12 +1,33 @@
--- name: lock
+-- name: try_lock
 -- Serialises concurrent `pgrag db upgrade` runs (several app replicas migrating at start-up):
--- a session-level advisory lock, held on a side connection while Alembic works.
-SELECT pg_advisory_lock(%(key)s);
+-- a session-level advisory lock, held on a side connection while Alembic works. Tried, not
+-- waited for, so that a wait can say who holds it and end.
+SELECT pg_try_advisory_lock(%(key)s);
+
+-- name: lock_holder
+-- The session holding the migration lock (an advisory lock on a bigint under 2^32: classid 0,
+-- objid the key, objsubid 1).
+SELECT l.pid, coalesce(a.usename::text, '?'), coalesce(nullif(a.application_name, ''), '?'),
+       coalesce(a.state, '?')
+  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'advisory' AND l.granted AND l.classid = 0 AND l.objsubid = 1
+   AND l.objid::bigint = %(key)s
+   AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database());
 
 -- name: version_table
--- The schema holding pgrag's version table, wherever a previous upgrade created it.
+-- The schema holding pgrag's version table, wherever a previous upgrade created it (whatever
+-- the search_path of the role asking). Only a table owned by the owner of schema pgrag or of
+-- its documents counts (before pgrag is installed, or after `downgrade base`, one of the
+-- running role's): another role's table of that name says nothing about pgrag.
 SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relname = %(table)s AND c.relkind IN ('r', 'p')
+   AND CASE WHEN to_regnamespace('pgrag') IS NULL
+            THEN c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+            ELSE c.relowner IN (SELECT nspowner FROM pg_namespace WHERE nspname = 'pgrag'
+                                UNION ALL
+                                SELECT relowner FROM pg_class
+                                 WHERE oid = to_regclass('pgrag.documents'))
+       END
  ORDER BY n.nspname = current_schema() DESC, n.nspname
  LIMIT 1;
 
@@ -95,10 +116,21 @@ SET search_path = pg_catalog, pg_temp
 AS {body};
 
 -- name: pgrag_tables
--- Every table of schema pgrag (what a migration or a repair locks before it changes any).
-SELECT c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+-- Every table of schema pgrag (what a migration or a repair locks before it changes any), as
+-- (schema, table).
+SELECT n.nspname::text, c.relname::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE n.nspname = 'pgrag' AND c.relkind IN ('r', 'p')
- ORDER BY 1;
+ ORDER BY 2;
+
+-- name: table_lock_holders
+-- Who holds a lock on one of pgrag's tables now (named when a migration gives up on them).
+SELECT DISTINCT l.pid, coalesce(a.usename::text, '?'), coalesce(nullif(a.application_name, ''), '?'),
+       coalesce(a.state, '?'), a.backend_type::text
+  FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+ WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
+   AND l.relation IN (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'pgrag'::regnamespace)
+ ORDER BY 1
+ LIMIT 5;
 
 -- name: lock_timeout_short
 -- Give up on a lock before deadlock_timeout ends (half of it, at most 500 ms): a search that
@@ -107,14 +139,21 @@ SELECT set_config('lock_timeout',
                   greatest(10, least(500, setting::integer / 2))::text || 'ms', true)
   FROM pg_settings WHERE name = 'deadlock_timeout';
 
--- name: lock_timeout_restore
-SELECT set_config('lock_timeout', %(value)s, true);
+-- name: lock_timeout_set
+-- Waits for a lock end after this many milliseconds, for the rest of the transaction.
+SELECT set_config('lock_timeout', %(ms)s::text || 'ms', true);
 
--- name: lock_timeout_now
-SELECT current_setting('lock_timeout');
+-- name: lock_timeout_ms
+-- The lock_timeout in force, in milliseconds (0: none).
+SELECT setting::bigint FROM pg_settings WHERE name = 'lock_timeout';
 
--- name: lock_tables
-LOCK TABLE {tables} IN ACCESS EXCLUSIVE MODE;
+-- name: lock_table
+LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE;
+
+-- name: who_runs
+-- The running role, the database, and the owner of schema pgrag (NULL: not installed).
+SELECT current_user::text, current_database()::text,
+       (SELECT pg_get_userbyid(nspowner)::text FROM pg_namespace WHERE nspname = 'pgrag');
 
 -- name: savepoint
 SAVEPOINT pgrag_lock;
@@ -124,6 +163,3 @@ RELEASE SAVEPOINT pgrag_lock;
 
 -- name: rollback_savepoint
 ROLLBACK TO SAVEPOINT pgrag_lock;
-
--- name: who
-SELECT current_user::text, current_database()::text;

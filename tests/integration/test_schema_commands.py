@@ -108,7 +108,7 @@ def test_a_schema_pgrag_without_its_version_table_is_not_taken_over(empty_dsn: s
         conn.execute("CREATE SCHEMA pgrag")
         conn.execute("CREATE TABLE pgrag.mine (t text)")
     code, _, err = _cli("--dsn", empty_dsn, "db", "upgrade")
-    assert code == 1 and "schema pgrag exists but pgrag's version table" in err
+    assert code == 1 and "schema pgrag exists, but no version table of its owner" in err
     with psycopg.connect(empty_dsn) as conn:
         assert conn.execute("SELECT count(*) FROM pgrag.mine").fetchone() == (0,)
 
@@ -117,8 +117,12 @@ def test_tables_in_use_past_the_wait_leave_the_database_unchanged(dsn: str) -> N
     with psycopg.connect(dsn) as reader, psycopg.connect(dsn) as migrating:
         reader.execute("SELECT count(*) FROM pgrag.chunks")  # holds its lock until it ends
         started = time.monotonic()
-        with pytest.raises(pgrag.SchemaError, match=r"stayed in use for 1 s .* nothing was"):
+        (pid,) = reader.execute("SELECT pg_backend_pid()").fetchone()
+        with pytest.raises(pgrag.SchemaError, match=r"stayed in use for 1 s .* nothing was") as e:
             schema.lock_tables(migrating, wait=1.0)
+        assert f"(session {pid} (role postgres, application ?, idle in transaction))" in str(
+            e.value
+        )
         assert time.monotonic() - started < 10
         migrating.rollback()
         (locks,) = migrating.execute(
@@ -175,3 +179,70 @@ def test_an_upgrade_with_nothing_to_do_takes_no_table_lock(dsn: str) -> None:
         moved = schema.upgrade(dsn)  # would wait 30 s and fail if it wanted chunks
         assert moved.before == moved.after == schema.head()
         reader.rollback()
+
+
+def test_the_migration_lock_held_elsewhere_is_waited_for_then_named(
+    dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with psycopg.connect(dsn, autocommit=True) as squatter:
+        squatter.execute("SELECT pg_advisory_lock(%s)", (schema.MIGRATION_LOCK,))
+        (pid,) = squatter.execute("SELECT pg_backend_pid()").fetchone()
+        started = time.monotonic()
+        with caplog.at_level("WARNING", logger="pgrag"):
+            with pytest.raises(pgrag.SchemaError, match="migration lock stayed held by") as e:
+                with schema.locked(dsn, wait=6.0):
+                    pass
+        assert 6.0 <= time.monotonic() - started < 30
+        assert f"session {pid} (role postgres" in str(e.value)
+        assert "pg_terminate_backend" in str(e.value)
+        assert any("waiting for pgrag's migration lock" in r.getMessage() for r in caplog.records)
+    with schema.locked(dsn, wait=1.0):  # released with its session
+        pass
+
+
+def test_a_version_table_another_role_made_is_not_believed(dsn: str, admin_dsn: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute("DROP ROLE IF EXISTS cmd_mallory")
+        conn.execute("CREATE ROLE cmd_mallory")
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE SCHEMA aaa AUTHORIZATION cmd_mallory")
+            conn.execute("CREATE TABLE aaa.alembic_version_pgrag (version_num text)")
+            conn.execute("INSERT INTO aaa.alembic_version_pgrag VALUES ('0001')")
+            conn.execute("ALTER TABLE aaa.alembic_version_pgrag OWNER TO cmd_mallory")
+        assert schema.current(dsn) == schema.head()
+        assert schema.state(dsn).up_to_date
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP SCHEMA aaa CASCADE")
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute("DROP ROLE cmd_mallory")
+
+
+def test_a_role_without_the_rights_is_told_whose_job_it_is(dsn: str, admin_dsn: str) -> None:
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = 'cmd_reader'").fetchone():
+            conn.execute("CREATE ROLE cmd_reader LOGIN IN ROLE pgrag_reader")
+    reader = make_conninfo(dsn, user="cmd_reader")
+    for command in (("downgrade", "0009"), ("check",), ("repair",)):
+        code, out, err = _cli("--dsn", reader, "db", *command)
+        assert code == 1 and out == "", (command, out, err)
+        assert err.startswith(
+            f"error: role cmd_reader may not do what `pgrag db {command[0]}` needs"
+        ), (command, err)
+        assert "run it as the owner of schema pgrag (postgres)" in err, err
+        assert len(err.strip().splitlines()) == 1
+    assert schema.current(dsn) == schema.head()
+
+
+def test_a_held_version_row_stops_the_migration_before_it_starts(dsn: str) -> None:
+    with psycopg.connect(dsn) as holder, psycopg.connect(dsn) as migrating:
+        holder.execute("SELECT * FROM public.alembic_version_pgrag FOR UPDATE")
+        with pytest.raises(pgrag.SchemaError, match="stayed in use for 1 s"):
+            schema.lock_tables(migrating, wait=1.0)
+        migrating.rollback()
+        holder.rollback()
+        schema.lock_tables(migrating, wait=1.0)  # free again: locked at once
+        (timeout,) = migrating.execute("SHOW lock_timeout").fetchone()
+        assert timeout == "1s"  # and later waits in the migration end too
+        migrating.rollback()

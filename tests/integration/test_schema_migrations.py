@@ -496,19 +496,28 @@ def test_cli_command_on_an_unmigrated_database_says_what_to_do(empty_dsn: str) -
 
 
 def test_unknown_revision_is_a_one_line_error(dsn: str) -> None:
-    with pytest.raises(pgrag.SchemaError, match="cannot upgrade to '9999'"):
+    with pytest.raises(pgrag.InputError, match="cannot upgrade to '9999': not a revision"):
         migrate.upgrade(dsn, "9999")
-    result = CliRunner().invoke(cli, ["--dsn", dsn, "db", "downgrade", "nonsense"])
-    assert result.exit_code == 1
-    assert result.stderr.startswith("error: cannot downgrade to 'nonsense'")
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    for args, words in (
+        (("downgrade", "nonsense"), "cannot downgrade to 'nonsense': not a revision pgrag knows"),
+        (("upgrade", "head+1"), "cannot upgrade to 'head+1': not a revision pgrag knows"),
+        (("upgrade", "-1"), "cannot upgrade to '-1': not a revision pgrag knows"),
+        (("upgrade", "0009"), "cannot upgrade to 0009: the database is at 0010, after it"),
+        (("downgrade", "-99"), "cannot downgrade 99 steps: the database is at 0010, 10 after base"),
+    ):
+        result = CliRunner().invoke(cli, ["--dsn", dsn, "db", *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert result.stderr.startswith(f"error: {words}"), (args, result.stderr)
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert migrate.current(dsn) == migrate.head()
 
 
 def test_downgrade_refuses_to_drop_what_an_application_built_on_pgrag(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("CREATE VIEW public.my_docs AS SELECT id, source FROM pgrag.documents")
-    with pytest.raises(Exception, match="depend"):
+    with pytest.raises(pgrag.SchemaError, match="would remove what objects of yours use") as e:
         migrate.downgrade(dsn, "base")
+    assert "view my_docs depends on" in str(e.value) and "nothing was changed" in str(e.value)
     assert migrate.current(dsn) == migrate.head()
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT to_regclass('public.my_docs') IS NOT NULL").fetchone()[0]
