@@ -21,6 +21,8 @@ restore (a dropped column, data) :func:`pgrag.db.drift.check` still names afterw
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from pgrag.db import drift, fingerprint, queries, roundtrip, schema
@@ -75,11 +77,15 @@ class _Steps:
         if self._warnings is not None and diag.severity_nonlocalized == "WARNING":
             self._warnings.append(diag.message_primary or "")
 
-    def __call__(self, what: str, *statements: Any, action: Any = None) -> bool:
-        """Run ``statements`` (then ``action()``) as one step; True when it was done."""
+    def __call__(
+        self, what: str, *statements: Any, action: Any = None, quiet: bool = False
+    ) -> bool:
+        """Run ``statements`` (then ``action()``) as one step; True when it was done. A
+        ``quiet`` step that fails is not reported (the caller tries another way)."""
         import psycopg
 
         self._warnings = []
+        mark = len(self.done)
         try:
             with self.conn.transaction():
                 for statement in statements:
@@ -99,6 +105,8 @@ class _Steps:
             return False
         finally:
             self._warnings = None
+            if quiet:
+                del self.done[mark:]
         self.done.append(what)
         return True
 
@@ -132,10 +140,7 @@ def repair(conn: Any, *, force: bool = False) -> list[str]:
     try:
         expected = fingerprint.expected()
         roles = fingerprint.existing_roles(conn)
-        step(
-            "re-applied every function of sql/functions/ and granted pgrag's roles",
-            action=lambda: schema.apply_functions(conn),
-        )
+        _functions(conn, step, expected, fingerprint.take(conn))
         live = fingerprint.take(conn)
         _unexpected(step, expected, live)
         _triggers(step, expected, live)
@@ -184,6 +189,39 @@ def _split(name: str) -> tuple[Any, str]:
     return sql.Identifier(*parts[:-1]), parts[-1]
 
 
+def _functions(conn: Any, step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
+    """Every file of sql/functions/ re-applied, then pgrag.release() and the roles' grants.
+    A file fails where a function was replaced by one CREATE OR REPLACE cannot replace (another
+    return type, a procedure): then every function that differs from this release is dropped
+    where nothing depends on it, and what failed is tried again (and reported if it fails)."""
+    schema.use_vector(conn)
+    attempts: list[tuple[str, Callable[[], None]]] = [
+        (f"re-applied sql/functions/{name}.sql", partial(schema.apply_function_file, conn, name))
+        for name in schema.FUNCTION_FILES
+    ]
+    attempts.append(
+        (
+            "recorded this release in pgrag.release() and granted pgrag's roles",
+            partial(schema.record_release, conn),
+        )
+    )
+    failed = [
+        (what, action) for what, action in attempts if not step(what, action=action, quiet=True)
+    ]
+    if not failed:
+        for what, _ in attempts:
+            step.done.remove(what)
+        step.done.append("re-applied every function of sql/functions/ and granted pgrag's roles")
+        return
+    from psycopg import sql
+
+    for sig, digest in sorted(live["functions"].items()):
+        if sig in expected["functions"] and digest != expected["functions"][sig]:
+            step(f"dropped {sig} to create it again", _q(Q.drop_function, function=sql.SQL(sig)))
+    for what, action in failed:
+        step(what, action=action)
+
+
 def _unexpected(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> None:
     from psycopg import sql
 
@@ -207,6 +245,19 @@ def _unexpected(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) ->
                 f"detached {child} from {parent}",
                 _q(Q.no_inherit, child=_ident(child), parent=_ident(parent)),
             )
+    for entry in live.get("parents", []):
+        child, parent = entry.split(" ", 1)
+        step(
+            f"detached {child} from {parent}",
+            _q(Q.no_inherit, child=_ident(child), parent=_ident(parent)),
+        )
+    for name in live.get("statistics", []):
+        step(f"dropped statistics {name}", _q(Q.drop_statistics, statistics=_ident(name)))
+    for name, kind in sorted(live["types"].items()):
+        if name not in expected.get("types", {}):
+            query = Q.drop_domain if kind == "d" else Q.drop_type
+            # (regtype text: the server quoted each part of the name)
+            step(f"dropped type {name}", _q(query, type=sql.SQL(name)))
     for name, got in sorted(live["relations"].items()):
         if name not in expected["relations"] and got["kind"] in ("v", "m"):
             step(f"dropped view {name}", _q(Q.drop_view, relation=_ident(name)))
@@ -363,11 +414,11 @@ def _columns(step: _Steps, expected: dict[str, Any], live: dict[str, Any]) -> No
                         f"made {column} GENERATED {how.as_string()} again",
                         _q(Q.set_generated, how=how, **parts),
                     )
-                elif have[3] is None:  # (a default of its own would block it: reported)
-                    step(
-                        f"made {column} an identity column again",
-                        _q(Q.add_identity, how=how, **parts),
-                    )
+                else:  # (a default of its own, if any, goes: an identity has none)
+                    statements = [_q(Q.add_identity, how=how, **parts)]
+                    if have[3] is not None:
+                        statements.insert(0, _q(Q.drop_default, **parts))
+                    step(f"made {column} an identity column again", *statements)
             if have[3] != default and not identity:
                 if default is None:
                     step(f"dropped the default of {column}", _q(Q.drop_default, **parts))
@@ -402,9 +453,16 @@ def _sequences(conn: Any, step: _Steps, expected: dict[str, Any], live: dict[str
                 cycle=sql.SQL("CYCLE" if want["cycle"] else "NO CYCLE"),
             ),
         )
+    for released, actual in drift.renamed_sequences(conn, live):
+        step(
+            f"renamed sequence {actual} back to {released}",
+            _q(
+                Q.rename_sequence,
+                sequence=_ident(actual),
+                name=sql.Identifier(fingerprint.split_name(released)[-1]),
+            ),
+        )
     for table, column, sequence in drift.identity_columns(live):
-        if sequence not in live["relations"]:
-            continue
         found = drift.behind(conn, table, column, sequence)
         if found:
             step(
@@ -457,7 +515,7 @@ def _privileges(
                     parts["relation"] = _ident(name)
                 way = "from" if revoke else "to"
                 step(
-                    f"{verb}d {privilege} on {name} {way} {who}",
+                    f"{'revoked' if revoke else 'granted'} {privilege} on {name} {way} {who}",
                     _q(statements[verb, what], **parts),
                 )
     for g in sorted(set(live["schema_grants"]) - drift.for_roles(expected["schema_grants"], roles)):

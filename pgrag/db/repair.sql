@@ -142,3 +142,15 @@ ALTER TABLE {table} ALTER COLUMN {column} SET GENERATED {how};
 
 -- name: add_identity
 ALTER TABLE {table} ALTER COLUMN {column} ADD GENERATED {how} AS IDENTITY;
+
+-- name: drop_statistics
+DROP STATISTICS IF EXISTS {statistics};
+
+-- name: drop_type
+DROP TYPE IF EXISTS {type};
+
+-- name: drop_domain
+DROP DOMAIN IF EXISTS {type};
+
+-- name: rename_sequence
+ALTER SEQUENCE {sequence} RENAME TO {name};

@@ -44,7 +44,8 @@ VERSION_TABLE = "alembic_version_pgrag"
 NO_VERSION_TABLE = (
     "schema pgrag exists, but no version table of its owner (alembic_version_pgrag) says which"
     " revision it is at: if pgrag installed it, that table was dropped or given to another"
-    " role (give it back to the schema's owner); if pgrag did not, rename or drop schema pgrag"
+    " role (the owner of schema pgrag should own it, in a schema no other role owns); if pgrag"
+    " did not, rename or drop schema pgrag"
 )
 MIGRATION_LOCK = 0x70677261  # "pgra"
 # From this revision on, the functions come from sql/functions/ (before it, from the history
@@ -67,6 +68,9 @@ FUNCTION_FILES = (
     "grants",
 )
 MIN_PGVECTOR = (0, 8)
+RELEASE_KEYS = ("digest", "version")
+# What a pgrag.release() that does not return {"digest", "version"} counts as.
+UNREADABLE_RELEASE = {"digest": "unreadable", "version": "0"}
 # How long a migration or a repair keeps trying to lock pgrag's tables while searches, ingests
 # or workers hold them, before it gives up having changed nothing.
 LOCK_WAIT_S = 30.0
@@ -118,7 +122,15 @@ def version_table_schema(conn: Any) -> str:
             "no schema on this connection's search_path exists to hold pgrag's version table;"
             " set search_path (e.g. ALTER ROLE ... SET search_path = public) and retry"
         )
-    return str(row[0])
+    name, owner, safe = row
+    if not safe:
+        raise SchemaError(
+            f"the first schema on this connection's search_path, {name}, belongs to role"
+            f" {owner}, who could drop pgrag's version table there; set the search_path to a"
+            " schema this role owns, or public (ALTER ROLE ... SET search_path = public), and"
+            " retry"
+        )
+    return str(name)
 
 
 def revision_of(conn: Any) -> str | None:
@@ -141,8 +153,19 @@ def installed_release(conn: Any) -> dict[str, str] | None:
     exists = conn.execute(Q.release_exists).fetchone()
     if not (exists and exists[0]):
         return None
-    row = conn.execute(Q.installed_release).fetchone()
-    return None if row is None or row[0] is None else dict(row[0])
+    import psycopg
+
+    try:
+        with conn.transaction():  # (a savepoint: a release() that fails must not end the caller's)
+            row = conn.execute(Q.installed_release).fetchone()
+    except psycopg.Error:
+        return dict(UNREADABLE_RELEASE)
+    value = None if row is None else row[0]
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(value.get(k), str) for k in RELEASE_KEYS):
+        return dict(UNREADABLE_RELEASE)  # replaced by hand: no release's functions
+    return {k: value[k] for k in RELEASE_KEYS}
 
 
 def current(dsn: str) -> str | None:
@@ -157,6 +180,7 @@ class SchemaState:
     head: str
     release: dict[str, str] | None = None  # the installed functions' digest and version
     orphan_schema: bool = False  # schema pgrag exists without a version table to trust
+    version_tables: tuple[str, ...] = ()  # then, the tables of that name there are
 
     @property
     def revision_current(self) -> bool:
@@ -177,7 +201,8 @@ class SchemaState:
 
     def describe(self) -> str:
         if self.current is None and self.orphan_schema:
-            return NO_VERSION_TABLE
+            found = ", ".join(self.version_tables)
+            return NO_VERSION_TABLE + (f" (tables of that name here: {found})" if found else "")
         if self.current is None:
             return "pgrag's schema is not installed in this database; run `pgrag db upgrade`"
         if self.current not in _known_revisions():
@@ -227,7 +252,13 @@ def state_of(conn: Any) -> SchemaState:
         installed_release(conn) if revision is not None and revision >= FUNCTIONS_SINCE else None
     )
     orphan = revision is None and _schema_exists(conn)
-    return SchemaState(current=revision, head=head(), release=release, orphan_schema=orphan)
+    tables: tuple[str, ...] = ()
+    if orphan:
+        rows = conn.execute(Q.version_tables_anywhere, {"table": VERSION_TABLE}).fetchall()
+        tables = tuple(str(r[0]) for r in rows)
+    return SchemaState(
+        current=revision, head=head(), release=release, orphan_schema=orphan, version_tables=tables
+    )
 
 
 def state(dsn: str) -> SchemaState:
@@ -286,13 +317,25 @@ def locked(dsn: str, wait: float = MIGRATION_LOCK_WAIT_S) -> Iterator[None]:
                 raise SchemaError(
                     f"pgrag's migration lock stayed held by {who} for {wait:.0f} s: an upgrade,"
                     " downgrade or repair runs there. Nothing was changed; retry when it ends, or"
-                    " if that session is not pgrag's, end it (SELECT pg_terminate_backend(pid))"
+                    " if that session is not pgrag's, end it (SELECT pg_terminate_backend("
+                    + (f"{holder[0]}))" if holder else "pid))")
                 )
             if now > tell:
                 log.warning("waiting for pgrag's migration lock, held by %s", who)
                 tell = now + 30.0
             time.sleep(0.25)
         yield
+
+
+def _version_table_name(conn: Any) -> str | None:
+    found = _find_version_table(conn)
+    return None if found is None else '"' + found.replace('"', '""') + f'".{VERSION_TABLE}'
+
+
+def _session(pid: int, role: str, application: str, state: str, kind: str | None) -> str:
+    """A session as a person can find it (kind is NULL for other roles' client sessions)."""
+    what = f"role {role}" if kind in (None, "client backend") else kind
+    return f"session {pid} ({what}, application {application}, {state})"
 
 
 def lock_tables(conn: Any, wait: float = LOCK_WAIT_S) -> None:
@@ -339,11 +382,10 @@ def lock_tables(conn: Any, wait: float = LOCK_WAIT_S) -> None:
             conn.execute(Q.rollback_savepoint)
             first = order[at]
             if time.monotonic() + pause > deadline:
-                holders = [
-                    f"session {pid} ({kind if kind != 'client backend' else f'role {role}'},"
-                    f" application {app}, {state})"
-                    for pid, role, app, state, kind in conn.execute(Q.table_lock_holders)
-                ]
+                rows = conn.execute(
+                    Q.table_lock_holders, {"version_table": _version_table_name(conn)}
+                ).fetchall()
+                holders = [_session(*row) for row in rows]
                 raise SchemaError(
                     f"pgrag's tables stayed in use for {wait:.0f} s"
                     f" ({'; '.join(holders) or 'by sessions that have gone since'}),"
@@ -491,7 +533,7 @@ def upgrade(dsn: str, revision: str = "head") -> Moved:
             raw.execute(Q.grant_roles)  # the version table exists now: every role may read it
         else:
             if before is None and _schema_exists(raw):
-                raise SchemaError(NO_VERSION_TABLE)
+                raise SchemaError(state_of(raw).describe())
             if before is not None and not to_head and revision < before:
                 raise SchemaError(
                     f"cannot upgrade to {revision}: the database is at {before}, after it;"
@@ -592,7 +634,8 @@ def require_pgvector(conn: Any) -> None:
         )
 
 
-def _use_vector(conn: Any) -> None:
+def use_vector(conn: Any) -> None:
+    """pgvector's types on the search_path, and its library loaded, for this transaction."""
     conn.execute(Q.vector_on_search_path)
     conn.execute(Q.load_vector)
 
@@ -623,7 +666,7 @@ def install(conn: Any) -> None:
     transaction: pgvector, schema pgrag, tables, roles, functions, triggers, policies."""
     require_pgvector(conn)
     conn.execute(Q.create_vector)
-    _use_vector(conn)
+    use_vector(conn)
     conn.execute(Q.create_schema)
     conn.execute(Q.comment_schema)
     conn.execute(sql_file("functions/schema_functions.sql"))
@@ -637,11 +680,21 @@ def install(conn: Any) -> None:
 def apply_functions(conn: Any) -> None:
     """Create or replace every function of sql/functions/, record their digest and this
     version in pgrag.release(), and grant pgrag's roles what they need."""
+    use_vector(conn)
+    for name in FUNCTION_FILES:
+        apply_function_file(conn, name)
+    record_release(conn)
+
+
+def apply_function_file(conn: Any, name: str) -> None:
+    """Create or replace the functions of sql/functions/NAME.sql (after :func:`use_vector`)."""
+    conn.execute(sql_file(f"functions/{name}.sql"))
+
+
+def record_release(conn: Any) -> None:
+    """pgrag.release() saying this release's digest and version; pgrag's roles granted."""
     from psycopg import sql
 
-    _use_vector(conn)
-    for name in FUNCTION_FILES:
-        conn.execute(sql_file(f"functions/{name}.sql"))
     release = json.dumps({"digest": functions_digest(), "version": __version__})
     body = sql.Literal(f"SELECT {sql_quote(release)}::jsonb")
     conn.execute(sql.SQL(Q.define_release).format(body=body))

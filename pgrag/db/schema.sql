@@ -21,6 +21,10 @@ SELECT l.pid, coalesce(a.usename::text, '?'), coalesce(nullif(a.application_name
 -- running role's): another role's table of that name says nothing about pgrag.
 SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  WHERE c.relname = %(table)s AND c.relkind IN ('r', 'p')
+   -- and in a schema that no other role could drop it from
+   AND (n.nspowner = c.relowner
+        OR n.nspowner IN (SELECT oid FROM pg_roles WHERE rolsuper OR rolname = 'pg_database_owner')
+        OR n.nspowner = (SELECT datdba FROM pg_database WHERE datname = current_database()))
    AND CASE WHEN to_regnamespace('pgrag') IS NULL
             THEN c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
             ELSE c.relowner IN (SELECT nspowner FROM pg_namespace WHERE nspname = 'pgrag'
@@ -31,9 +35,23 @@ SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
  ORDER BY n.nspname = current_schema() DESC, n.nspname
  LIMIT 1;
 
+-- name: version_tables_anywhere
+-- Every table named like pgrag's version table, with its owner (said when none is believed).
+SELECT format('%%I.%%I', n.nspname, c.relname) || ' (owned by ' || pg_get_userbyid(c.relowner)
+       || ', in a schema of ' || pg_get_userbyid(n.nspowner) || ')'
+  FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.relname = %(table)s AND c.relkind IN ('r', 'p')
+ ORDER BY 1;
+
 -- name: current_schema
--- Where Alembic creates the version table on a first upgrade.
-SELECT current_schema();
+-- Where Alembic creates the version table on a first upgrade, its owner, and whether that is
+-- safe: the running role, a superuser or the database's owner owns the schema (any other owner
+-- could drop the table there).
+SELECT n.nspname::text, pg_get_userbyid(n.nspowner)::text,
+       n.nspowner IN (SELECT oid FROM pg_roles
+                       WHERE rolname = current_user OR rolsuper OR rolname = 'pg_database_owner')
+       OR n.nspowner = (SELECT datdba FROM pg_database WHERE datname = current_database())
+  FROM pg_namespace n WHERE n.nspname = current_schema();
 
 -- name: revision
 -- The revision in the version table (the schema and table are composed in, as identifiers).
@@ -128,7 +146,8 @@ SELECT DISTINCT l.pid, coalesce(a.usename::text, '?'), coalesce(nullif(a.applica
        coalesce(a.state, '?'), a.backend_type::text
   FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
  WHERE l.locktype = 'relation' AND l.granted AND l.pid <> pg_backend_pid()
-   AND l.relation IN (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'pgrag'::regnamespace)
+   AND (l.relation IN (SELECT c.oid FROM pg_class c WHERE c.relnamespace = 'pgrag'::regnamespace)
+        OR l.relation = to_regclass(%(version_table)s))
  ORDER BY 1
  LIMIT 5;
 

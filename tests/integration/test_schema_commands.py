@@ -246,3 +246,23 @@ def test_a_held_version_row_stops_the_migration_before_it_starts(dsn: str) -> No
         (timeout,) = migrating.execute("SHOW lock_timeout").fetchone()
         assert timeout == "1s"  # and later waits in the migration end too
         migrating.rollback()
+
+
+def test_the_version_table_is_not_put_in_a_schema_another_role_owns(
+    bare_cluster: str,
+) -> None:
+    # A role with CREATE on the database made a schema named after the owner: "$user" on the
+    # owner's search_path would put pgrag's version table there, at the other role's mercy.
+    app = _owned_database(bare_cluster, "squatted", vector=True)
+    with psycopg.connect(bare_cluster, autocommit=True) as conn:
+        conn.execute("CREATE ROLE squatter")
+    with psycopg.connect(make_conninfo(bare_cluster, dbname="squatted"), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA squatted AUTHORIZATION squatter")
+        conn.execute("GRANT USAGE, CREATE ON SCHEMA squatted TO PUBLIC")
+    code, out, err = _cli("--dsn", app, "db", "upgrade")
+    assert code == 1 and out == ""
+    assert err.startswith(
+        "error: the first schema on this connection's search_path, squatted, belongs to role"
+        " squatter"
+    ), err
+    assert schema.current(app) is None
