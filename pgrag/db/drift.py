@@ -89,6 +89,18 @@ def compare(expected: dict[str, Any], live: dict[str, Any], roles: set[str]) -> 
                 fix="a superuser runs ALTER TABLE ... ENABLE TRIGGER ALL",
             )
         )
+    for entry in live.get("parents", []):
+        child, parent = entry.split(" ", 1)
+        out.append(
+            Drift(
+                "table",
+                child,
+                f"inherits from {parent}: every read of {parent} shows its rows, whatever"
+                " row-level security",
+            )
+        )
+    for name in live.get("statistics", []):
+        out.append(Drift("statistics", name, "not part of pgrag (unexpected)"))
     for child, parent in sorted(live.get("children", {}).items()):
         out.append(
             Drift("table", child, f"inherits from {parent}: its rows show in every read of it")
@@ -130,8 +142,12 @@ def compare(expected: dict[str, Any], live: dict[str, Any], roles: set[str]) -> 
                 "pgrag's triggers do not fire: documents lose their access lists and chunks"
                 " their keyword postings",
                 repairable=False,
-                fix="a superuser runs ALTER DATABASE ... [IN ROLE ...] RESET"
-                " session_replication_role",
+                fix="a superuser runs "
+                + (
+                    "ALTER DATABASE ... RESET session_replication_role"
+                    if who == "everyone"
+                    else f"ALTER ROLE {who} [IN DATABASE ...] RESET session_replication_role"
+                ),
             )
         )
     out += _relations(expected, live)
@@ -305,7 +321,26 @@ def check(conn: Any) -> list[Drift]:
     live = fingerprint.take(conn)
     roles = fingerprint.existing_roles(conn)
     out += compare(fingerprint.expected(), live, roles)
+    (replication_role, source) = conn.execute(Q.replication_role).fetchone()
+    if replication_role != "origin":
+        out.append(
+            Drift(
+                "setting",
+                "session_replication_role",
+                f"is {replication_role} for this role here (from the {source}): pgrag's triggers"
+                " do not fire, so documents lose their access lists and chunks their keyword"
+                " postings",
+                repairable=False,
+                fix="a superuser resets it where it is set (ALTER SYSTEM, ALTER DATABASE or"
+                " ALTER ROLE ... RESET session_replication_role)",
+            )
+        )
     out += _model_indexes(conn)
+    renamed = renamed_sequences(conn, live)
+    for expected_name, actual in renamed:
+        out.append(Drift("sequence", expected_name, f"was renamed to {actual}"))
+    hidden = {("sequence", e) for e, _ in renamed} | {("relation", a) for _, a in renamed}
+    out = [d for d in out if (d.kind, d.name) not in hidden or d.problem.startswith("was renamed")]
     out += _sequences_behind(conn, live)
     out += _owners(conn)
     out += _roles(conn, roles)
@@ -317,6 +352,16 @@ def check(conn: Any) -> list[Drift]:
                 f"{n} have no vector of model {model} and are not queued for one",
             )
         )
+    return out
+
+
+def renamed_sequences(conn: Any, live: dict[str, Any]) -> list[tuple[str, str]]:
+    """(the name released, the name now) of each identity sequence that was renamed."""
+    out = []
+    for table, column, sequence in identity_columns(live):
+        (actual,) = conn.execute(Q.serial_sequence, {"table": table, "column": column}).fetchone()
+        if actual is not None and actual != sequence:
+            out.append((sequence, str(actual)))
     return out
 
 
@@ -405,8 +450,9 @@ def _owners(conn: Any) -> list[Drift]:
                 f"is {reference}, but {most} owns {n} of its objects: one of them was given"
                 " pgrag's objects by hand",
                 repairable=False,
-                fix="a superuser decides which role is pgrag's owner and gives it the schema and"
-                " every object in it (ALTER SCHEMA pgrag OWNER TO ...; ALTER ... OWNER TO ...)",
+                fix="a superuser decides which role is pgrag's owner and gives it the schema,"
+                " every object in it and pgrag's version table (ALTER SCHEMA pgrag OWNER TO ...;"
+                " ALTER ... OWNER TO ...; ALTER TABLE ....alembic_version_pgrag OWNER TO ...)",
             )
         ]
     return [
@@ -454,7 +500,8 @@ def _roles(conn: Any, roles: set[str]) -> list[Drift]:
                     fix=None
                     if running_as_superuser
                     else "a superuser takes that away (ALTER ROLE ... NOSUPERUSER NOBYPASSRLS;"
-                    " REVOKE ... FROM ...); `pgrag db repair` run as one does",
+                    " REVOKE ... FROM ... GRANTED BY whoever granted it, or revoke the role in"
+                    " between); `pgrag db repair` run as one does what it can",
                 )
             )
     return out

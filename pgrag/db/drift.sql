@@ -60,3 +60,11 @@ SELECT coalesce(s.last_value + s.increment_by, s.start_value),
 
 -- name: running_as_superuser
 SELECT rolsuper FROM pg_roles WHERE rolname = current_user;
+
+-- name: replication_role
+-- session_replication_role as this session has it, and where that comes from.
+SELECT setting, source FROM pg_settings WHERE name = 'session_replication_role';
+
+-- name: serial_sequence
+-- The sequence an identity column draws from now (whatever it is called).
+SELECT pg_get_serial_sequence(%(table)s, %(column)s);

@@ -115,6 +115,8 @@ def take(conn: Any) -> dict[str, Any]:
         "rules": {name: _text(d) for name, d in fetch(Q.rules)},
         "disabled_internal_triggers": {t: n for t, n in fetch(Q.disabled_internal_triggers)},
         "children": {child: parent for child, parent in fetch(Q.children)},
+        "parents": sorted(f"{child} {parent}" for child, parent in fetch(Q.parents)),
+        "statistics": sorted(r[0] for r in fetch(Q.statistics)),
         "default_privileges": sorted(" ".join(r) for r in fetch(Q.default_privileges)),
         "operators": sorted(r[0] for r in fetch(Q.operators)),
         "publications": sorted(f"{p} {what}" for p, what in fetch(Q.publications)),

@@ -165,6 +165,20 @@ SELECT i.inhrelid::regclass::text, i.inhparent::regclass::text
  WHERE p.relnamespace = 'pgrag'::regnamespace
  ORDER BY 1;
 
+-- name: parents
+-- Tables that pgrag's tables inherit from (none): every read of such a parent shows the rows
+-- of pgrag's table too, whatever row-level security.
+SELECT i.inhrelid::regclass::text, i.inhparent::regclass::text
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE c.relnamespace = 'pgrag'::regnamespace
+ ORDER BY 1, 2;
+
+-- name: statistics
+-- Extended statistics objects in schema pgrag (none is pgrag's).
+SELECT format('%I.%I', n.nspname, s.stxname) FROM pg_statistic_ext s
+  JOIN pg_namespace n ON n.oid = s.stxnamespace
+ WHERE n.nspname = 'pgrag' ORDER BY 1;
+
 -- name: default_privileges
 -- ALTER DEFAULT PRIVILEGES ... IN SCHEMA pgrag: what new objects there would be granted.
 SELECT pg_get_userbyid(d.defaclrole), d.defaclobjtype::text,

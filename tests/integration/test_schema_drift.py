@@ -580,9 +580,13 @@ def test_what_only_a_superuser_can_undo_is_reported_as_not_done(
         # (PostgreSQL only warns, and revokes nothing: the warning is the reason.)
         assert line.startswith("not done: revoked pgrag_writer from pgrag_reader (")
         assert 'has not been granted membership in role "pgrag_writer"' in line
-        (applied,) = [line for line in done if "re-applied every function" in line]
-        assert applied.startswith("not done, for lack of the right:")
-        assert "must be owner of function collections_v1" in applied
+        # The file that holds the function it may not replace is not applied; the others are.
+        (applied,) = [line for line in done if "sql/functions/access.sql" in line]
+        assert applied == (
+            "not done, for lack of the right: re-applied sql/functions/access.sql"
+            " (must be owner of function collections_v1)"
+        ), applied
+        assert "re-applied sql/functions/search.sql" in done
         (gave,) = [line for line in done if "collections_v1" in line and "back to" in line]
         assert gave.startswith("not done, for lack of the right: gave function")
         assert {d.kind for d in left} == {"role", "owner of"}
@@ -596,3 +600,70 @@ def test_what_only_a_superuser_can_undo_is_reported_as_not_done(
             )
             conn.execute("DROP OWNED BY drift_other")
             conn.execute("DROP ROLE drift_other")
+
+
+def test_a_function_create_or_replace_cannot_replace_does_not_stop_the_others(
+    tenants: dict[str, Any],
+) -> None:
+    dsn, reader = tenants["dsn"], tenants["reader"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        # Another return type: CREATE OR REPLACE of models.sql fails on it ...
+        conn.execute("DROP FUNCTION pgrag.retire_model_vectors(integer, integer, integer)")
+        conn.execute(
+            "CREATE FUNCTION pgrag.retire_model_vectors(integer, integer, integer)"
+            " RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$"
+        )
+        # ... and must not keep access.sql from putting the session's principals back.
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION pgrag.visible_acls() RETURNS integer[] LANGUAGE sql"
+            " STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp"
+            " AS $$ SELECT NULL::integer[] $$"
+        )
+        # pgrag.release() replaced by one that returns something else entirely.
+        conn.execute("DROP FUNCTION pgrag.release()")
+        conn.execute(
+            "CREATE FUNCTION pgrag.release() RETURNS text LANGUAGE sql AS $$ SELECT 'x' $$"
+        )
+    assert _visible_documents(reader) == 3
+    found = {(d.kind, d.name) for d in drift.check_database(dsn)}
+    assert ("functions", "of schema pgrag") in found
+    assert ("function", "pgrag.retire_model_vectors(integer,integer,integer)") in found
+    done, left = repair.repair_database(dsn)
+    assert left == [], [d.describe() for d in left]
+    assert "dropped pgrag.retire_model_vectors(integer,integer,integer) to create it again" in done
+    assert _visible_documents(reader) == 1
+    assert pgrag.db.schema.state(dsn).up_to_date
+
+
+def test_what_hides_pgrag_tables_behind_another_is_found_and_undone(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE public.par (LIKE pgrag.documents)")
+        conn.execute("ALTER TABLE pgrag.documents INHERIT public.par")
+        conn.execute('CREATE STATISTICS pgrag."St" ON source, title FROM pgrag.documents')
+        conn.execute('CREATE DOMAIN pgrag."D" AS integer')
+        conn.execute("ALTER SEQUENCE pgrag.chunks_id_seq RENAME TO foo")
+        conn.execute("ALTER TABLE pgrag.documents ALTER COLUMN id DROP IDENTITY")
+        conn.execute("CREATE SEQUENCE public.s")
+        conn.execute("ALTER TABLE pgrag.documents ALTER COLUMN id SET DEFAULT nextval('public.s')")
+    try:
+        found = {(d.kind, d.name): d.problem for d in drift.check_database(dsn)}
+        assert found[("table", "pgrag.documents")].startswith("inherits from par: every read")
+        assert ("statistics", 'pgrag."St"') in found and ("type", 'pgrag."D"') in found
+        assert found[("sequence", "pgrag.chunks_id_seq")] == "was renamed to pgrag.foo"
+        assert ("relation", "pgrag.foo") not in found
+        done, left = repair.repair_database(dsn)
+        assert left == [], [d.describe() for d in left]
+        assert "renamed sequence pgrag.foo back to pgrag.chunks_id_seq" in done
+        with psycopg.connect(dsn) as conn:
+            assert conn.execute("SELECT count(*) FROM pg_inherits").fetchone() == (0,)
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE public.par")
+            conn.execute("DROP SEQUENCE public.s")
+
+
+def test_a_session_that_runs_as_a_replica_is_named(dsn: str) -> None:
+    replica = make_conninfo(dsn, options="-c session_replication_role=replica")
+    (found,) = [d for d in drift.check_database(replica) if d.kind == "setting"]
+    assert found.problem.startswith("is replica for this role here (from the client)")
+    assert not found.repairable
