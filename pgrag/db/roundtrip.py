@@ -128,20 +128,27 @@ def save(conn: Any, losses: list[Loss], target: str | None) -> None:
 
 
 def trust_saved(conn: Any) -> None:
-    """Raise SchemaError unless schema pgrag_saved, if it exists, is the running role's (or a
-    superuser's) alone: one another role made or may write would let it plant role mappings
-    that an upgrade restores, and one it may read would show it what a downgrade kept."""
+    """Raise SchemaError unless schema pgrag_saved, if it exists, is pgrag's (the running
+    role's, a superuser's or the owner of schema pgrag's) alone, and the running role may use
+    it: one another role made or may write would let it plant role mappings that an upgrade
+    restores, and one it may read would show it what a downgrade kept."""
     row = conn.execute(Q.saved_owner).fetchone()
     if row is None:
         return
-    owner, others, trusted = row
+    owner, others, trusted, usable = row
     if trusted and not others:
-        return
+        if usable:
+            return
+        raise SchemaError(
+            f"schema pgrag_saved, where a downgrade kept rows for the next upgrade, is {owner}'s:"
+            f" run this as {owner} (or a superuser), so that what it kept is restored; nothing"
+            " was changed"
+        )
     whose = f"owned by {owner}" + (f", with {others} in it or given rights on it" if others else "")
     raise SchemaError(
-        f"schema pgrag_saved is {whose}: it was not made by a pgrag downgrade run as this role,"
-        " so pgrag neither keeps rows in it nor restores any from it (nothing was changed);"
-        " look at what it holds, drop it (DROP SCHEMA pgrag_saved CASCADE) and retry"
+        f"schema pgrag_saved is {whose}: it was not made by a pgrag downgrade, so pgrag"
+        " neither keeps rows in it nor restores any from it (nothing was changed); look at what"
+        " it holds, drop it (DROP SCHEMA pgrag_saved CASCADE) and retry"
     )
 
 

@@ -62,21 +62,30 @@ CREATE TABLE IF NOT EXISTS pgrag_saved.rows (
 );
 
 -- name: saved_exists
-SELECT to_regclass('pgrag_saved.rows') IS NOT NULL;
+-- (From the catalog: to_regclass would need the right to use the schema, which only its owner
+-- has.)
+SELECT EXISTS (SELECT 1 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = 'pgrag_saved' AND c.relname = 'rows');
 
 -- name: saved_owner
--- Who owns schema pgrag_saved and what is in it, if it exists, and whether pgrag can trust it:
--- the running role (or a superuser) owns the schema and everything in it, and no other role
--- has a right on any of it. Anything else was not made by a pgrag downgrade.
+-- Who owns schema pgrag_saved and who else is in it, if it exists; whether pgrag can trust it
+-- (its owner is the running role, a superuser or the owner of schema pgrag, owns everything in
+-- it, and no other role has a right on any of it: anything else was not made by a pgrag
+-- downgrade); and whether the running role may use it.
 SELECT pg_get_userbyid(n.nspowner),
-       (SELECT string_agg(DISTINCT pg_get_userbyid(x.who), ', ')
-          FROM (SELECT a.grantee AS who FROM aclexplode(n.nspacl) a WHERE a.grantee <> n.nspowner
-                UNION SELECT c.relowner FROM pg_class c
+       (SELECT string_agg(DISTINCT x.who, ', ')
+          FROM (SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE pg_get_userbyid(a.grantee) END
+                  FROM aclexplode(n.nspacl) a WHERE a.grantee <> n.nspowner
+                UNION SELECT pg_get_userbyid(c.relowner) FROM pg_class c
                        WHERE c.relnamespace = n.oid AND c.relowner <> n.nspowner
-                UNION SELECT a.grantee FROM pg_class c, aclexplode(c.relacl) a
-                       WHERE c.relnamespace = n.oid AND a.grantee <> c.relowner) x),
+                UNION SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                  ELSE pg_get_userbyid(a.grantee) END
+                        FROM pg_class c, aclexplode(c.relacl) a
+                       WHERE c.relnamespace = n.oid AND a.grantee <> c.relowner) x(who)),
        n.nspowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
        OR (SELECT rolsuper FROM pg_roles WHERE oid = n.nspowner)
+       OR n.nspowner = (SELECT nspowner FROM pg_namespace WHERE nspname = 'pgrag'),
+       pg_has_role(current_user, n.nspowner, 'USAGE')
   FROM pg_namespace n
  WHERE n.nspname = 'pgrag_saved';
 

@@ -282,3 +282,51 @@ def test_a_pgrag_saved_made_by_another_role_is_neither_used_nor_restored(
                 )
             )
             conn.execute("DROP ROLE rt_mallory")
+
+
+def test_the_owner_and_a_superuser_can_share_a_round_trip(admin_dsn: str) -> None:
+    import uuid
+
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    name = f"rt_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("CREATE DATABASE {} OWNER {} TEMPLATE template0").format(
+                sql.Identifier(name), sql.Identifier(name)
+            )
+        )
+    superuser = make_conninfo(admin_dsn, dbname=name)
+    owner = make_conninfo(admin_dsn, dbname=name, user=name)
+    with psycopg.connect(superuser, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION vector")
+    checks = "SELECT count(*) FROM pgrag.queries WHERE checks IS NOT NULL"
+    try:
+        migrate.upgrade(owner)
+        with psycopg.connect(owner, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO pgrag.queries (question, principals, checks)"
+                " VALUES ('q', '{public}', '{\"confidence\": 0.5}')"
+            )
+        # The owner keeps rows aside (0009's answer checks); a superuser's upgrade restores them.
+        assert "answer checks in the query log: 1 (kept for the next upgrade)" in (
+            migrate.downgrade(owner, "0008", confirm=True).removed
+        )
+        migrate.upgrade(superuser)
+        with psycopg.connect(owner) as conn:
+            assert conn.execute(checks).fetchone() == (1,)
+            assert conn.execute("SELECT to_regnamespace('pgrag_saved')").fetchone() == (None,)
+        # A superuser keeps rows aside the owner may not read: the owner is told whose they are.
+        migrate.downgrade(superuser, "0008", confirm=True)
+        with pytest.raises(pgrag.SchemaError, match="is postgres's: run this as postgres"):
+            migrate.upgrade(owner)
+        assert migrate.current(owner) == "0008"
+        migrate.upgrade(superuser)
+        with psycopg.connect(owner) as conn:
+            assert conn.execute(checks).fetchone() == (1,)
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(name)))
