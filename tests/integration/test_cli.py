@@ -303,12 +303,36 @@ def test_ask_llm_without_citations_abstains(loaded: str, llm: LLMServer) -> None
     assert answer["citations"] == []
 
 
-def test_ask_llm_plain_mode_streams(loaded: str, llm: LLMServer) -> None:
+INVALID = "Monthly refunds are allowed within 14 days [1]. Annual plans get 30 days [9]."
+
+
+def test_ask_llm_into_a_pipe_prints_only_the_checked_answer(loaded: str, llm: LLMServer) -> None:
+    # CliRunner's stdout is a pipe, not a terminal: `pgrag ask ... > out.txt` gets no draft.
+    llm.reply = INVALID
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    assert llm.requests[0].body["stream"] is False
+    assert "[9]" not in result.stdout, result.stdout
+    assert "checked answer" not in result.stdout
+    first = result.stdout.splitlines()[0]
+    assert "14 days [1]" in first and "Annual plans get 30 days" in first
+    assert "\nSources:\n" in result.stdout and "  [1] " in result.stdout
+    assert "removed citations of sources not in the prompt: [9]" in result.stderr
+
+
+def test_ask_llm_at_a_terminal_streams_the_draft(
+    loaded: str, llm: LLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pgrag.cli.ask.stdout_is_terminal", lambda: True)
     llm.reply = "Monthly subscriptions can be refunded within 14 days [1]."
     result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
     assert llm.requests[0].body["stream"] is True
     assert result.stdout.count(llm.reply) == 1, result.stdout
     assert "\nSources:\n" in result.stdout and "  [1] " in result.stdout
+    # A draft the checks changed is followed by what they made of it.
+    llm.reply = INVALID
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    draft, checked = result.stdout.split("checked answer: ")
+    assert "[9]" in draft and "[9]" not in checked and "14 days [1]" in checked
 
 
 def test_ask_llm_unreachable(loaded: str, monkeypatch: pytest.MonkeyPatch) -> None:
