@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 from pgrag import config
 from pgrag.db import queries
-from pgrag.errors import ServerError
+from pgrag.errors import ServerError, command_line
 
 Q = queries.load(__name__)
 
@@ -316,7 +316,7 @@ class EmbeddedServer:
                 f"the embedded server runs as OS user {SYSTEM_USER!r}, which cannot reach"
                 f" {self.directory} because {blocked} is closed to other users; set"
                 " PGRAG_SERVER_DIR to a directory outside root's home (default /var/lib/pgrag),"
-                f" or `chmod o+x {blocked}`"
+                f" or {command_line('chmod', 'o+x', str(blocked))}"
             )
         self.directory.mkdir(parents=True, exist_ok=True)
         os.chown(self.directory, entry.pw_uid, entry.pw_gid, follow_symlinks=False)

@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 from pgrag import http as http_post
 from pgrag.cli import cli
 from tests.fakes import LLMServer
+from tests.tables import read_table
 
 SEARCH_KEYS = {
     "rank",
@@ -154,7 +155,8 @@ def test_dsn_defaults_to_pgrag_dsn(loaded: str) -> None:
     assert [r["name"] for r in json.loads(result.stdout)] == ["docs"]
     # --dsn wins over PGRAG_DSN.
     unreachable = "postgresql://nobody@127.0.0.1:1/nowhere"
-    assert ok(loaded, "collections", env={"PGRAG_DSN": unreachable}).stdout.startswith("docs\t")
+    table = read_table(ok(loaded, "collections", env={"PGRAG_DSN": unreachable}).stdout)
+    assert [r["COLLECTION"] for r in table] == ["docs"]
 
 
 def test_the_environment_is_read_once_per_command(
@@ -355,6 +357,35 @@ def test_collections_json(loaded: str) -> None:
     (docs,) = [r for r in rows if r["name"] == "docs"]
     assert docs["documents"] == 3 and docs["chunks"] > 0
     assert docs["model"] and docs["dimension"] == 384
+
+
+def test_collections_status_and_models_print_tables_for_people(loaded: str) -> None:
+    # An aligned table under a header line, with the same numbers --json gives.
+    (docs,) = json.loads(ok(loaded, "collections", "--json").stdout)
+    text = ok(loaded, "collections").stdout
+    assert "\t" not in text
+    assert text.splitlines()[0].split()[:4] == ["COLLECTION", "DOCUMENTS", "CHUNKS", "MODEL"]
+    [row] = read_table(text)
+    assert row["COLLECTION"] == "docs" and row["DOCUMENTS"] == "3"
+    assert row["CHUNKS"] == f"{docs['chunks']:,}" and row["MODEL"] == docs["model"]
+    assert row["DIMENSION"] == "384"
+
+    text = ok(loaded, "status").stdout
+    assert "\t" not in text
+    [row] = read_table(text)
+    assert (row["COLLECTION"], row["DOCUMENTS"], row["PENDING"], row["FAILED"]) == (
+        "docs",
+        "3",
+        "0",
+        "0",
+    )
+    assert row["MODEL"] == docs["model"] and row["OTHER MODELS"] == "-"
+
+    text = ok(loaded, "models", "list").stdout
+    assert "\t" not in text
+    [row] = read_table(text)
+    assert row["NAME"] == docs["model"] and row["DIMENSION"] == "384"
+    assert row["DISTANCE"] == "cosine" and row["COLLECTIONS"] == "docs (active)"
 
 
 def test_db_check(dsn: str, empty_dsn: str) -> None:
