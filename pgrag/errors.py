@@ -18,6 +18,14 @@ for one kind of trouble::
 
 from __future__ import annotations
 
+import shlex
+
+
+def command_line(*words: str) -> str:
+    """A command line for a message, in backquotes, each word quoted as a shell needs it
+    (``pgrag models list -c 'it'"'"'s'``), so that pasting it runs what it says."""
+    return f"`{shlex.join(words)}`"
+
 
 class PgragError(Exception):
     """Base class for errors pgrag reports to users. The message says what to do next."""

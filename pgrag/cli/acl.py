@@ -8,6 +8,7 @@ import click
 
 from pgrag.access import change, map_role, show
 from pgrag.cli.options import F, collection_option, database, emit_json, json_option, plural
+from pgrag.cli.tables import print_table
 
 
 @click.group()
@@ -33,8 +34,12 @@ def _print_access(rows: list[Any], as_json: bool) -> None:
     if as_json:
         emit_json([r.to_dict() for r in rows])
         return
-    for r in rows:
-        click.echo(f"{r.source}\t{','.join(r.principals) or '(nobody but admins)'}")
+    # The collection is the one chosen (-c): one column fewer to read.
+    print_table(
+        [{**r.to_dict(), "principals": r.principals or "(nobody but admins)"} for r in rows],
+        {"source": "SOURCE", "principals": "READABLE BY"},
+        hide={"collection"},
+    )
 
 
 def _acl_change_command(name: str, doc: str) -> None:

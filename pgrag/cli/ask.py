@@ -19,6 +19,7 @@ from pgrag.cli.options import (
     principal_option,
     reranker_option,
     state,
+    stdout_is_terminal,
 )
 from pgrag.llm.chat import LLMConfig
 from pgrag.retrieval.confidence import parse_setting
@@ -115,12 +116,16 @@ def ask(
         _show_answer(result, as_json=as_json, show_prompt=show_prompt, streamed=False)
         return
 
+    # The draft streams only to a person at a terminal: a pipe or a file gets the checked answer
+    # alone (what the checks removed, an invalid [9] say, must not end up in `> out.txt`).
     streamed = False
 
     def on_token(piece: str) -> None:
         nonlocal streamed
         streamed = True
         click.echo(piece, nl=False)
+
+    stream = not as_json and stdout_is_terminal()
 
     extra: dict[str, Any] = {}  # without --min-confidence: ask() reads the default
     if min_confidence is not None:
@@ -132,7 +137,7 @@ def ask(
         k=k,
         budget_tokens=budget,
         reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
-        on_token=None if as_json else on_token,
+        on_token=on_token if stream else None,
         log=not no_log,
         principals=list(principals) if principals else None,
         context=context,
@@ -151,7 +156,7 @@ def _show_answer(answer: Any, *, as_json: bool, show_prompt: bool, streamed: boo
     if show_prompt:
         click.echo(answer.prompt, err=True)
         click.echo("", err=True)
-    if streamed:
+    if streamed:  # the draft is on the terminal already; say what the checks made of it
         click.echo("\n")
         if answer.abstained or answer.invalid_citations:
             click.echo(f"checked answer: {answer.answer}")

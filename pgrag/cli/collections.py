@@ -2,27 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
 
-from pgrag.cli.options import database, emit_json, json_option, plural
+from pgrag.cli.options import database, emit_json, json_option
+from pgrag.cli.tables import print_table
 from pgrag.collections import list_collections
 from pgrag.embeddings.worker import status as collection_status
 
+# The headers of the columns a person reads first; any other field the library returns
+# follows under its own name (pgrag.cli.tables).
+COLLECTIONS = {
+    "name": "COLLECTION",
+    "documents": "DOCUMENTS",
+    "chunks": "CHUNKS",
+    "model": "MODEL",
+    "dimension": "DIMENSION",
+}
+STATUS = {
+    "collection": "COLLECTION",
+    "documents": "DOCUMENTS",
+    "chunks": "CHUNKS",
+    "pending": "PENDING",
+    "failed": "FAILED",
+    "active_model": "MODEL",
+    "others": "OTHER MODELS",
+}
 
-def _print(
-    rows: list[dict[str, Any]], line: Callable[[dict[str, Any]], str], as_json: bool
-) -> None:
-    """One line per collection (or the rows as JSON); a hint on stderr when there are none."""
+
+def _print(rows: list[dict[str, Any]], columns: dict[str, str], as_json: bool) -> None:
+    """A table of the collections (or the rows as JSON); a hint on stderr when there are none."""
     if as_json:
         emit_json(rows)
         return
     if not rows:
         click.echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
-    for r in rows:
-        click.echo(line(r))
+    print_table(rows, columns)
 
 
 @click.command()
@@ -30,14 +46,7 @@ def _print(
 @click.pass_context
 def collections(ctx: click.Context, as_json: bool) -> None:
     """List collections with their model and size."""
-
-    def line(r: dict[str, Any]) -> str:
-        return (
-            f"{r['name']}\t{plural(r['documents'], 'document')}\t{plural(r['chunks'], 'chunk')}"
-            f"\t{r['model']} ({r['dimension']}d)"
-        )
-
-    _print(list_collections(database(ctx)), line, as_json)
+    _print(list_collections(database(ctx)), COLLECTIONS, as_json)
 
 
 @click.command()
@@ -45,13 +54,4 @@ def collections(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Per collection: documents, chunks, pending and failed embeddings, models."""
-
-    def line(r: dict[str, Any]) -> str:
-        others = f"\tother models: {', '.join(r['others'])}" if r["others"] else ""
-        return (
-            f"{r['collection']}\t{plural(r['documents'], 'document')}"
-            f"\t{plural(r['chunks'], 'chunk')}\t{r['pending']} pending\t{r['failed']} failed"
-            f"\tmodel {r['active_model'] or '-'}{others}"
-        )
-
-    _print(collection_status(database(ctx)), line, as_json)
+    _print(collection_status(database(ctx)), STATUS, as_json)

@@ -17,11 +17,13 @@ from pgrag.cli.options import (
     plural,
     state,
 )
+from pgrag.cli.tables import print_table
 from pgrag.embeddings.local import SentenceTransformerEmbedder
 from pgrag.embeddings.models import add_model, collection_models, get_model, list_models
 from pgrag.embeddings.reembed import activate, reembed, retire
 from pgrag.embeddings.remote import RemoteEmbedder
 from pgrag.embeddings.worker import run
+from pgrag.errors import command_line
 
 
 @click.group()
@@ -45,13 +47,22 @@ def models_list(ctx: click.Context, collection: str | None, as_json: bool) -> No
         return
     if not rows:
         click.echo("no models yet; `pgrag ingest` or `pgrag models add` registers one", err=True)
-    for m, used in rows:
-        where = m.settings.get("url") or m.settings.get("path") or m.settings.get("package", "")
-        click.echo(
-            f"{m.name}\t{m.provider}\t{m.dimension}d {m.distance}"
-            f"{' halfvec' if m.index_type == 'halfvec' else ''}\t{where}"
-            f"\t{', '.join(used) or '-'}"
-        )
+    print_table(
+        [
+            {
+                "name": m.name,
+                "provider": m.provider,
+                "dimension": m.dimension,
+                "distance": m.distance,
+                "index": m.index_type,
+                "from": m.settings.get("url")
+                or m.settings.get("path")
+                or m.settings.get("package"),
+                "collections": used,
+            }
+            for m, used in rows
+        ]
+    )
 
 
 @models.command("add")
@@ -139,7 +150,8 @@ def models_reembed(ctx: click.Context, name: str, collection: str, batch_size: i
         click.echo("", err=True)
     click.echo(
         f"{name}: {report.embedded} chunks embedded ({report.reused} copied from identical"
-        f" text) for {collection}; `pgrag models activate {name} -c {collection}` switches"
+        f" text) for {collection};"
+        f" {command_line('pgrag', 'models', 'activate', name, '-c', collection)} switches"
     )
 
 

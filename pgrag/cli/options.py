@@ -80,6 +80,14 @@ def fail(message: str) -> NoReturn:
     sys.exit(1)
 
 
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (a person reading), not a pipe or a file."""
+    try:
+        return sys.stdout.isatty()
+    except (AttributeError, ValueError):  # replaced by something without it, or closed
+        return False
+
+
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from pgrag.db import queries, roundtrip
 from pgrag.db.dsn import open_connection
 from pgrag.db.resources import migrations_dir, sql_file
-from pgrag.errors import InputError, SchemaError, SchemaNotReady
+from pgrag.errors import InputError, SchemaError, SchemaNotReady, command_line
 from pgrag.version import __version__
 
 if TYPE_CHECKING:
@@ -537,7 +537,7 @@ def upgrade(dsn: str, revision: str = "head") -> Moved:
             if before is not None and not to_head and revision < before:
                 raise SchemaError(
                     f"cannot upgrade to {revision}: the database is at {before}, after it;"
-                    f" `pgrag db downgrade {revision}` moves back"
+                    f" {command_line('pgrag', 'db', 'downgrade', revision)} moves back"
                 )
             release = installed_release(raw) if (before or "") >= FUNCTIONS_SINCE else None
             current_functions = release is not None and release.get("digest") == functions_digest()

@@ -42,7 +42,7 @@ from urllib.parse import quote
 
 from pgrag import config
 from pgrag.db import queries
-from pgrag.errors import ServerError
+from pgrag.errors import ServerError, command_line
 
 Q = queries.load(__name__)
 
@@ -310,14 +310,9 @@ class EmbeddedServer:
 
         _ensure_system_user()
         entry = pwd.getpwnam(SYSTEM_USER)
-        blocked = _first_untraversable_parent(self.directory)
-        if blocked is not None:
-            raise ServerError(
-                f"the embedded server runs as OS user {SYSTEM_USER!r}, which cannot reach"
-                f" {self.directory} because {blocked} is closed to other users; set"
-                " PGRAG_SERVER_DIR to a directory outside root's home (default /var/lib/pgrag),"
-                f" or `chmod o+x {blocked}`"
-            )
+        problem = directory_problem(self.directory)
+        if problem is not None:
+            raise ServerError(problem)
         self.directory.mkdir(parents=True, exist_ok=True)
         os.chown(self.directory, entry.pw_uid, entry.pw_gid, follow_symlinks=False)
         self.directory.chmod(0o755)
@@ -497,6 +492,32 @@ def _fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def directory_problem(directory: Path) -> str | None:
+    """Why the embedded server could not use ``directory``, or None. As root the server runs
+    as OS user ``pgrag``, which must be able to enter every parent; otherwise this user must be
+    able to create it (or write in it). Standard library only: scripts/setup runs it with the
+    system Python before it installs anything, to fail in a second rather than after the
+    install."""
+    if _is_root():
+        blocked = _first_untraversable_parent(directory)
+        if blocked is None:
+            return None
+        return (
+            f"the embedded server runs as OS user {SYSTEM_USER!r}, which cannot reach"
+            f" {directory} because {blocked} is closed to other users; set"
+            " PGRAG_SERVER_DIR to a directory outside root's home (default /var/lib/pgrag),"
+            f" or {command_line('chmod', 'o+x', str(blocked))}"
+        )
+    existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
+    if existing is None or (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):
+        return None
+    what = "is not a directory" if not existing.is_dir() else "is not writable by this user"
+    return (
+        f"the embedded server cannot use {directory}: {existing} {what}; set"
+        " PGRAG_SERVER_DIR to a directory of yours, or PGRAG_DSN to use your own server"
+    )
 
 
 def _first_untraversable_parent(path: Path) -> Path | None:

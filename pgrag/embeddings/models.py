@@ -24,7 +24,7 @@ from pgrag.embeddings.local import (
     require_model,
 )
 from pgrag.embeddings.remote import DEFAULT_API_KEY_ENV, RemoteEmbedder
-from pgrag.errors import CollectionNotFound, ConfigError, InputError, PgragError
+from pgrag.errors import CollectionNotFound, ConfigError, InputError, PgragError, command_line
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -256,7 +256,7 @@ def query_model(
         if not named:
             raise InputError(
                 f"model {name!r} is not a model of collection {collection!r} (or is retired);"
-                f" `pgrag models list -c {collection}` shows its models"
+                f" {command_line('pgrag', 'models', 'list', '-c', collection)} shows its models"
             )
         given = db.given_embedder
         if given is not None and (given.name, given.dimension) == (name, named[0].dimension):

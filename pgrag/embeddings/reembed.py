@@ -22,7 +22,7 @@ from pgrag.db.dsn import open_connection
 from pgrag.embeddings.models import collection_id as _collection_id
 from pgrag.embeddings.models import embedder_for
 from pgrag.embeddings.worker import embed_chunks, store_vectors
-from pgrag.errors import DatabaseError, InputError, PgragError
+from pgrag.errors import DatabaseError, InputError, PgragError, command_line
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -212,7 +212,8 @@ def retire(
         if status is None:
             raise InputError(
                 f"model {model.name!r} is not a model of collection {collection!r};"
-                f" `pgrag models list --collection {collection}` shows its models"
+                f" {command_line('pgrag', 'models', 'list', '--collection', collection)}"
+                " shows its models"
             )
         if status[0] != "retired":
             conn.execute(Q.retire_model, {"collection": collection, "model_id": model.id})

@@ -26,6 +26,7 @@ from pgrag.collections import list_collections
 from pgrag.db.principals import PRINCIPAL, check_principals
 from pgrag.ingest.loaders import from_text
 from tests.integration.conftest import TEMPLATE, _create_database, _drop_database
+from tests.tables import read_table
 
 TEAMS = ("billing", "sales", "support")
 # (source, principals, metadata, text): three tenants, some individual grants, some public.
@@ -390,7 +391,10 @@ def test_acl_grant_and_revoke_from_the_cli(tenants: Tenants) -> None:
             conn, "SELECT source FROM pgrag.search_v3('t', 'refund', k => 100)"
         )
     shown = runner.invoke(cli, [*base, "show", "-c", "t", "--prefix", "globex/note-01"])
-    assert shown.exit_code == 0 and "tenant:acme" in shown.stdout
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.splitlines()[0].split() == ["SOURCE", "READABLE", "BY"]
+    [row] = read_table(shown.stdout)
+    assert row["SOURCE"] == source and "tenant:acme" in row["READABLE BY"].split(", ")
 
     revoked = runner.invoke(cli, [*base, "revoke", "tenant:acme", "-c", "t", "--source", source])
     assert revoked.exit_code == 0, revoked.output

@@ -21,6 +21,7 @@ from click.testing import CliRunner, Result
 from pgrag import http as http_post
 from pgrag.cli import cli
 from tests.fakes import LLMServer
+from tests.tables import read_table
 
 SEARCH_KEYS = {
     "rank",
@@ -154,7 +155,8 @@ def test_dsn_defaults_to_pgrag_dsn(loaded: str) -> None:
     assert [r["name"] for r in json.loads(result.stdout)] == ["docs"]
     # --dsn wins over PGRAG_DSN.
     unreachable = "postgresql://nobody@127.0.0.1:1/nowhere"
-    assert ok(loaded, "collections", env={"PGRAG_DSN": unreachable}).stdout.startswith("docs\t")
+    table = read_table(ok(loaded, "collections", env={"PGRAG_DSN": unreachable}).stdout)
+    assert [r["COLLECTION"] for r in table] == ["docs"]
 
 
 def test_the_environment_is_read_once_per_command(
@@ -303,12 +305,36 @@ def test_ask_llm_without_citations_abstains(loaded: str, llm: LLMServer) -> None
     assert answer["citations"] == []
 
 
-def test_ask_llm_plain_mode_streams(loaded: str, llm: LLMServer) -> None:
+INVALID = "Monthly refunds are allowed within 14 days [1]. Annual plans get 30 days [9]."
+
+
+def test_ask_llm_into_a_pipe_prints_only_the_checked_answer(loaded: str, llm: LLMServer) -> None:
+    # CliRunner's stdout is a pipe, not a terminal: `pgrag ask ... > out.txt` gets no draft.
+    llm.reply = INVALID
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    assert llm.requests[0].body["stream"] is False
+    assert "[9]" not in result.stdout, result.stdout
+    assert "checked answer" not in result.stdout
+    first = result.stdout.splitlines()[0]
+    assert "14 days [1]" in first and "Annual plans get 30 days" in first
+    assert "\nSources:\n" in result.stdout and "  [1] " in result.stdout
+    assert "removed citations of sources not in the prompt: [9]" in result.stderr
+
+
+def test_ask_llm_at_a_terminal_streams_the_draft(
+    loaded: str, llm: LLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pgrag.cli.ask.stdout_is_terminal", lambda: True)
     llm.reply = "Monthly subscriptions can be refunded within 14 days [1]."
     result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
     assert llm.requests[0].body["stream"] is True
     assert result.stdout.count(llm.reply) == 1, result.stdout
     assert "\nSources:\n" in result.stdout and "  [1] " in result.stdout
+    # A draft the checks changed is followed by what they made of it.
+    llm.reply = INVALID
+    result = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
+    draft, checked = result.stdout.split("checked answer: ")
+    assert "[9]" in draft and "[9]" not in checked and "14 days [1]" in checked
 
 
 def test_ask_llm_unreachable(loaded: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -331,6 +357,35 @@ def test_collections_json(loaded: str) -> None:
     (docs,) = [r for r in rows if r["name"] == "docs"]
     assert docs["documents"] == 3 and docs["chunks"] > 0
     assert docs["model"] and docs["dimension"] == 384
+
+
+def test_collections_status_and_models_print_tables_for_people(loaded: str) -> None:
+    # An aligned table under a header line, with the same numbers --json gives.
+    (docs,) = json.loads(ok(loaded, "collections", "--json").stdout)
+    text = ok(loaded, "collections").stdout
+    assert "\t" not in text
+    assert text.splitlines()[0].split()[:4] == ["COLLECTION", "DOCUMENTS", "CHUNKS", "MODEL"]
+    [row] = read_table(text)
+    assert row["COLLECTION"] == "docs" and row["DOCUMENTS"] == "3"
+    assert row["CHUNKS"] == f"{docs['chunks']:,}" and row["MODEL"] == docs["model"]
+    assert row["DIMENSION"] == "384"
+
+    text = ok(loaded, "status").stdout
+    assert "\t" not in text
+    [row] = read_table(text)
+    assert (row["COLLECTION"], row["DOCUMENTS"], row["PENDING"], row["FAILED"]) == (
+        "docs",
+        "3",
+        "0",
+        "0",
+    )
+    assert row["MODEL"] == docs["model"] and row["OTHER MODELS"] == "-"
+
+    text = ok(loaded, "models", "list").stdout
+    assert "\t" not in text
+    [row] = read_table(text)
+    assert row["NAME"] == docs["model"] and row["DIMENSION"] == "384"
+    assert row["DISTANCE"] == "cosine" and row["COLLECTIONS"] == "docs (active)"
 
 
 def test_db_check(dsn: str, empty_dsn: str) -> None:

@@ -6,6 +6,7 @@ The collection starts on the real shipped model (all-MiniLM-L6-v2, 384-d) and sw
 
 from __future__ import annotations
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +24,7 @@ from pgrag.cli import cli
 from pgrag.config import Settings, from_env
 from pgrag.embeddings.local import DEFAULT_MODEL_NAME, configured_embedder, default_embedder
 from pgrag.errors import CollectionNotFound, PgragError
+from tests.tables import read_table
 
 REMOTE = "hash-64"
 
@@ -347,12 +349,13 @@ def test_ingest_queues_new_chunks_for_a_model_being_built(
     pgrag.ingest(loaded, [extra], collection="docs")
     status = run(dsn, "status")
     assert status.exit_code == 0
-    assert "1 pending" in status.stdout and f"{REMOTE} (building)" in status.stdout
+    [row] = read_table(status.stdout)
+    assert row["PENDING"] == "1" and row["OTHER MODELS"] == f"{REMOTE} (building)"
     worked = run(dsn, "worker", "--once")
     assert worked.exit_code == 0, worked.output
     assert "1 embedded" in worked.stdout
     assert _vectors(dsn, REMOTE) == _chunks(dsn)
-    assert "0 pending" in run(dsn, "status").stdout
+    assert [r["PENDING"] for r in read_table(run(dsn, "status").stdout)] == ["0"]
 
 
 def test_sentence_transformers_model_from_a_directory(loaded: Any, tmp_path: Path) -> None:
@@ -582,3 +585,19 @@ def test_a_missing_collection_is_collection_not_found(db: Any, hash_server: Any)
         with pytest.raises(CollectionNotFound, match="collection 'nope' does not exist") as err:
             call()
         assert err.value.name == "nope"
+
+
+def test_hints_quote_names_as_a_shell_would(loaded: Any, hash_server: Any) -> None:
+    # Each hint's command line, pasted into a shell, names the same model and collection.
+    # (A collection's name is letters, digits and _ . : -; a model's may hold anything.)
+    dsn = loaded.dsn
+    quoted = 'Bob\'s "hash" $HOME'
+    added = run(dsn, "models", "add", quoted, "--provider", "openai", "--url", hash_server.url)
+    assert added.exit_code == 0, added.output
+
+    def hint(result: Any) -> list[str]:
+        return shlex.split(result.output.split("`")[1])
+
+    built = run(dsn, "models", "reembed", quoted, "-c", "docs")
+    assert built.exit_code == 0, built.output
+    assert hint(built) == ["pgrag", "models", "activate", quoted, "-c", "docs"]

@@ -17,6 +17,7 @@ from pgrag.embeddings import query_cache
 from pgrag.embeddings.local import configured_embedder
 from pgrag.embeddings.worker import run as run_worker
 from pgrag.embeddings.worker import run_once
+from tests.tables import read_table
 
 BODY = (
     "Refunds for hardware are accepted within 45 days of delivery.\n\n"
@@ -84,8 +85,8 @@ def test_plain_sql_documents_are_searchable_at_commit_and_embedded_by_the_worker
     assert len(chunks) == 1 and chunks[0][1] == "Hardware" and "Porto" in chunks[0][2]
     assert digest == (True,)
     assert [q[0] for q in _queued(dsn)] == [chunks[0][0]]
-    status = cli_run(dsn, "status")
-    assert "1 pending" in status.stdout and "0 failed" in status.stdout
+    [status] = [r for r in read_table(cli_run(dsn, "status").stdout) if r["COLLECTION"] == "docs"]
+    assert status["PENDING"] == "1" and status["FAILED"] == "0"
 
     # Vector-only search does not see it until the worker embedded it.
     def vector_hit() -> bool:
@@ -222,7 +223,7 @@ def test_failed_items_are_kept_with_their_error_and_retried(loaded: Any) -> None
             (chunk_id,),
         ).fetchone()
     assert wait is not None and wait[0].total_seconds() > 3  # backed off
-    assert "1 failed" in cli_run(dsn, "status").stdout
+    assert [r["FAILED"] for r in read_table(cli_run(dsn, "status").stdout)] == ["1"]
     assert run_once(loaded).batches == 0  # not due yet
     with psycopg.connect(dsn) as conn:
         conn.execute("UPDATE pgrag.embedding_queue SET not_before = now()")
