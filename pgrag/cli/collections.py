@@ -12,6 +12,11 @@ from pgrag.collections import list_collections
 from pgrag.embeddings.worker import status as collection_status
 
 
+def _count(r: dict[str, Any], key: str, noun: str) -> str:
+    """A count, marked ``~`` when the row's counts are estimates (`--json`: ``estimated``)."""
+    return ("~" if r.get("estimated") else "") + plural(r[key], noun)
+
+
 def _print(
     rows: list[dict[str, Any]], line: Callable[[dict[str, Any]], str], as_json: bool
 ) -> None:
@@ -33,7 +38,7 @@ def collections(ctx: click.Context, as_json: bool) -> None:
 
     def line(r: dict[str, Any]) -> str:
         return (
-            f"{r['name']}\t{plural(r['documents'], 'document')}\t{plural(r['chunks'], 'chunk')}"
+            f"{r['name']}\t{_count(r, 'documents', 'document')}\t{plural(r['chunks'], 'chunk')}"
             f"\t{r['model']} ({r['dimension']}d)"
         )
 
@@ -49,8 +54,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     def line(r: dict[str, Any]) -> str:
         others = f"\tother models: {', '.join(r['others'])}" if r["others"] else ""
         return (
-            f"{r['collection']}\t{plural(r['documents'], 'document')}"
-            f"\t{plural(r['chunks'], 'chunk')}\t{r['pending']} pending\t{r['failed']} failed"
+            f"{r['collection']}\t{_count(r, 'documents', 'document')}"
+            f"\t{_count(r, 'chunks', 'chunk')}\t{r['pending']} pending\t{r['failed']} failed"
             f"\tmodel {r['active_model'] or '-'}{others}"
         )
 
