@@ -158,7 +158,9 @@ def record_answer(
             },
         ).fetchone()
         if row:  # the collection's retention, a bounded batch (pgrag/answer/retention.py)
-            conn.execute(Q.prune_after_logging, {"collection": collection, "batch": PRUNE_PER_QUESTION})
+            conn.execute(
+                Q.prune_after_logging, {"collection": collection, "batch": PRUNE_PER_QUESTION}
+            )
     return int(row[0]) if row else 0
 
 

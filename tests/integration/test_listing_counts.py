@@ -147,7 +147,9 @@ def test_an_unrestricted_session_gets_estimates_past_the_limit_marked_as_such(
         assert estimated is True
         assert documents >= 11  # at least the bound it counted, else the planner's estimate
         assert chunks == 36  # chunks come from keyword_totals: exact
-        assert conn.execute("SELECT * FROM pgrag.count_rows('SELECT 1 FROM pgrag.acls')").fetchone() == (
+        assert conn.execute(
+            "SELECT * FROM pgrag.count_rows('SELECT 1 FROM pgrag.acls')"
+        ).fetchone() == (
             conn.execute("SELECT count(*) FROM pgrag.acls").fetchone()[0],
             False,
         )
