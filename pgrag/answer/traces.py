@@ -157,11 +157,23 @@ def record_answer(
                 "checks": Jsonb(_no_nul(answer.checks())),
             },
         ).fetchone()
-        if row:  # the collection's retention, a bounded batch (pgrag/answer/retention.py)
+        if row:
+            _prune(conn, collection)
+    return int(row[0]) if row else 0
+
+
+def _prune(conn: Any, collection: str) -> None:
+    """Apply the collection's retention, a bounded batch (pgrag/answer/retention.py), in a
+    savepoint: whatever goes wrong there, the question is still logged."""
+    import psycopg
+
+    try:
+        with conn.transaction():
             conn.execute(
                 Q.prune_after_logging, {"collection": collection, "batch": PRUNE_PER_QUESTION}
             )
-    return int(row[0]) if row else 0
+    except psycopg.Error:
+        pass  # the next logged question, or `pgrag queries prune`, removes them
 
 
 def _no_nul(value: Any) -> Any:

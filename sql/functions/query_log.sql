@@ -7,7 +7,8 @@
 -- removes what is beyond either, oldest first, at most `batch` rows per call, so one call's
 -- work is bounded: `ask` calls it after logging (the log never grows far past its limits),
 -- and `pgrag queries prune` calls it until nothing is left to remove. A size limit reads the
--- newest query_log_max_rows entries' index to find where the rest begins.
+-- newest query_log_max_rows entries' index to find where the rest begins. Entries another
+-- prune is removing are skipped (SKIP LOCKED): concurrent prunes neither wait nor deadlock.
 
 -- Remove up to `batch` (1..100000) of the entries that a collection's retention (NULL: every
 -- collection's) no longer keeps; how many it removed. SECURITY DEFINER: restricted roles may
@@ -43,7 +44,8 @@ BEGIN
             DELETE FROM pgrag.queries q
              WHERE q.id IN (SELECT o.id FROM pgrag.queries o
                              WHERE o.collection_id = r.id AND o.created_at < now() - r.max_age
-                             ORDER BY o.created_at LIMIT v_left);
+                             ORDER BY o.created_at LIMIT v_left
+                               FOR UPDATE SKIP LOCKED);
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_done := v_done + v_n;
             v_left := v_left - v_n;
@@ -53,7 +55,8 @@ BEGIN
              WHERE q.id IN (SELECT o.id FROM pgrag.queries o
                              WHERE o.collection_id = r.id
                              ORDER BY o.created_at DESC, o.id DESC
-                             OFFSET r.max_rows LIMIT v_left);
+                             OFFSET r.max_rows LIMIT v_left
+                               FOR UPDATE SKIP LOCKED);
             GET DIAGNOSTICS v_n = ROW_COUNT;
             v_done := v_done + v_n;
             v_left := v_left - v_n;

@@ -136,6 +136,16 @@ def test_collection_counts_are_exact_for_restricted_sessions_even_past_the_limit
             assert conn.execute(
                 "SELECT documents, chunks FROM pgrag.collections_v1() WHERE name = 'l'"
             ).fetchone() == (want, want)
+        # The counting helpers run as the owner inside collections_v2; a reader may not call
+        # them to count (or estimate) what it may not read.
+        for call in (
+            "SELECT pgrag.count_rows('SELECT 1 FROM pgrag.documents')",
+            "SELECT pgrag.document_count(1, NULL)",
+            "SELECT pgrag.chunk_count(1, NULL)",
+        ):
+            with psycopg.connect(user_dsn) as conn:
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(call)
 
 
 def test_an_unrestricted_session_gets_estimates_past_the_limit_marked_as_such(

@@ -180,6 +180,25 @@ def test_prune_removes_what_is_older_than_max_age_in_bounded_batches(
         parse_age("30")
 
 
+def test_concurrent_prunes_skip_each_others_entries(setup: Setup) -> None:
+    _clear(setup.dsn)
+    with psycopg.connect(setup.dsn) as conn:
+        conn.execute(
+            "INSERT INTO pgrag.queries (collection_id, question, created_at)"
+            " SELECT c.id, 'old ' || g, now() - interval '9 days' + g * interval '1 second'"
+            " FROM pgrag.collections c, generate_series(1, 6) g WHERE c.name = 'a'"
+        )
+        conn.execute("UPDATE pgrag.collections SET query_log_max_age = '1 day' WHERE name = 'a'")
+    with psycopg.connect(setup.dsn) as first, psycopg.connect(setup.dsn) as second:
+        assert first.execute("SELECT pgrag.prune_queries('a', 2)").fetchone() == (2,)
+        # first's transaction is open, its two rows locked: second neither waits nor fails.
+        second.execute("SET lock_timeout = '5s'")
+        assert second.execute("SELECT pgrag.prune_queries('a', 10)").fetchone() == (4,)
+        second.commit()
+        first.commit()
+    assert _logged(setup.dsn, "a") == []
+
+
 def test_a_restricted_role_may_apply_the_retention_but_delete_nothing_else(
     setup: Setup, embedder: Any
 ) -> None:

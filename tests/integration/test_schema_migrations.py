@@ -78,6 +78,11 @@ GUARDED = {
     "collections_v1": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "collections_v2": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "prune_queries": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
+    # pgrag status counts through these (as the owner or pgrag_writer); readers only through
+    # collections_v2, which runs them as the owner.
+    "count_rows": ("pgrag_writer",),
+    "document_count": ("pgrag_writer",),
+    "chunk_count": ("pgrag_writer",),
     "section_chunks_v1": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "query_cache_get": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "query_cache_put": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
