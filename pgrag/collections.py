@@ -107,8 +107,10 @@ def require_collection_id(conn: Any, name: str) -> int:
 
 def list_collections(db: Database) -> list[dict[str, Any]]:
     """Every collection with its model and the number of documents and chunks the session may
-    read (``pgrag.collections_v1``, which restricted roles may call)."""
+    read (``pgrag.collections_v2``, which restricted roles may call). ``estimated`` is true when
+    ``documents`` is the planner's estimate (only for a session that sees everything, and only
+    above ``pgrag.exact_count_limit`` documents; sql/functions/status.sql)."""
     with transaction(db) as conn:
         rows = conn.execute(Q.list_collections).fetchall()
-    keys = ("name", "model", "dimension", "documents", "chunks")
+    keys = ("name", "model", "dimension", "documents", "chunks", "estimated")
     return [dict(zip(keys, r, strict=True)) for r in rows]

@@ -25,4 +25,4 @@ SELECT id FROM pgrag.collections WHERE name = %(name)s;
 
 -- name: list_collections
 -- Every collection the session may see, with its model and counts (restricted roles too).
-SELECT name, model, dimension, documents, chunks FROM pgrag.collections_v1();
+SELECT name, model, dimension, documents, chunks, estimated FROM pgrag.collections_v2();

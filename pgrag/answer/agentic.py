@@ -28,7 +28,7 @@ from pgrag.answer.prompt import (
 )
 from pgrag.answer.result import Answer
 from pgrag.answer.tools import NAME, run_search_call, search_tool
-from pgrag.answer.traces import record_answer
+from pgrag.answer.traces import log_answer
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, InputError
 from pgrag.llm.chat import ChatClient, LLMConfig
@@ -191,5 +191,5 @@ def ask_agentic(
     )
     answer.check_support()
     if log:
-        answer.query_id = record_answer(db, collection, answer, retrieved, principals)
+        log_answer(db, collection, answer, retrieved, principals)
     return answer

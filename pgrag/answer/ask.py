@@ -35,7 +35,7 @@ from pgrag.answer.prompt import (
 from pgrag.answer.reader import extractive_answer
 from pgrag.answer.result import Answer
 from pgrag.answer.support import split_sentences
-from pgrag.answer.traces import record_answer
+from pgrag.answer.traces import log_answer
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import InputError
 from pgrag.llm.chat import ChatClient, LLMConfig
@@ -187,7 +187,7 @@ def ask(
     )
     answer.check_support()
     if log:
-        answer.query_id = record_answer(db, collection, answer, results, principals)
+        log_answer(db, collection, answer, results, principals)
     return answer
 
 

@@ -40,6 +40,8 @@ class Answer:
     # What counted the passages' token budget: the embedding model's or the generator's
     # tokenizer (PGRAG_LLM_TOKENIZER).
     tokenizer: str = ""
+    # What went wrong around the answer without changing it (e.g. it could not be logged).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def uncited(self) -> list[str]:
@@ -74,6 +76,7 @@ class Answer:
             "threshold": self.threshold,
             "threshold_from": self.threshold_from,
             "tokenizer": self.tokenizer,
+            "warnings": self.warnings,
         }
 
     def checks(self) -> dict[str, Any]:

@@ -8,6 +8,11 @@ citations, whether and why it abstained, timings, and what checking the answer f
 (retrieval confidence and threshold, invalid citations, support per sentence, faithfulness).
 The table holds retrieved text, so only the owner of schema pgrag and pgrag_writer may read
 it (restricted roles may only add rows).
+
+A role that may not add rows, or a session that may not write at all (a read replica, or
+``default_transaction_read_only``), still gets its answer: :func:`log_answer` returns it
+unlogged with a warning. Each logged question also applies its collection's retention
+(``pgrag.prune_queries``, a bounded batch; pgrag/answer/retention.py).
 """
 
 from __future__ import annotations
@@ -75,6 +80,38 @@ def get_trace(db: Database, query_id: int) -> dict[str, Any]:
     return trace
 
 
+# Entries the logging of one question may prune (each question adds one: it keeps up).
+PRUNE_PER_QUESTION = 100
+
+
+def log_answer(
+    db: Database,
+    collection: str,
+    answer: Answer,
+    results: Sequence[SearchResult],
+    principals: Sequence[str] | None,
+) -> None:
+    """Record ``answer`` and set its ``query_id``; when this session may not write the log (a
+    read-only transaction or replica, or a role without INSERT on pgrag.queries), leave it
+    unlogged and add a warning to ``answer.warnings`` instead of losing the answer."""
+    import psycopg
+
+    try:
+        answer.query_id = record_answer(db, collection, answer, results, principals)
+    except DatabaseError as err:
+        cause = err.__cause__
+        if isinstance(cause, psycopg.errors.ReadOnlySqlTransaction):
+            why = "this session is read-only (a read replica or default_transaction_read_only)"
+        elif isinstance(cause, psycopg.errors.InsufficientPrivilege):
+            why = f"role {db.conn.info.user} may not add entries to pgrag.queries"
+        else:
+            raise
+        answer.query_id = None
+        answer.warnings.append(
+            f"the question was not logged: {why}; pass --no-log (log=False) to skip logging"
+        )
+
+
 def record_answer(
     db: Database,
     collection: str,
@@ -120,7 +157,23 @@ def record_answer(
                 "checks": Jsonb(_no_nul(answer.checks())),
             },
         ).fetchone()
+        if row:
+            _prune(conn, collection)
     return int(row[0]) if row else 0
+
+
+def _prune(conn: Any, collection: str) -> None:
+    """Apply the collection's retention, a bounded batch (pgrag/answer/retention.py), in a
+    savepoint: whatever goes wrong there, the question is still logged."""
+    import psycopg
+
+    try:
+        with conn.transaction():
+            conn.execute(
+                Q.prune_after_logging, {"collection": collection, "batch": PRUNE_PER_QUESTION}
+            )
+    except psycopg.Error:
+        pass  # the next logged question, or `pgrag queries prune`, removes them
 
 
 def _no_nul(value: Any) -> Any:

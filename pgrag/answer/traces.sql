@@ -8,6 +8,10 @@ SELECT c.id, c.model_id, %(q)s, pgrag.session_principals(), %(retrieved)s, %(pro
        %(checks)s
   FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id;
 
+-- name: prune_after_logging
+-- Remove a bounded batch of the collection's entries its retention no longer keeps.
+SELECT pgrag.prune_queries(%(collection)s, %(batch)s);
+
 -- name: trace
 -- One recorded question and answer, with its collection's and model's names.
 SELECT q.id, q.created_at, q.db_user, c.name, m.name, q.question, q.principals,

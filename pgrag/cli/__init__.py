@@ -16,7 +16,18 @@ from __future__ import annotations
 import click
 
 from pgrag import config
-from pgrag.cli import acl, ask, collections, db, evaluate, ingest, models, search, server
+from pgrag.cli import (
+    acl,
+    ask,
+    collections,
+    db,
+    evaluate,
+    ingest,
+    models,
+    queries,
+    search,
+    server,
+)
 from pgrag.cli.options import Group, State
 
 __all__ = ["cli", "main"]
@@ -57,6 +68,7 @@ for _command in (
     ingest.rm,
     models.models,
     models.worker,
+    queries.queries,
     search.search,
     server.server,
 ):

@@ -172,6 +172,8 @@ def _show_answer(answer: Any, *, as_json: bool, show_prompt: bool, streamed: boo
             f"warning: {len(answer.uncited)} sentence(s) cite no source: {answer.uncited[0]!r}",
             err=True,
         )
+    for warning in answer.warnings:
+        click.echo(f"warning: {warning}", err=True)
     for f in answer.flagged:
         phrases = "; ".join(repr(p) for p in f["phrases"])
         click.echo(f"warning: source [{f['n']}] reads like an instruction: {phrases}", err=True)

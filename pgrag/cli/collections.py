@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from pgrag.cli.options import database, emit_json, json_option
-from pgrag.cli.tables import print_table
+from pgrag.cli.tables import Approx, print_table
 from pgrag.collections import list_collections
 from pgrag.embeddings.worker import status as collection_status
 
@@ -31,14 +31,25 @@ STATUS = {
 }
 
 
-def _print(rows: list[dict[str, Any]], columns: dict[str, str], as_json: bool) -> None:
-    """A table of the collections (or the rows as JSON); a hint on stderr when there are none."""
+def _marked(rows: list[dict[str, Any]], counts: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rows for a table: counts that are estimates (``estimated``) read ``~N``."""
+    return [
+        {k: Approx(v) if k in counts and r.get("estimated") else v for k, v in r.items()}
+        for r in rows
+    ]
+
+
+def _print(
+    rows: list[dict[str, Any]], columns: dict[str, str], counts: tuple[str, ...], as_json: bool
+) -> None:
+    """A table of the collections (or the rows as JSON); a hint on stderr when there are none.
+    Estimated counts are marked ``~`` (``"estimated": true`` in JSON)."""
     if as_json:
         emit_json(rows)
         return
     if not rows:
         click.echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
-    print_table(rows, columns)
+    print_table(_marked(rows, counts), columns, hide=("estimated",))
 
 
 @click.command()
@@ -46,7 +57,7 @@ def _print(rows: list[dict[str, Any]], columns: dict[str, str], as_json: bool) -
 @click.pass_context
 def collections(ctx: click.Context, as_json: bool) -> None:
     """List collections with their model and size."""
-    _print(list_collections(database(ctx)), COLLECTIONS, as_json)
+    _print(list_collections(database(ctx)), COLLECTIONS, ("documents",), as_json)
 
 
 @click.command()
@@ -54,4 +65,4 @@ def collections(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Per collection: documents, chunks, pending and failed embeddings, models."""
-    _print(collection_status(database(ctx)), STATUS, as_json)
+    _print(collection_status(database(ctx)), STATUS, ("documents", "chunks"), as_json)

@@ -19,10 +19,16 @@ import click
 GAP = "  "
 
 
+class Approx(int):
+    """A count that is an estimate: shown as ``~N``, aligned as a number."""
+
+
 def cell(value: Any) -> str:
     """One value as a table cell reads it."""
     if value is None:
         return "-"
+    if isinstance(value, Approx):
+        return f"~{value:,}"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, int):

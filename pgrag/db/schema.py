@@ -64,6 +64,7 @@ FUNCTION_FILES = (
     "sections",
     "cache",
     "status",
+    "query_log",
     "search",
     "grants",
 )

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pgrag.db import principals as access
 from pgrag.db import queries
 from pgrag.db.connect import transaction
+from pgrag.errors import DatabaseError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -81,17 +82,30 @@ def embed_query(
         vector = np.asarray(embedder.embed([text])[0], dtype=np.float32)
         stats["encoded"] += 1
         if use_db:
-            with transaction(db) as conn:
-                access.apply(conn, principals)
-                conn.execute(
-                    Q.cache_vector,
-                    {"model_id": model.id, "digest": digest, "vector": _text(vector)},
-                )
+            _store(db, model, digest, vector, principals)
     with _lock:
         _memory[key] = vector
         while len(_memory) > MEMORY_ENTRIES:
             _memory.popitem(last=False)
     return vector
+
+
+def _store(
+    db: Database, model: Model, digest: bytes, vector: Any, principals: Sequence[str] | None
+) -> None:
+    """Cache ``vector`` in the database, unless this session may not write (a read replica,
+    ``default_transaction_read_only``): the cache is an optimisation, never a reason to fail."""
+    import psycopg
+
+    try:
+        with transaction(db) as conn:
+            access.apply(conn, principals)
+            conn.execute(
+                Q.cache_vector, {"model_id": model.id, "digest": digest, "vector": _text(vector)}
+            )
+    except DatabaseError as err:
+        if not isinstance(err.__cause__, psycopg.errors.ReadOnlySqlTransaction):
+            raise
 
 
 def _text(vector: Any) -> str:

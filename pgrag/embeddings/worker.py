@@ -283,7 +283,9 @@ def _maintain(db: Database, collections: set[int]) -> None:
 
 
 def status(db: Database) -> list[dict[str, Any]]:
-    """Per collection: documents, chunks, pending and failed queue items, models."""
+    """Per collection: documents, chunks, pending and failed queue items, models; ``estimated``
+    is true when a count is the planner's estimate (above ``pgrag.exact_count_limit`` rows,
+    for a session that sees everything; sql/functions/status.sql)."""
     import psycopg
 
     try:
@@ -297,5 +299,14 @@ def status(db: Database) -> list[dict[str, Any]]:
                 " what this role may see"
             ) from err
         raise
-    keys = ("collection", "documents", "chunks", "pending", "failed", "active_model", "others")
+    keys = (
+        "collection",
+        "documents",
+        "chunks",
+        "pending",
+        "failed",
+        "active_model",
+        "others",
+        "estimated",
+    )
     return [dict(zip(keys, r, strict=True)) for r in rows]

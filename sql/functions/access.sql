@@ -223,34 +223,78 @@ END
 $fn$;
 
 -- What restricted roles may list: the documents of a collection they may read, and the
--- collections with their visible sizes. SECURITY DEFINER, filtered by visible_acls.
+-- collections with their visible sizes. SECURITY DEFINER, filtered by visible_acls, which is
+-- computed once per call (a plpgsql variable: never once per row) and matched through the
+-- index on (collection_id, acl_id), so a call costs what the caller may see, not the size of
+-- the collection. An unrestricted session reads everything, through the (collection_id,
+-- source) index.
 CREATE OR REPLACE FUNCTION pgrag.documents_v1(collection text)
 RETURNS TABLE (document_id bigint, source text, title text, metadata jsonb, updated_at timestamptz)
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT d.id, d.source, d.title, d.metadata, d.updated_at
-      FROM pgrag.documents d
-      JOIN pgrag.collections c ON c.id = d.collection_id
-      CROSS JOIN (SELECT pgrag.visible_acls() AS acls) v
-     WHERE c.name = collection AND (v.acls IS NULL OR d.acl_id = ANY (v.acls))
-     ORDER BY d.source
+#variable_conflict use_column
+DECLARE
+    v_acls integer[] := pgrag.visible_acls();
+    v_id   integer;
+BEGIN
+    SELECT c.id INTO v_id FROM pgrag.collections c WHERE c.name = documents_v1.collection;
+    IF v_id IS NULL OR v_acls = '{}' THEN
+        RETURN;
+    END IF;
+    IF v_acls IS NULL THEN
+        RETURN QUERY
+            SELECT d.id, d.source, d.title, d.metadata, d.updated_at
+              FROM pgrag.documents d WHERE d.collection_id = v_id ORDER BY d.source;
+    ELSE
+        RETURN QUERY
+            SELECT d.id, d.source, d.title, d.metadata, d.updated_at
+              FROM pgrag.documents d
+             WHERE d.collection_id = v_id AND d.acl_id = ANY (v_acls)
+             ORDER BY d.source;
+    END IF;
+END
 $fn$;
 
+-- Every collection with its model and the number of documents and chunks the session may
+-- read. Chunks come from keyword_totals (a few rows per collection and acl: exact and cheap).
+-- Documents (pgrag.document_count, sql/functions/status.sql): a restricted session gets the
+-- exact count of what it may read, found through the (collection_id, acl_id) index, so it
+-- costs what the caller sees and says nothing of what it may not; an unrestricted session
+-- gets an exact count up to pgrag.exact_count_limit documents (100,000 by default) and the
+-- planner's estimate above it, with estimated = true. Estimates are never given to a
+-- restricted session: an estimate of the whole collection would tell it the size of what it
+-- may not read.
+CREATE OR REPLACE FUNCTION pgrag.collections_v2()
+RETURNS TABLE (name text, model text, dimension integer, documents bigint, chunks bigint,
+               estimated boolean)
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_acls integer[] := pgrag.visible_acls();
+BEGIN
+    RETURN QUERY
+        SELECT c.name, m.name, m.dimension, n.documents,
+               (SELECT coalesce(sum(t.chunks), 0)::bigint FROM pgrag.keyword_totals t
+                 WHERE t.collection_id = c.id AND (v_acls IS NULL OR t.acl_id = ANY (v_acls))),
+               n.estimated
+          FROM pgrag.collections c
+          LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id
+         CROSS JOIN LATERAL pgrag.document_count(c.id, v_acls) n
+         ORDER BY c.name;
+END
+$fn$;
+
+-- Deprecated: collections_v2 without its estimated column (documents may be an estimate for
+-- an unrestricted session, as there).
 CREATE OR REPLACE FUNCTION pgrag.collections_v1()
 RETURNS TABLE (name text, model text, dimension integer, documents bigint, chunks bigint)
 LANGUAGE sql STABLE
 SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT c.name, m.name, m.dimension,
-           (SELECT count(*) FROM pgrag.documents d
-             WHERE d.collection_id = c.id AND (v.acls IS NULL OR d.acl_id = ANY (v.acls))),
-           (SELECT coalesce(sum(t.chunks), 0)::bigint FROM pgrag.keyword_totals t
-             WHERE t.collection_id = c.id AND (v.acls IS NULL OR t.acl_id = ANY (v.acls)))
-      FROM pgrag.collections c
-      LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id
-     CROSS JOIN (SELECT pgrag.visible_acls() AS acls) v
-     ORDER BY c.name
+    SELECT v.name, v.model, v.dimension, v.documents, v.chunks FROM pgrag.collections_v2() v
 $fn$;

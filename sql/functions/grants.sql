@@ -19,14 +19,17 @@ AS $fn$
 DECLARE
     -- Entry points no role but the owner may execute unless granted here (the engine: no one).
     c_guarded  CONSTANT text[] := ARRAY['search_engine', 'search_v3', 'search_v4', 'search_v5',
-                                        'documents_v1', 'collections_v1', 'section_chunks_v1',
-                                        'query_cache_get', 'query_cache_put', 'sync_row_v1',
-                                        'ensure_model_index'];
+                                        'documents_v1', 'collections_v1', 'collections_v2',
+                                        'section_chunks_v1', 'query_cache_get',
+                                        'query_cache_put', 'sync_row_v1', 'ensure_model_index',
+                                        'prune_queries', 'count_rows', 'document_count',
+                                        'chunk_count'];
     -- What every pgrag role may execute, and what pgrag_writer alone may.
     c_entries  CONSTANT text[] := ARRAY['search_v3', 'search_v4', 'search_v5', 'documents_v1',
-                                        'collections_v1', 'section_chunks_v1', 'query_cache_get',
-                                        'query_cache_put'];
-    c_writing  CONSTANT text[] := ARRAY['sync_row_v1', 'ensure_model_index'];
+                                        'collections_v1', 'collections_v2', 'section_chunks_v1',
+                                        'query_cache_get', 'query_cache_put', 'prune_queries'];
+    c_writing  CONSTANT text[] := ARRAY['sync_row_v1', 'ensure_model_index', 'count_rows',
+                                        'document_count', 'chunk_count'];
     v_done   text[] := '{}';
     v_schema text;
     v_table  text;

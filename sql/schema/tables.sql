@@ -42,7 +42,11 @@ CREATE TABLE pgrag.collections (
     chunk_overlap integer NOT NULL DEFAULT 40
                   CHECK (chunk_overlap >= 0 AND chunk_overlap < chunk_tokens),
     settings      jsonb NOT NULL DEFAULT '{}',
-    created_at    timestamptz NOT NULL DEFAULT now()
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    -- How long, and how many, of its questions pgrag.queries keeps (NULL: no limit);
+    -- pgrag.prune_queries removes the rest (sql/functions/query_log.sql).
+    query_log_max_age  interval CHECK (query_log_max_age > interval '0'),
+    query_log_max_rows bigint CHECK (query_log_max_rows >= 0)
 );
 
 -- One row per distinct set of principals; id 1 is everyone.
@@ -80,6 +84,8 @@ CREATE TABLE pgrag.documents (
 );
 CREATE INDEX documents_collection_hash_idx ON pgrag.documents (collection_id, content_hash);
 CREATE INDEX documents_metadata_idx ON pgrag.documents USING gin (metadata jsonb_path_ops);
+-- A restricted session's documents of a collection (documents_v1, collections_v2).
+CREATE INDEX documents_collection_acl_idx ON pgrag.documents (collection_id, acl_id);
 
 -- Ids come from the sequence in blocks so chunks and their vectors can be COPYed together.
 CREATE TABLE pgrag.chunks (
@@ -143,6 +149,7 @@ CREATE TABLE pgrag.queries (
     checks         jsonb  -- what ask found when it checked the answer (docs/answers.md)
 );
 CREATE INDEX queries_created_idx ON pgrag.queries (created_at);
+CREATE INDEX queries_collection_created_idx ON pgrag.queries (collection_id, created_at);
 
 -- The BM25 keyword index (sql/functions/keyword.sql). One row per (collection, lexeme, chunk);
 -- no foreign key to chunks: the trigger removes a chunk's postings when the chunk goes, and a
