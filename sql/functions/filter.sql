@@ -16,6 +16,15 @@
 --   {"$or": [{...}, {...}]}, {"$and": [...]}, {"$not": {...}}
 -- A value that is missing or of another type never satisfies a comparison. Keys and values are
 -- only ever compared as data: no SQL (and no jsonpath) is built from them.
+--
+-- Bounds (filter_bounds, checked before anything is read; each a one-line error naming it):
+-- at most 1,000,000 bytes of JSON, 10,000 list values in all, 200 keys and operators in all,
+-- and 32 levels of JSON nesting. Cost: a search compiles its filter once (filter_compile):
+-- each $in / $nin list of scalars becomes a lookup object, so a row is tested against a list
+-- by one binary search (per element of an array field), never by a walk over the list; the
+-- plain entries are jsonb containment, answered by the GIN index on documents.metadata. A
+-- compiled filter may carry the search's deadline ("$deadline": [epoch seconds, limit in ms]),
+-- checked for every row tested (pgrag.search_timeout, in sql/functions/search.sql).
 
 -- An ISO-8601 date or timestamp as timestamptz (zone offsets up to +-15:59, PostgreSQL's range);
 -- NULL when the text is not one (never an error,
@@ -88,6 +97,9 @@ BEGIN
     IF filter IS NULL THEN
         RETURN '{}';
     END IF;
+    IF path = 'filter' THEN
+        PERFORM pgrag.filter_bounds(filter);  -- once, for the whole filter
+    END IF;
     IF jsonb_typeof(filter) <> 'object' THEN
         RAISE EXCEPTION '% must be a JSON object such as {"team": "billing"}, got %', path, filter
             USING ERRCODE = '22023';
@@ -148,7 +160,114 @@ BEGIN
 END
 $fn$;
 
--- Does a document's metadata satisfy a filter (checked first with filter_check)?
+-- The size bounds of a filter (see the top of this file): a one-line error naming the bound.
+CREATE OR REPLACE FUNCTION pgrag.filter_bounds(filter jsonb) RETURNS void
+LANGUAGE plpgsql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_bytes  integer;
+    v_depth  integer;
+    v_values bigint;
+    v_keys   bigint;
+BEGIN
+    IF filter IS NULL THEN
+        RETURN;
+    END IF;
+    v_bytes := octet_length(filter::text);
+    IF v_bytes > 1000000 THEN
+        RAISE EXCEPTION 'filter is % bytes of JSON; the limit is 1000000: filter on fewer values (or on a coarser key)',
+            v_bytes USING ERRCODE = '54000';
+    END IF;
+    WITH RECURSIVE node(v, depth) AS (
+        SELECT filter, 1
+        UNION ALL
+        SELECT c.v, node.depth + 1
+          FROM node
+         CROSS JOIN LATERAL (
+               SELECT e.value AS v, true AS keyed
+                 FROM jsonb_each(CASE WHEN jsonb_typeof(node.v) = 'object' THEN node.v END) e
+               UNION ALL
+               SELECT e.value, false
+                 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(node.v) = 'array' THEN node.v END) e) c
+         WHERE node.depth <= 32)
+    SELECT max(n.depth),
+           sum(CASE WHEN jsonb_typeof(n.v) = 'array' THEN jsonb_array_length(n.v) ELSE 0 END),
+           sum(CASE WHEN jsonb_typeof(n.v) = 'object' THEN (SELECT count(*) FROM jsonb_object_keys(n.v)) ELSE 0 END)
+      INTO v_depth, v_values, v_keys
+      FROM node n;
+    IF v_depth > 32 THEN
+        RAISE EXCEPTION 'filter is nested more than 32 levels deep (the limit): flatten its $and / $or / $not'
+            USING ERRCODE = '54000';
+    END IF;
+    IF v_values > 10000 THEN
+        RAISE EXCEPTION 'filter has % list values; the limit is 10000: split the search, or filter on a coarser key',
+            v_values USING ERRCODE = '54000';
+    END IF;
+    IF v_keys > 200 THEN
+        RAISE EXCEPTION 'filter has % keys and operators; the limit is 200: combine values with $in',
+            v_keys USING ERRCODE = '54000';
+    END IF;
+END
+$fn$;
+
+-- A scalar jsonb value as a lookup key that is equal for equal values (numbers as numbers:
+-- 1, 1.0 and 1e0 are one key); NULL for an object or an array.
+CREATE OR REPLACE FUNCTION pgrag.filter_key(value jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+RETURN CASE jsonb_typeof(value)
+           WHEN 'string' THEN 's' || (value #>> '{}')
+           WHEN 'number' THEN 'n' || trim_scale((value #>> '{}')::numeric)::text
+           WHEN 'boolean' THEN 'b' || (value #>> '{}')
+           WHEN 'null' THEN 'z'
+       END;
+
+-- A checked filter compiled for filter_match: the same filter, but each $in / $nin list is
+-- {"keys": {filter_key(v): true, ...}, "rest": [the values that are objects or arrays]}.
+CREATE OR REPLACE FUNCTION pgrag.filter_compile(filter jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_key  text;
+    v_cond jsonb;
+    v_out  jsonb := '{}';
+BEGIN
+    IF filter IS NULL OR jsonb_typeof(filter) <> 'object' THEN
+        RETURN filter;
+    END IF;
+    FOR v_key, v_cond IN SELECT e.key, e.value FROM jsonb_each(filter) e LOOP
+        IF v_key IN ('$and', '$or') THEN
+            v_cond := (SELECT jsonb_agg(pgrag.filter_compile(e.value) ORDER BY e.i)
+                         FROM jsonb_array_elements(v_cond) WITH ORDINALITY e(value, i));
+        ELSIF v_key = '$not' THEN
+            v_cond := pgrag.filter_compile(v_cond);
+        ELSIF jsonb_typeof(v_cond) = 'object'
+              AND EXISTS (SELECT 1 FROM jsonb_object_keys(v_cond) k WHERE left(k, 1) = '$') THEN
+            v_cond := (SELECT jsonb_object_agg(
+                                  o.key,
+                                  CASE WHEN o.key IN ('$in', '$nin') AND jsonb_typeof(o.value) = 'array'
+                                       THEN jsonb_build_object(
+                                           'keys', coalesce((SELECT jsonb_object_agg(x.k, true)
+                                                               FROM (SELECT DISTINCT pgrag.filter_key(a.value) AS k
+                                                                       FROM jsonb_array_elements(o.value) a) x
+                                                              WHERE x.k IS NOT NULL), '{}'),
+                                           'rest', coalesce((SELECT jsonb_agg(a.value)
+                                                               FROM jsonb_array_elements(o.value) a
+                                                              WHERE jsonb_typeof(a.value) IN ('object', 'array')),
+                                                            '[]'))
+                                       ELSE o.value END)
+                         FROM jsonb_each(v_cond) o);
+        END IF;
+        v_out := v_out || jsonb_build_object(v_key, v_cond);
+    END LOOP;
+    RETURN v_out;
+END
+$fn$;
+
+-- Does a document's metadata satisfy a filter (checked with filter_check, compiled with
+-- filter_compile)? A "$deadline" entry raises once the clock has passed it.
 CREATE OR REPLACE FUNCTION pgrag.filter_match(metadata jsonb, filter jsonb) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -163,7 +282,14 @@ DECLARE
     v_cmp   integer;
 BEGIN
     FOR v_key, v_cond IN SELECT e.key, e.value FROM jsonb_each(filter) e LOOP
-        IF v_key = '$and' THEN
+        IF v_key = '$deadline' THEN  -- [epoch seconds, the limit in ms]
+            IF extract(epoch FROM clock_timestamp()) > (v_cond ->> 0)::float8 THEN
+                RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while testing the filter',
+                    v_cond ->> 1
+                    USING ERRCODE = '57014',
+                          HINT = 'Narrow the filter, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
+            END IF;
+        ELSIF v_key = '$and' THEN
             IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_cond) e
                         WHERE NOT pgrag.filter_match(metadata, e.value)) THEN
                 RETURN false;
@@ -184,6 +310,21 @@ BEGIN
                 IF v_op IN ('$eq', '$ne') THEN
                     v_hit := metadata @> jsonb_build_object(v_key, v_arg);
                     IF v_hit <> (v_op = '$eq') THEN RETURN false; END IF;
+                ELSIF v_op IN ('$in', '$nin') AND jsonb_typeof(v_arg) = 'object' THEN
+                    -- compiled: a scalar is looked up; an array field shares a scalar; the
+                    -- lists' objects and arrays ("rest") are tested as before, by containment.
+                    v_hit := CASE jsonb_typeof(v_value)
+                                 WHEN 'array' THEN EXISTS (
+                                     SELECT 1 FROM jsonb_array_elements(v_value) x
+                                      WHERE (v_arg -> 'keys') ? pgrag.filter_key(x.value))
+                                 WHEN 'object' THEN false
+                                 ELSE coalesce((v_arg -> 'keys') ? pgrag.filter_key(v_value), false)
+                             END
+                             OR (v_arg -> 'rest' <> '[]' AND EXISTS (
+                                 SELECT 1 FROM jsonb_array_elements(v_arg -> 'rest') e
+                                  WHERE metadata @> jsonb_build_object(v_key, e.value)
+                                     OR (jsonb_typeof(v_value) = 'array' AND v_value @> e.value)));
+                    IF v_hit <> (v_op = '$in') THEN RETURN false; END IF;
                 ELSIF v_op IN ('$in', '$nin') THEN
                     v_hit := EXISTS (
                         SELECT 1 FROM jsonb_array_elements(v_arg) e
