@@ -17,9 +17,9 @@
 -- A value that is missing or of another type never satisfies a comparison. Keys and values are
 -- only ever compared as data: no SQL (and no jsonpath) is built from them.
 --
--- Bounds (filter_bounds, checked before anything is read; each a one-line error naming it):
+-- Bounds (filter_check, before anything is read; each a one-line error naming it):
 -- at most 1,000,000 bytes of JSON, 10,000 list values in all, 200 keys and operators in all,
--- and 32 levels of JSON nesting. Cost: a search compiles its filter once (filter_compile):
+-- and 32 levels of JSON nesting. Cost: a search compiles its filter once (filter_check):
 -- each $in / $nin list of scalars becomes a lookup object, so a row is tested against a list
 -- by one binary search (per element of an array field), never by a walk over the list; the
 -- plain entries are jsonb containment, answered by the GIN index on documents.metadata. A
@@ -78,9 +78,11 @@ BEGIN
 END
 $fn$;
 
--- Checks a filter and returns its plain part: the entries that are jsonb containment (so
--- search can use the GIN index on documents.metadata); the rest needs filter_match. Raises
--- a one-line error naming the entry for anything it does not understand.
+-- Checks a filter and returns it compiled for filter_match: the same entries, but each $in /
+-- $nin list as {"keys": {key: true, ...}, "rest": [its objects and arrays]}, a key standing
+-- for a scalar so that equal values have equal keys (numbers as numbers: 1, 1.0 and 1e0 are
+-- one). Raises a one-line error naming the entry for anything it does not understand, and,
+-- for the whole filter (path 'filter'), for a filter past the bounds at the top of this file.
 CREATE OR REPLACE FUNCTION pgrag.filter_check(filter jsonb, path text DEFAULT 'filter') RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -91,14 +93,54 @@ DECLARE
     v_op      text;
     v_arg     jsonb;
     v_item    jsonb;
-    v_contain jsonb := '{}';
+    v_out     jsonb := '{}';
+    v_list    jsonb;
+    v_ops     jsonb;
     v_where   text;
+    v_bytes   integer;
+    v_depth   integer;
+    v_values  bigint;
+    v_keys    bigint;
 BEGIN
     IF filter IS NULL THEN
         RETURN '{}';
     END IF;
-    IF path = 'filter' THEN
-        PERFORM pgrag.filter_bounds(filter);  -- once, for the whole filter
+    IF path = 'filter' THEN  -- the bounds, once, for the whole filter
+        v_bytes := octet_length(filter::text);
+        IF v_bytes > 1000000 THEN
+            RAISE EXCEPTION 'filter is % bytes of JSON; the limit is 1000000: filter on fewer values (or on a coarser key)',
+                v_bytes USING ERRCODE = '54000';
+        END IF;
+        WITH RECURSIVE node(v, depth) AS (
+            SELECT filter, 1
+            UNION ALL
+            SELECT c.v, node.depth + 1
+              FROM node
+             CROSS JOIN LATERAL (
+                   SELECT e.value AS v
+                     FROM jsonb_each(CASE WHEN jsonb_typeof(node.v) = 'object' THEN node.v END) e
+                   UNION ALL
+                   SELECT e.value
+                     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(node.v) = 'array' THEN node.v END) e) c
+             WHERE node.depth <= 32)
+        SELECT max(n.depth),
+               sum(CASE WHEN jsonb_typeof(n.v) = 'array' THEN jsonb_array_length(n.v) ELSE 0 END),
+               sum(CASE WHEN jsonb_typeof(n.v) = 'object'
+                        THEN (SELECT count(*) FROM jsonb_object_keys(n.v)) ELSE 0 END)
+          INTO v_depth, v_values, v_keys
+          FROM node n;
+        IF v_depth > 32 THEN
+            RAISE EXCEPTION 'filter is nested more than 32 levels deep (the limit): flatten its $and / $or / $not'
+                USING ERRCODE = '54000';
+        END IF;
+        IF v_values > 10000 THEN
+            RAISE EXCEPTION 'filter has % list values; the limit is 10000: split the search, or filter on a coarser key',
+                v_values USING ERRCODE = '54000';
+        END IF;
+        IF v_keys > 200 THEN
+            RAISE EXCEPTION 'filter has % keys and operators; the limit is 200: combine values with $in',
+                v_keys USING ERRCODE = '54000';
+        END IF;
     END IF;
     IF jsonb_typeof(filter) <> 'object' THEN
         RAISE EXCEPTION '% must be a JSON object such as {"team": "billing"}, got %', path, filter
@@ -111,16 +153,19 @@ BEGIN
                 RAISE EXCEPTION '% must be a non-empty list of filters, got %', v_where, v_cond
                     USING ERRCODE = '22023';
             END IF;
+            v_list := '[]';
             FOR v_item IN SELECT e.value FROM jsonb_array_elements(v_cond) e LOOP
-                PERFORM pgrag.filter_check(v_item, v_where);
+                v_list := v_list || jsonb_build_array(pgrag.filter_check(v_item, v_where));
             END LOOP;
+            v_out := v_out || jsonb_build_object(v_key, v_list);
         ELSIF v_key = '$not' THEN
-            PERFORM pgrag.filter_check(v_cond, v_where);
+            v_out := v_out || jsonb_build_object(v_key, pgrag.filter_check(v_cond, v_where));
         ELSIF left(v_key, 1) = '$' THEN
             RAISE EXCEPTION 'unknown filter operator % at %: use $and, $or or $not here, or a metadata key',
                 v_key, path USING ERRCODE = '22023';
         ELSIF jsonb_typeof(v_cond) = 'object'
               AND EXISTS (SELECT 1 FROM jsonb_object_keys(v_cond) k WHERE left(k, 1) = '$') THEN
+            v_ops := '{}';
             FOR v_op, v_arg IN SELECT e.key, e.value FROM jsonb_each(v_cond) e LOOP
                 IF v_op IN ('$eq', '$ne') THEN
                     NULL;
@@ -128,6 +173,23 @@ BEGIN
                     IF jsonb_typeof(v_arg) <> 'array' THEN
                         RAISE EXCEPTION '%.% must be a list, got %', v_where, v_op, v_arg
                             USING ERRCODE = '22023';
+                    END IF;
+                    IF v_op <> '$all' THEN  -- compiled: a lookup, not a list to walk per row
+                        v_arg := jsonb_build_object(
+                            'keys', coalesce(
+                                (SELECT jsonb_object_agg(x.k, true)
+                                   FROM (SELECT DISTINCT
+                                                CASE jsonb_typeof(a.value)
+                                                    WHEN 'string' THEN 's' || (a.value #>> '{}')
+                                                    WHEN 'number' THEN 'n' || trim_scale((a.value #>> '{}')::numeric)::text
+                                                    WHEN 'boolean' THEN 'b' || (a.value #>> '{}')
+                                                    WHEN 'null' THEN 'z'
+                                                END AS k
+                                           FROM jsonb_array_elements(v_arg) a) x
+                                  WHERE x.k IS NOT NULL), '{}'),
+                            'rest', coalesce(
+                                (SELECT jsonb_agg(a.value) FROM jsonb_array_elements(v_arg) a
+                                  WHERE jsonb_typeof(a.value) IN ('object', 'array')), '[]'));
                     END IF;
                 ELSIF v_op IN ('$gt', '$gte', '$lt', '$lte') THEN
                     IF jsonb_typeof(v_arg) NOT IN ('number', 'string') THEN
@@ -151,123 +213,19 @@ BEGIN
                     RAISE EXCEPTION '% mixes operators and plain keys (%): write {"$eq": {...}} for an object value',
                         v_where, v_op USING ERRCODE = '22023';
                 END IF;
+                v_ops := v_ops || jsonb_build_object(v_op, v_arg);
             END LOOP;
+            v_out := v_out || jsonb_build_object(v_key, v_ops);
         ELSE
-            v_contain := v_contain || jsonb_build_object(v_key, v_cond);
+            v_out := v_out || jsonb_build_object(v_key, v_cond);
         END IF;
-    END LOOP;
-    RETURN v_contain;
-END
-$fn$;
-
--- The size bounds of a filter (see the top of this file): a one-line error naming the bound.
-CREATE OR REPLACE FUNCTION pgrag.filter_bounds(filter jsonb) RETURNS void
-LANGUAGE plpgsql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_bytes  integer;
-    v_depth  integer;
-    v_values bigint;
-    v_keys   bigint;
-BEGIN
-    IF filter IS NULL THEN
-        RETURN;
-    END IF;
-    v_bytes := octet_length(filter::text);
-    IF v_bytes > 1000000 THEN
-        RAISE EXCEPTION 'filter is % bytes of JSON; the limit is 1000000: filter on fewer values (or on a coarser key)',
-            v_bytes USING ERRCODE = '54000';
-    END IF;
-    WITH RECURSIVE node(v, depth) AS (
-        SELECT filter, 1
-        UNION ALL
-        SELECT c.v, node.depth + 1
-          FROM node
-         CROSS JOIN LATERAL (
-               SELECT e.value AS v, true AS keyed
-                 FROM jsonb_each(CASE WHEN jsonb_typeof(node.v) = 'object' THEN node.v END) e
-               UNION ALL
-               SELECT e.value, false
-                 FROM jsonb_array_elements(CASE WHEN jsonb_typeof(node.v) = 'array' THEN node.v END) e) c
-         WHERE node.depth <= 32)
-    SELECT max(n.depth),
-           sum(CASE WHEN jsonb_typeof(n.v) = 'array' THEN jsonb_array_length(n.v) ELSE 0 END),
-           sum(CASE WHEN jsonb_typeof(n.v) = 'object' THEN (SELECT count(*) FROM jsonb_object_keys(n.v)) ELSE 0 END)
-      INTO v_depth, v_values, v_keys
-      FROM node n;
-    IF v_depth > 32 THEN
-        RAISE EXCEPTION 'filter is nested more than 32 levels deep (the limit): flatten its $and / $or / $not'
-            USING ERRCODE = '54000';
-    END IF;
-    IF v_values > 10000 THEN
-        RAISE EXCEPTION 'filter has % list values; the limit is 10000: split the search, or filter on a coarser key',
-            v_values USING ERRCODE = '54000';
-    END IF;
-    IF v_keys > 200 THEN
-        RAISE EXCEPTION 'filter has % keys and operators; the limit is 200: combine values with $in',
-            v_keys USING ERRCODE = '54000';
-    END IF;
-END
-$fn$;
-
--- A scalar jsonb value as a lookup key that is equal for equal values (numbers as numbers:
--- 1, 1.0 and 1e0 are one key); NULL for an object or an array.
-CREATE OR REPLACE FUNCTION pgrag.filter_key(value jsonb) RETURNS text
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-RETURN CASE jsonb_typeof(value)
-           WHEN 'string' THEN 's' || (value #>> '{}')
-           WHEN 'number' THEN 'n' || trim_scale((value #>> '{}')::numeric)::text
-           WHEN 'boolean' THEN 'b' || (value #>> '{}')
-           WHEN 'null' THEN 'z'
-       END;
-
--- A checked filter compiled for filter_match: the same filter, but each $in / $nin list is
--- {"keys": {filter_key(v): true, ...}, "rest": [the values that are objects or arrays]}.
-CREATE OR REPLACE FUNCTION pgrag.filter_compile(filter jsonb) RETURNS jsonb
-LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_key  text;
-    v_cond jsonb;
-    v_out  jsonb := '{}';
-BEGIN
-    IF filter IS NULL OR jsonb_typeof(filter) <> 'object' THEN
-        RETURN filter;
-    END IF;
-    FOR v_key, v_cond IN SELECT e.key, e.value FROM jsonb_each(filter) e LOOP
-        IF v_key IN ('$and', '$or') THEN
-            v_cond := (SELECT jsonb_agg(pgrag.filter_compile(e.value) ORDER BY e.i)
-                         FROM jsonb_array_elements(v_cond) WITH ORDINALITY e(value, i));
-        ELSIF v_key = '$not' THEN
-            v_cond := pgrag.filter_compile(v_cond);
-        ELSIF jsonb_typeof(v_cond) = 'object'
-              AND EXISTS (SELECT 1 FROM jsonb_object_keys(v_cond) k WHERE left(k, 1) = '$') THEN
-            v_cond := (SELECT jsonb_object_agg(
-                                  o.key,
-                                  CASE WHEN o.key IN ('$in', '$nin') AND jsonb_typeof(o.value) = 'array'
-                                       THEN jsonb_build_object(
-                                           'keys', coalesce((SELECT jsonb_object_agg(x.k, true)
-                                                               FROM (SELECT DISTINCT pgrag.filter_key(a.value) AS k
-                                                                       FROM jsonb_array_elements(o.value) a) x
-                                                              WHERE x.k IS NOT NULL), '{}'),
-                                           'rest', coalesce((SELECT jsonb_agg(a.value)
-                                                               FROM jsonb_array_elements(o.value) a
-                                                              WHERE jsonb_typeof(a.value) IN ('object', 'array')),
-                                                            '[]'))
-                                       ELSE o.value END)
-                         FROM jsonb_each(v_cond) o);
-        END IF;
-        v_out := v_out || jsonb_build_object(v_key, v_cond);
     END LOOP;
     RETURN v_out;
 END
 $fn$;
 
--- Does a document's metadata satisfy a filter (checked with filter_check, compiled with
--- filter_compile)? A "$deadline" entry raises once the clock has passed it.
+-- Does a document's metadata satisfy a filter (as filter_check compiled it)? A "$deadline"
+-- entry raises once the clock has passed it.
 CREATE OR REPLACE FUNCTION pgrag.filter_match(metadata jsonb, filter jsonb) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -316,9 +274,19 @@ BEGIN
                     v_hit := CASE jsonb_typeof(v_value)
                                  WHEN 'array' THEN EXISTS (
                                      SELECT 1 FROM jsonb_array_elements(v_value) x
-                                      WHERE (v_arg -> 'keys') ? pgrag.filter_key(x.value))
+                                      WHERE (v_arg -> 'keys') ? CASE jsonb_typeof(x.value)
+                                              WHEN 'string' THEN 's' || (x.value #>> '{}')
+                                              WHEN 'number' THEN 'n' || trim_scale((x.value #>> '{}')::numeric)::text
+                                              WHEN 'boolean' THEN 'b' || (x.value #>> '{}')
+                                              WHEN 'null' THEN 'z'
+                                          END)
                                  WHEN 'object' THEN false
-                                 ELSE coalesce((v_arg -> 'keys') ? pgrag.filter_key(v_value), false)
+                                 ELSE coalesce((v_arg -> 'keys') ? CASE jsonb_typeof(v_value)
+                                              WHEN 'string' THEN 's' || (v_value #>> '{}')
+                                              WHEN 'number' THEN 'n' || trim_scale((v_value #>> '{}')::numeric)::text
+                                              WHEN 'boolean' THEN 'b' || (v_value #>> '{}')
+                                              WHEN 'null' THEN 'z'
+                                          END, false)
                              END
                              OR (v_arg -> 'rest' <> '[]' AND EXISTS (
                                  SELECT 1 FROM jsonb_array_elements(v_arg -> 'rest') e

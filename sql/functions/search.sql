@@ -54,7 +54,7 @@
 -- return. Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
 --
 -- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
--- most 1,000,000, weights at most 1,000,000, temperature between 1e-6 and 1e6 (with the
+-- most 1,000,000, weights at most 1,000,000, temperature between 1e-300 and 1e6 (with the
 -- ranges below); a filter as bounded in sql/functions/filter.sql; the fallback reads the first
 -- 100 words of the query. Time: a filtered search stops with SQLSTATE 57014 once it has run
 -- longer than pgrag.search_timeout while testing rows against its filter (the one cost a
@@ -65,40 +65,7 @@
 -- smaller wins. A function cannot set statement_timeout for the statement calling it
 -- (PostgreSQL arms that timer when the statement starts), so the hard limit for everything is
 -- the caller's statement_timeout, per role: ALTER ROLE app SET statement_timeout = '30s'.
-CREATE OR REPLACE FUNCTION pgrag.search_timeout(collection_settings jsonb) RETURNS double precision
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_text  text;
-    v_ms    float8;
-    v_limit float8;
-    v_set   boolean := false;
-BEGIN
-    FOREACH v_text IN ARRAY ARRAY[nullif(btrim(current_setting('pgrag.search_timeout', true)), ''),
-                                  nullif(btrim(collection_settings ->> 'search_timeout'), '')] LOOP
-        CONTINUE WHEN v_text IS NULL;
-        v_set := true;
-        BEGIN
-            v_ms := CASE WHEN v_text ~ '^\d+(\.\d+)?$' THEN v_text::float8
-                         ELSE extract(epoch FROM v_text::interval) * 1000 END;
-        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow OR interval_field_overflow
-                       OR numeric_value_out_of_range THEN
-            v_ms := -1;
-        END;
-        IF v_ms < 0 THEN
-            RAISE EXCEPTION 'search_timeout must be a duration such as 30s or 2min (or milliseconds; 0: none), got %',
-                quote_literal(v_text) USING ERRCODE = '22023',
-                HINT = 'Set by pgrag.search_timeout or by the collection''s settings ->> ''search_timeout''.';
-        END IF;
-        IF v_ms > 0 THEN
-            v_limit := least(v_limit, v_ms);
-        END IF;
-    END LOOP;
-    RETURN CASE WHEN NOT v_set THEN 30000 ELSE coalesce(v_limit, 0) END;
-END
-$fn$;
-
+--
 -- pgrag.search_engine is SECURITY INVOKER and executable by no one but the owner: the entry
 -- points below call it.
 CREATE OR REPLACE FUNCTION pgrag.search_engine(
@@ -183,6 +150,8 @@ DECLARE
     v_match         jsonb;
     v_settings      jsonb;
     v_timeout       float8;
+    v_text          text;
+    v_ms            float8;
     v_norm          float8;
     v_max           float8;
 BEGIN
@@ -204,12 +173,14 @@ BEGIN
     IF rrf_k > 1000000 THEN
         RAISE EXCEPTION 'rrf_k must be between 1 and 1000000, got %', rrf_k USING ERRCODE = '22023';
     END IF;
-    IF vector_weight > 1000000 OR keyword_weight > 1000000 THEN
+    -- (NaN and Infinity sort above every number: the general path names them as not finite)
+    IF vector_weight > 1000000 AND vector_weight < 'Infinity'
+       OR keyword_weight > 1000000 AND keyword_weight < 'Infinity' THEN
         RAISE EXCEPTION 'vector_weight and keyword_weight must be between 0 and 1000000, got % and %',
             vector_weight, keyword_weight USING ERRCODE = '22023';
     END IF;
-    IF temperature < 1e-6 OR temperature > 1000000 THEN
-        RAISE EXCEPTION 'temperature must be between 0.000001 and 1000000, got %', temperature
+    IF temperature > 0 AND temperature < 1e-300 OR temperature > 1000000 AND temperature < 'Infinity' THEN
+        RAISE EXCEPTION 'temperature must be between 1e-300 and 1000000, got %', temperature
             USING ERRCODE = '22023';
     END IF;
     IF fallback_chunks IS NOT NULL AND fallback_chunks NOT BETWEEN 0 AND 1000000 THEN
@@ -351,8 +322,15 @@ BEGIN
         END IF;
         -- Checked before anything is read: an unknown operator or a malformed date is an error
         -- naming the entry, never a silent "no results".
-        v_contain := CASE WHEN filter IS NULL OR filter = '{}'::jsonb THEN '{}'::jsonb
-                          ELSE pgrag.filter_check(filter) END;
+        -- (filter_check returns the filter compiled for filter_match: $in lists as lookups.)
+        v_match := CASE WHEN filter IS NULL OR filter = '{}'::jsonb THEN '{}'::jsonb
+                        ELSE pgrag.filter_check(filter) END;
+        -- The plain entries: jsonb containment, answered by the GIN index on documents.metadata.
+        SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}') INTO v_contain
+          FROM jsonb_each(v_match) e
+         WHERE left(e.key, 1) <> '$'
+           AND NOT (jsonb_typeof(e.value) = 'object'
+                    AND EXISTS (SELECT 1 FROM jsonb_object_keys(e.value) k WHERE left(k, 1) = '$'));
 
         SELECT c.id, c.text_config, coalesce(v_model_id, c.model_id), c.settings
           INTO v_collection_id, v_config_name, v_model_id, v_settings
@@ -366,9 +344,28 @@ BEGIN
         v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
         v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match
         IF v_ops THEN
-            -- Compiled once ($in lists as lookups), with the deadline every row tested checks.
-            v_match := pgrag.filter_compile(filter);
-            v_timeout := pgrag.search_timeout(v_settings);
+            -- The time limit, which every row tested against the filter checks: the smaller of
+            -- pgrag.search_timeout and the collection's settings ->> 'search_timeout' (ms or a
+            -- duration; 0: none from that one); 30 s when neither is set.
+            v_timeout := NULL;
+            FOREACH v_text IN ARRAY ARRAY[nullif(btrim(current_setting('pgrag.search_timeout', true)), ''),
+                                          nullif(btrim(v_settings ->> 'search_timeout'), '')] LOOP
+                CONTINUE WHEN v_text IS NULL;
+                BEGIN
+                    v_ms := CASE WHEN v_text ~ '^\d+(\.\d+)?$' THEN v_text::float8
+                                 ELSE extract(epoch FROM v_text::interval) * 1000 END;
+                EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+                               OR interval_field_overflow OR numeric_value_out_of_range THEN
+                    v_ms := -1;
+                END;
+                IF v_ms < 0 THEN
+                    RAISE EXCEPTION 'search_timeout must be a duration such as 30s or 2min (or milliseconds; 0: none), got %',
+                        quote_literal(v_text) USING ERRCODE = '22023',
+                        HINT = 'It is set by pgrag.search_timeout, or by the collection''s settings ->> ''search_timeout''.';
+                END IF;
+                v_timeout := least(coalesce(v_timeout, 'Infinity'), CASE WHEN v_ms > 0 THEN v_ms ELSE 'Infinity' END);
+            END LOOP;
+            v_timeout := CASE WHEN v_timeout IS NULL THEN 30000 WHEN v_timeout = 'Infinity' THEN 0 ELSE v_timeout END;
             IF v_timeout > 0 THEN
                 v_match := v_match || jsonb_build_object('$deadline', jsonb_build_array(
                     extract(epoch FROM clock_timestamp()) + v_timeout / 1000, v_timeout));
