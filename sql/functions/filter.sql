@@ -93,9 +93,11 @@ DECLARE
     v_op      text;
     v_arg     jsonb;
     v_item    jsonb;
-    v_out     jsonb := '{}';
-    v_list    jsonb;
-    v_ops     jsonb;
+    v_group   jsonb := '[]';  -- this level's instructions
+    v_prior   jsonb := '[]';  -- the groups of its sub-filters, before it (post-order)
+    v_refs    jsonb;
+    v_sets    jsonb := '{}';
+    v_at      integer;
     v_where   text;
     v_bytes   integer;
     v_depth   integer;
@@ -103,7 +105,7 @@ DECLARE
     v_keys    bigint;
 BEGIN
     IF filter IS NULL THEN
-        RETURN '{}';
+        filter := '{}';
     END IF;
     IF path = 'filter' THEN  -- the bounds, once, for the whole filter
         v_bytes := octet_length(filter::text);
@@ -153,19 +155,21 @@ BEGIN
                 RAISE EXCEPTION '% must be a non-empty list of filters, got %', v_where, v_cond
                     USING ERRCODE = '22023';
             END IF;
-            v_list := '[]';
+            v_refs := '[]';
             FOR v_item IN SELECT e.value FROM jsonb_array_elements(v_cond) e LOOP
-                v_list := v_list || jsonb_build_array(pgrag.filter_check(v_item, v_where));
+                v_prior := v_prior || (pgrag.filter_check(v_item, v_where) -> 'g');
+                v_refs := v_refs || to_jsonb(jsonb_array_length(v_prior) - 1);
             END LOOP;
-            v_out := v_out || jsonb_build_object(v_key, v_list);
+            v_group := v_group || jsonb_build_array(jsonb_build_object('op', v_key, 'c', v_refs));
         ELSIF v_key = '$not' THEN
-            v_out := v_out || jsonb_build_object(v_key, pgrag.filter_check(v_cond, v_where));
+            v_prior := v_prior || (pgrag.filter_check(v_cond, v_where) -> 'g');
+            v_group := v_group || jsonb_build_array(jsonb_build_object(
+                'op', v_key, 'c', jsonb_build_array(jsonb_array_length(v_prior) - 1)));
         ELSIF left(v_key, 1) = '$' THEN
             RAISE EXCEPTION 'unknown filter operator % at %: use $and, $or or $not here, or a metadata key',
                 v_key, path USING ERRCODE = '22023';
         ELSIF jsonb_typeof(v_cond) = 'object'
               AND EXISTS (SELECT 1 FROM jsonb_object_keys(v_cond) k WHERE left(k, 1) = '$') THEN
-            v_ops := '{}';
             FOR v_op, v_arg IN SELECT e.key, e.value FROM jsonb_each(v_cond) e LOOP
                 IF v_op IN ('$eq', '$ne') THEN
                     NULL;
@@ -176,7 +180,7 @@ BEGIN
                     END IF;
                     IF v_op <> '$all' THEN  -- compiled: a lookup, not a list to walk per row
                         v_arg := jsonb_build_object(
-                            'keys', coalesce(
+                            'set', coalesce(
                                 (SELECT jsonb_object_agg(x.k, true)
                                    FROM (SELECT DISTINCT
                                                 CASE jsonb_typeof(a.value)
@@ -213,111 +217,145 @@ BEGIN
                     RAISE EXCEPTION '% mixes operators and plain keys (%): write {"$eq": {...}} for an object value',
                         v_where, v_op USING ERRCODE = '22023';
                 END IF;
-                v_ops := v_ops || jsonb_build_object(v_op, v_arg);
+                v_group := v_group || jsonb_build_array(
+                    jsonb_build_object('op', v_op, 'key', v_key)
+                    || CASE WHEN v_op IN ('$in', '$nin') THEN v_arg  -- {"set": ..., "rest": ...}
+                            ELSE jsonb_build_object('arg', v_arg) END);
             END LOOP;
-            v_out := v_out || jsonb_build_object(v_key, v_ops);
         ELSE
-            v_out := v_out || jsonb_build_object(v_key, v_cond);
+            v_group := v_group || jsonb_build_array(jsonb_build_object(
+                'op', '=', 'key', v_key, 'arg', v_cond));
         END IF;
     END LOOP;
-    RETURN v_out;
+    -- A sub-filter's groups are referred to by their distance back from the group that refers
+    -- to them, which concatenation in the parent leaves unchanged.
+    v_at := jsonb_array_length(v_prior);
+    v_group := coalesce((SELECT jsonb_agg(CASE WHEN i.v ? 'c'
+                                               THEN (i.v - 'c') || jsonb_build_object('d',
+                                                   (SELECT jsonb_agg(v_at - c.x::int)
+                                                      FROM jsonb_array_elements_text(i.v -> 'c') c(x)))
+                                               ELSE i.v END ORDER BY i.n)
+                           FROM jsonb_array_elements(v_group) WITH ORDINALITY i(v, n)), '[]');
+    v_prior := v_prior || jsonb_build_array(v_group);
+    IF path <> 'filter' THEN
+        RETURN jsonb_build_object('g', v_prior);
+    END IF;
+    -- The whole filter: every lookup moves to "$sets", which a row's test reads in place (by
+    -- containment: a binary search, no copy), leaving small instructions in "$groups".
+    SELECT coalesce(jsonb_object_agg(g.n || '.' || i.n, i.v -> 'set'), '{}') INTO v_sets
+      FROM jsonb_array_elements(v_prior) WITH ORDINALITY g(v, n)
+     CROSS JOIN LATERAL jsonb_array_elements(g.v) WITH ORDINALITY i(v, n)
+     WHERE i.v ? 'set';
+    v_prior := (SELECT jsonb_agg(
+                    (SELECT coalesce(jsonb_agg(CASE WHEN i.v ? 'set'
+                                                    THEN (i.v - 'set') || jsonb_build_object('set', g.n || '.' || i.n)
+                                                    ELSE i.v END ORDER BY i.n), '[]')
+                       FROM jsonb_array_elements(g.v) WITH ORDINALITY i(v, n))
+                    ORDER BY g.n)
+                  FROM jsonb_array_elements(v_prior) WITH ORDINALITY g(v, n));
+    RETURN jsonb_build_object('$groups', v_prior, '$sets', v_sets);
 END
 $fn$;
 
--- Does a document's metadata satisfy a filter (as filter_check compiled it)? A "$deadline"
--- entry raises once the clock has passed it.
+-- Does a document's metadata satisfy a filter, as filter_check compiled it (a filter not
+-- compiled is compiled first)? The program is run bottom-up, group by group, each group true
+-- when all its instructions hold; the last group is the filter. A lookup reads "$sets" in
+-- place; a "$deadline" ([epoch seconds, the limit in ms]) raises once the clock is past it.
 CREATE OR REPLACE FUNCTION pgrag.filter_match(metadata jsonb, filter jsonb) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_key   text;
-    v_cond  jsonb;
-    v_op    text;
-    v_arg   jsonb;
-    v_value jsonb;
-    v_hit   boolean;
-    v_cmp   integer;
+    v_groups jsonb;
+    v_ins    jsonb;
+    v_res    boolean[] := '{}';
+    v_n      integer;
+    v_ok     boolean;
+    v_hit    boolean;
+    v_op     text;
+    v_key    text;
+    v_arg    jsonb;
+    v_value  jsonb;
+    v_cmp    integer;
 BEGIN
-    FOR v_key, v_cond IN SELECT e.key, e.value FROM jsonb_each(filter) e LOOP
-        IF v_key = '$deadline' THEN  -- [epoch seconds, the limit in ms]
-            IF extract(epoch FROM clock_timestamp()) > (v_cond ->> 0)::float8 THEN
-                RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while testing the filter',
-                    v_cond ->> 1
-                    USING ERRCODE = '57014',
-                          HINT = 'Narrow the filter, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
-            END IF;
-        ELSIF v_key = '$and' THEN
-            IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_cond) e
-                        WHERE NOT pgrag.filter_match(metadata, e.value)) THEN
-                RETURN false;
-            END IF;
-        ELSIF v_key = '$or' THEN
-            IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements(v_cond) e
-                            WHERE pgrag.filter_match(metadata, e.value)) THEN
-                RETURN false;
-            END IF;
-        ELSIF v_key = '$not' THEN
-            IF pgrag.filter_match(metadata, v_cond) THEN
-                RETURN false;
-            END IF;
-        ELSIF jsonb_typeof(v_cond) = 'object'
-              AND EXISTS (SELECT 1 FROM jsonb_object_keys(v_cond) k WHERE left(k, 1) = '$') THEN
+    IF filter ? '$deadline'
+       AND extract(epoch FROM clock_timestamp()) > (filter #>> '{$deadline,0}')::float8 THEN
+        RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while testing the filter',
+            filter #>> '{$deadline,1}'
+            USING ERRCODE = '57014',
+                  HINT = 'Narrow the filter, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
+    END IF;
+    IF NOT filter ? '$groups' THEN
+        filter := pgrag.filter_check(filter);
+    END IF;
+    v_groups := filter -> '$groups';
+    FOR v_n IN 1 .. jsonb_array_length(v_groups) LOOP
+        v_ok := true;
+        FOR v_ins IN SELECT e.value FROM jsonb_array_elements(v_groups -> (v_n - 1)) e LOOP
+            v_op := v_ins ->> 'op';
+            v_key := v_ins ->> 'key';
+            v_arg := v_ins -> 'arg';
             v_value := metadata -> v_key;
-            FOR v_op, v_arg IN SELECT e.key, e.value FROM jsonb_each(v_cond) e LOOP
-                IF v_op IN ('$eq', '$ne') THEN
-                    v_hit := metadata @> jsonb_build_object(v_key, v_arg);
-                    IF v_hit <> (v_op = '$eq') THEN RETURN false; END IF;
-                ELSIF v_op IN ('$in', '$nin') AND jsonb_typeof(v_arg) = 'object' THEN
-                    -- compiled: a scalar is looked up; an array field shares a scalar; the
-                    -- lists' objects and arrays ("rest") are tested as before, by containment.
-                    v_hit := CASE jsonb_typeof(v_value)
-                                 WHEN 'array' THEN EXISTS (
-                                     SELECT 1 FROM jsonb_array_elements(v_value) x
-                                      WHERE (v_arg -> 'keys') ? CASE jsonb_typeof(x.value)
-                                              WHEN 'string' THEN 's' || (x.value #>> '{}')
-                                              WHEN 'number' THEN 'n' || trim_scale((x.value #>> '{}')::numeric)::text
-                                              WHEN 'boolean' THEN 'b' || (x.value #>> '{}')
-                                              WHEN 'null' THEN 'z'
-                                          END)
-                                 WHEN 'object' THEN false
-                                 ELSE coalesce((v_arg -> 'keys') ? CASE jsonb_typeof(v_value)
-                                              WHEN 'string' THEN 's' || (v_value #>> '{}')
-                                              WHEN 'number' THEN 'n' || trim_scale((v_value #>> '{}')::numeric)::text
-                                              WHEN 'boolean' THEN 'b' || (v_value #>> '{}')
-                                              WHEN 'null' THEN 'z'
-                                          END, false)
-                             END
-                             OR (v_arg -> 'rest' <> '[]' AND EXISTS (
-                                 SELECT 1 FROM jsonb_array_elements(v_arg -> 'rest') e
-                                  WHERE metadata @> jsonb_build_object(v_key, e.value)
-                                     OR (jsonb_typeof(v_value) = 'array' AND v_value @> e.value)));
-                    IF v_hit <> (v_op = '$in') THEN RETURN false; END IF;
-                ELSIF v_op IN ('$in', '$nin') THEN
-                    v_hit := EXISTS (
-                        SELECT 1 FROM jsonb_array_elements(v_arg) e
-                         WHERE metadata @> jsonb_build_object(v_key, e.value)
-                            OR (jsonb_typeof(v_value) = 'array' AND v_value @> e.value));
-                    IF v_hit <> (v_op = '$in') THEN RETURN false; END IF;
-                ELSIF v_op = '$all' THEN
-                    IF jsonb_typeof(v_value) IS DISTINCT FROM 'array' OR NOT v_value @> v_arg THEN
-                        RETURN false;
-                    END IF;
-                ELSIF v_op = '$exists' THEN
-                    IF (v_value IS NOT NULL) <> (v_arg = 'true'::jsonb) THEN RETURN false; END IF;
-                ELSE
-                    v_cmp := pgrag.filter_compare(v_value, v_arg);
-                    IF v_cmp IS NULL
-                       OR (v_op = '$gt' AND v_cmp <= 0) OR (v_op = '$gte' AND v_cmp < 0)
-                       OR (v_op = '$lt' AND v_cmp >= 0) OR (v_op = '$lte' AND v_cmp > 0) THEN
-                        RETURN false;
-                    END IF;
-                END IF;
-            END LOOP;
-        ELSIF NOT metadata @> jsonb_build_object(v_key, v_cond) THEN
-            RETURN false;
-        END IF;
+            IF v_op = '$and' THEN
+                v_hit := NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(v_ins -> 'd') d
+                                      WHERE NOT v_res[v_n - d::int]);
+            ELSIF v_op = '$or' THEN
+                v_hit := EXISTS (SELECT 1 FROM jsonb_array_elements_text(v_ins -> 'd') d
+                                  WHERE v_res[v_n - d::int]);
+            ELSIF v_op = '$not' THEN
+                v_hit := NOT v_res[v_n - (v_ins #>> '{d,0}')::int];
+            ELSIF v_op = '=' THEN
+                v_hit := metadata @> jsonb_build_object(v_key, v_arg);
+            ELSIF v_op IN ('$eq', '$ne') THEN
+                v_hit := (metadata @> jsonb_build_object(v_key, v_arg)) = (v_op = '$eq');
+            ELSIF v_op IN ('$in', '$nin') THEN
+                -- A scalar is looked up; an array field shares a scalar; the list's objects
+                -- and arrays ("rest") are tested by containment, as they always were.
+                v_hit := CASE jsonb_typeof(v_value)
+                             WHEN 'array' THEN EXISTS (
+                                 SELECT 1 FROM jsonb_array_elements(v_value) x
+                                  WHERE jsonb_typeof(x.value) NOT IN ('object', 'array')
+                                    AND filter @> jsonb_build_object('$sets', jsonb_build_object(
+                                            v_ins ->> 'set', jsonb_build_object(
+                                                CASE jsonb_typeof(x.value)
+                                                    WHEN 'string' THEN 's' || (x.value #>> '{}')
+                                                    WHEN 'number' THEN 'n' || trim_scale((x.value #>> '{}')::numeric)::text
+                                                    WHEN 'boolean' THEN 'b' || (x.value #>> '{}')
+                                                    ELSE 'z'
+                                                END, true))))
+                             WHEN 'object' THEN false
+                             ELSE v_value IS NOT NULL
+                                  AND filter @> jsonb_build_object('$sets', jsonb_build_object(
+                                          v_ins ->> 'set', jsonb_build_object(
+                                              CASE jsonb_typeof(v_value)
+                                                  WHEN 'string' THEN 's' || (v_value #>> '{}')
+                                                  WHEN 'number' THEN 'n' || trim_scale((v_value #>> '{}')::numeric)::text
+                                                  WHEN 'boolean' THEN 'b' || (v_value #>> '{}')
+                                                  ELSE 'z'
+                                              END, true)))
+                         END
+                         OR (v_ins -> 'rest' <> '[]' AND EXISTS (
+                             SELECT 1 FROM jsonb_array_elements(v_ins -> 'rest') e
+                              WHERE metadata @> jsonb_build_object(v_key, e.value)
+                                 OR (jsonb_typeof(v_value) = 'array' AND v_value @> e.value)));
+                v_hit := v_hit = (v_op = '$in');
+            ELSIF v_op = '$all' THEN
+                v_hit := jsonb_typeof(v_value) = 'array' AND v_value @> v_arg;
+            ELSIF v_op = '$exists' THEN
+                v_hit := (v_value IS NOT NULL) = (v_arg = 'true'::jsonb);
+            ELSE
+                v_cmp := pgrag.filter_compare(v_value, v_arg);
+                v_hit := v_cmp IS NOT NULL
+                         AND CASE v_op WHEN '$gt' THEN v_cmp > 0 WHEN '$gte' THEN v_cmp >= 0
+                                       WHEN '$lt' THEN v_cmp < 0 ELSE v_cmp <= 0 END;
+            END IF;
+            IF NOT coalesce(v_hit, false) THEN
+                v_ok := false;
+                EXIT;
+            END IF;
+        END LOOP;
+        v_res[v_n] := v_ok;
     END LOOP;
-    RETURN true;
+    RETURN v_res[jsonb_array_length(v_groups)];
 END
 $fn$;

@@ -322,12 +322,13 @@ BEGIN
         END IF;
         -- Checked before anything is read: an unknown operator or a malformed date is an error
         -- naming the entry, never a silent "no results".
-        -- (filter_check returns the filter compiled for filter_match: $in lists as lookups.)
+        -- (filter_check returns the filter compiled for filter_match: a small program, its
+        -- $in lists as lookups.)
         v_match := CASE WHEN filter IS NULL OR filter = '{}'::jsonb THEN '{}'::jsonb
                         ELSE pgrag.filter_check(filter) END;
         -- The plain entries: jsonb containment, answered by the GIN index on documents.metadata.
         SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}') INTO v_contain
-          FROM jsonb_each(v_match) e
+          FROM jsonb_each(CASE WHEN jsonb_typeof(filter) = 'object' THEN filter END) e
          WHERE left(e.key, 1) <> '$'
            AND NOT (jsonb_typeof(e.value) = 'object'
                     AND EXISTS (SELECT 1 FROM jsonb_object_keys(e.value) k WHERE left(k, 1) = '$'));

@@ -350,7 +350,27 @@ def test_python_reports_the_limits_as_one_line_errors(limits_dsn: str, embedder:
             pgrag.search(
                 db, "refund", collection="lim", mode="keyword", filter={"n": {"$in": [0] * 10001}}
             )
-        with pytest.raises((InputError, DatabaseError), match="the limit is 20000"):
-            pgrag.search(db, "refund " * 5000, collection="lim", mode="keyword")
+        with pytest.raises(InputError, match="35000 characters; the limit is 20000"):
+            pgrag.search(db, "refund " * 5000, collection="lim")  # before embedding it
+    finally:
+        db.close()
+
+
+def test_python_sessions_stop_a_query_whose_client_went_away(limits_dsn: str) -> None:
+    """pgrag.connect asks the server to check the socket while a query runs (so an
+    interrupted `pgrag search` stops there), unless the session chose an interval itself."""
+    db = pgrag.connect(limits_dsn)
+    try:
+        shown = db.conn.execute("SHOW client_connection_check_interval").fetchone()
+        assert shown == ("1s",)
+    finally:
+        db.close()
+    from psycopg.conninfo import make_conninfo
+
+    chosen = make_conninfo(limits_dsn, options="-c client_connection_check_interval=5s")
+    db = pgrag.connect(chosen)
+    try:
+        shown = db.conn.execute("SHOW client_connection_check_interval").fetchone()
+        assert shown == ("5s",)
     finally:
         db.close()
