@@ -20,8 +20,9 @@
 -- Bounds (filter_check, before anything is read; each a one-line error naming it):
 -- at most 1,000,000 bytes of JSON, 10,000 list values in all, 200 keys and operators in all,
 -- and 32 levels of JSON nesting. Cost: a search compiles its filter once (filter_check):
--- each $in / $nin list of scalars becomes a lookup object, so a row is tested against a list
--- by one binary search (per element of an array field), never by a walk over the list; the
+-- each $in / $nin list of scalars becomes a lookup object, read in place, so a row is tested
+-- against a list by one binary search (per element of an array field), never by a walk over
+-- the list nor a copy of it; the
 -- plain entries are jsonb containment, answered by the GIN index on documents.metadata. A
 -- compiled filter may carry the search's deadline ("$deadline": [epoch seconds, limit in ms]),
 -- checked for every row tested (pgrag.search_timeout, in sql/functions/search.sql).
@@ -78,11 +79,17 @@ BEGIN
 END
 $fn$;
 
--- Checks a filter and returns it compiled for filter_match: the same entries, but each $in /
--- $nin list as {"keys": {key: true, ...}, "rest": [its objects and arrays]}, a key standing
--- for a scalar so that equal values have equal keys (numbers as numbers: 1, 1.0 and 1e0 are
--- one). Raises a one-line error naming the entry for anything it does not understand, and,
--- for the whole filter (path 'filter'), for a filter past the bounds at the top of this file.
+-- Checks a filter and returns it compiled for filter_match. Raises a one-line error naming the
+-- entry for anything it does not understand, and, for the whole filter (path 'filter'), for a
+-- filter past the bounds at the top of this file. The compiled form is a small program:
+--   {"$groups": [[instruction, ...], ...], "$sets": {"G.I": {key: true, ...}, ...}}
+-- one group per (sub-)filter in post-order (a sub-filter's group before its parent's, the
+-- whole filter's last), a group holding when all its instructions do. An instruction is
+-- {"op": "=" (containment) / "$eq" / "$gt" / ..., "key": k, "arg": v}; {"op": "$in" / "$nin",
+-- "key": k, "set": "G.I", "rest": [the list's objects and arrays]}; or {"op": "$and" / "$or"
+-- / "$not", "d": [how many groups back each operand is]}. A set's keys stand for the list's
+-- scalars, equal for equal values (numbers as numbers: 1, 1.0 and 1e0 are one key). Below the
+-- top level (path <> 'filter') it returns {"g": groups}, lookups still inline.
 CREATE OR REPLACE FUNCTION pgrag.filter_check(filter jsonb, path text DEFAULT 'filter') RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
