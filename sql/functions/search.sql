@@ -57,12 +57,12 @@
 -- most 1,000,000, weights at most 1,000,000, temperature between 1e-300 and 1e6 (with the
 -- ranges below); a filter as bounded in sql/functions/filter.sql; the fallback reads the first
 -- 100 words of the query. Time: a filtered search stops with SQLSTATE 57014 once it has run
--- longer than pgrag.search_timeout while testing rows against its filter (the one cost a
--- caller's input could otherwise stretch without bound). pgrag.search_timeout is a setting
--- (milliseconds, or a duration such as '10s'; 0 turns it off) for a session, a role or a
--- database (ALTER ROLE alice SET pgrag.search_timeout = '5s'); a collection may set one too
--- (collections.settings ->> 'search_timeout'). Unset everywhere it is 30s; set in both, the
--- smaller wins. A function cannot set statement_timeout for the statement calling it
+-- longer than its time limit while testing rows against its filter (the one cost a caller's
+-- input could otherwise stretch without bound). The limit is a duration (milliseconds, or
+-- such as '10s') of the collection, collections.settings ->>
+-- 'search_timeout' (30s when unset, 0 for none), which a session may only lower, with the
+-- setting pgrag.search_timeout (SET, or ALTER ROLE alice SET pgrag.search_timeout = '5s').
+-- A function cannot set statement_timeout for the statement calling it
 -- (PostgreSQL arms that timer when the statement starts), so the hard limit for everything is
 -- the caller's statement_timeout, per role: ALTER ROLE app SET statement_timeout = '30s'.
 --
@@ -345,12 +345,13 @@ BEGIN
         v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
         v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match
         IF v_ops THEN
-            -- The time limit, which every row tested against the filter checks: the smaller of
-            -- pgrag.search_timeout and the collection's settings ->> 'search_timeout' (ms or a
-            -- duration; 0: none from that one); 30 s when neither is set.
-            v_timeout := NULL;
-            FOREACH v_text IN ARRAY ARRAY[nullif(btrim(current_setting('pgrag.search_timeout', true)), ''),
-                                          nullif(btrim(v_settings ->> 'search_timeout'), '')] LOOP
+            -- The time limit, which every row tested against the filter checks: the
+            -- collection's (settings ->> 'search_timeout', which readers cannot change; 30 s
+            -- when unset; 0: none), lowered by the session's pgrag.search_timeout if that is
+            -- smaller (0 or unset: the collection's applies). Each is ms or a duration.
+            v_timeout := 'Infinity';
+            FOREACH v_text IN ARRAY ARRAY[coalesce(nullif(btrim(v_settings ->> 'search_timeout'), ''), '30000'),
+                                          nullif(btrim(current_setting('pgrag.search_timeout', true)), '')] LOOP
                 CONTINUE WHEN v_text IS NULL;
                 BEGIN
                     v_ms := CASE WHEN v_text ~ '^\d+(\.\d+)?$' THEN v_text::float8
@@ -364,9 +365,11 @@ BEGIN
                         quote_literal(v_text) USING ERRCODE = '22023',
                         HINT = 'It is set by pgrag.search_timeout, or by the collection''s settings ->> ''search_timeout''.';
                 END IF;
-                v_timeout := least(coalesce(v_timeout, 'Infinity'), CASE WHEN v_ms > 0 THEN v_ms ELSE 'Infinity' END);
+                IF v_ms > 0 THEN
+                    v_timeout := least(v_timeout, v_ms);
+                END IF;
             END LOOP;
-            v_timeout := CASE WHEN v_timeout IS NULL THEN 30000 WHEN v_timeout = 'Infinity' THEN 0 ELSE v_timeout END;
+            v_timeout := CASE WHEN v_timeout = 'Infinity' THEN 0 ELSE v_timeout END;
             IF v_timeout > 0 THEN
                 v_match := v_match || jsonb_build_object('$deadline', jsonb_build_array(
                     extract(epoch FROM clock_timestamp()) + v_timeout / 1000, v_timeout));

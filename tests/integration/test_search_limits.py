@@ -223,7 +223,7 @@ def test_a_filtered_search_stops_at_its_time_limit(conn: psycopg.Connection[Any]
     conn.execute("SET pgrag.search_timeout = '0.001'")  # a microsecond: the first row is late
     with pytest.raises(psycopg.errors.QueryCanceled, match=r"time limit of 0\.001 ms"):
         conn.execute(query, (f,))
-    conn.execute("SET pgrag.search_timeout = 0")  # off
+    conn.execute("SET pgrag.search_timeout = 0")  # no lower limit: the collection's 30 s
     assert conn.execute(query, (f,)).fetchone() == (30,)
     # a collection's own limit applies, and the smaller of the two wins
     conn.execute("RESET pgrag.search_timeout")
@@ -234,9 +234,10 @@ def test_a_filtered_search_stops_at_its_time_limit(conn: psycopg.Connection[Any]
     try:
         with pytest.raises(psycopg.errors.QueryCanceled, match="pgrag.search_timeout"):
             conn.execute(query, (f,))
-        conn.execute("SET pgrag.search_timeout = '10s'")
-        with pytest.raises(psycopg.errors.QueryCanceled):
-            conn.execute(query, (f,))
+        for longer in ("10s", "0"):  # a session cannot raise the collection's limit
+            conn.execute("SELECT set_config('pgrag.search_timeout', %s, false)", (longer,))
+            with pytest.raises(psycopg.errors.QueryCanceled):
+                conn.execute(query, (f,))
     finally:
         conn.execute(
             "UPDATE pgrag.collections SET settings = settings - 'search_timeout' WHERE name = 'lim'"
