@@ -119,6 +119,7 @@ def connect(
     try:
         require_current(conn)
         _register_vector(conn)
+        conn.execute(Q.watch_client)
         conn.commit()
     except BaseException:
         conn.close()

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pgrag.db import principals as access
 from pgrag.db import queries
 from pgrag.db.connect import transaction
-from pgrag.errors import DatabaseError
+from pgrag.errors import DatabaseError, InputError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -74,13 +74,14 @@ def embed_query(
             row = conn.execute(Q.cached_vector, {"model_id": model.id, "digest": digest}).fetchone()
         if row is not None and row[0] is not None:
             vector = np.asarray(json.loads(row[0]), dtype=np.float32)
-            if vector.shape != (model.dimension,):
+            if vector.shape != (model.dimension,) or not _searchable(vector):
                 vector = None
             else:
                 stats["database"] += 1
     if vector is None:
         vector = np.asarray(embedder.embed([text])[0], dtype=np.float32)
         stats["encoded"] += 1
+        check_query_vector(vector, embedder.name)
         if use_db:
             _store(db, model, digest, vector, principals)
     with _lock:
@@ -106,6 +107,23 @@ def _store(
     except DatabaseError as err:
         if not isinstance(err.__cause__, psycopg.errors.ReadOnlySqlTransaction):
             raise
+
+
+def _searchable(vector: Any) -> bool:
+    import numpy as np
+
+    norm = float(np.linalg.norm(np.asarray(vector, dtype=np.float64)))
+    return norm > 0 and np.isfinite(norm)
+
+
+def check_query_vector(vector: Any, model: str) -> None:
+    """Refuse a query vector with no direction (all zeros) or a non-finite length: every
+    distance to it is NaN, so a search would rank by chunk id and sound confident."""
+    if not _searchable(vector):
+        raise InputError(
+            f"embedding model {model!r} returned a zero or non-finite vector for the query;"
+            " it cannot be searched with (check the embedder, or search with mode='keyword')"
+        )
 
 
 def _text(vector: Any) -> str:

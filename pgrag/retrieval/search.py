@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 Q = queries.load(__name__)
 
 MODES = ("hybrid", "keyword", "vector")
+# search_v5's bound on query_text (sql/functions/search.sql), checked here before embedding.
+MAX_QUERY_CHARS = 20000
 
 # What a search returns: the columns of pgrag.search_v5, in SearchResult's order.
 COLUMNS: LiteralString = (
@@ -204,6 +206,11 @@ def search(
         raise InputError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
     if not query or not query.strip():
         raise InputError("the search query is empty; pass some words to search for")
+    if len(query) > MAX_QUERY_CHARS:
+        raise InputError(
+            f"the search query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}:"
+            " search with a shorter question"
+        )
     if not 1 <= k <= 1000:
         raise InputError(f"k must be between 1 and 1000, got {k}")
     if filter is not None and not isinstance(filter, dict):

@@ -16,6 +16,16 @@
 --   {"$or": [{...}, {...}]}, {"$and": [...]}, {"$not": {...}}
 -- A value that is missing or of another type never satisfies a comparison. Keys and values are
 -- only ever compared as data: no SQL (and no jsonpath) is built from them.
+--
+-- Bounds (filter_check, before anything is read; each a one-line error naming it):
+-- at most 1,000,000 bytes of JSON, 10,000 list values in all, 200 keys and operators in all,
+-- and 32 levels of JSON nesting. Cost: a search compiles its filter once (filter_check):
+-- each $in / $nin list of scalars becomes a lookup object, read in place, so a row is tested
+-- against a list by one binary search (per element of an array field), never by a walk over
+-- the list nor a copy of it; the
+-- plain entries are jsonb containment, answered by the GIN index on documents.metadata. A
+-- compiled filter may carry the search's deadline ("$deadline": [epoch seconds, limit in ms]),
+-- checked for every row tested (pgrag.search_timeout, in sql/functions/search.sql).
 
 -- An ISO-8601 date or timestamp as timestamptz (zone offsets up to +-15:59, PostgreSQL's range);
 -- NULL when the text is not one (never an error,
@@ -69,9 +79,17 @@ BEGIN
 END
 $fn$;
 
--- Checks a filter and returns its plain part: the entries that are jsonb containment (so
--- search can use the GIN index on documents.metadata); the rest needs filter_match. Raises
--- a one-line error naming the entry for anything it does not understand.
+-- Checks a filter and returns it compiled for filter_match. Raises a one-line error naming the
+-- entry for anything it does not understand, and, for the whole filter (path 'filter'), for a
+-- filter past the bounds at the top of this file. The compiled form is a small program:
+--   {"$groups": [[instruction, ...], ...], "$sets": {"G.I": {key: true, ...}, ...}}
+-- one group per (sub-)filter in post-order (a sub-filter's group before its parent's, the
+-- whole filter's last), a group holding when all its instructions do. An instruction is
+-- {"op": "=" (containment) / "$eq" / "$gt" / ..., "key": k, "arg": v}; {"op": "$in" / "$nin",
+-- "key": k, "set": "G.I", "rest": [the list's objects and arrays]}; or {"op": "$and" / "$or"
+-- / "$not", "d": [how many groups back each operand is]}. A set's keys stand for the list's
+-- scalars, equal for equal values (numbers as numbers: 1, 1.0 and 1e0 are one key). Below the
+-- top level (path <> 'filter') it returns {"g": groups}, lookups still inline.
 CREATE OR REPLACE FUNCTION pgrag.filter_check(filter jsonb, path text DEFAULT 'filter') RETURNS jsonb
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -82,11 +100,56 @@ DECLARE
     v_op      text;
     v_arg     jsonb;
     v_item    jsonb;
-    v_contain jsonb := '{}';
+    v_group   jsonb := '[]';  -- this level's instructions
+    v_prior   jsonb := '[]';  -- the groups of its sub-filters, before it (post-order)
+    v_refs    jsonb;
+    v_sets    jsonb := '{}';
+    v_at      integer;
     v_where   text;
+    v_bytes   integer;
+    v_depth   integer;
+    v_values  bigint;
+    v_keys    bigint;
 BEGIN
     IF filter IS NULL THEN
-        RETURN '{}';
+        filter := '{}';
+    END IF;
+    IF path = 'filter' THEN  -- the bounds, once, for the whole filter
+        v_bytes := octet_length(filter::text);
+        IF v_bytes > 1000000 THEN
+            RAISE EXCEPTION 'filter is % bytes of JSON; the limit is 1000000: filter on fewer values (or on a coarser key)',
+                v_bytes USING ERRCODE = '54000';
+        END IF;
+        WITH RECURSIVE node(v, depth) AS (
+            SELECT filter, 1
+            UNION ALL
+            SELECT c.v, node.depth + 1
+              FROM node
+             CROSS JOIN LATERAL (
+                   SELECT e.value AS v
+                     FROM jsonb_each(CASE WHEN jsonb_typeof(node.v) = 'object' THEN node.v END) e
+                   UNION ALL
+                   SELECT e.value
+                     FROM jsonb_array_elements(CASE WHEN jsonb_typeof(node.v) = 'array' THEN node.v END) e) c
+             WHERE node.depth <= 32)
+        SELECT max(n.depth),
+               sum(CASE WHEN jsonb_typeof(n.v) = 'array' THEN jsonb_array_length(n.v) ELSE 0 END),
+               sum(CASE WHEN jsonb_typeof(n.v) = 'object'
+                        THEN (SELECT count(*) FROM jsonb_object_keys(n.v)) ELSE 0 END)
+          INTO v_depth, v_values, v_keys
+          FROM node n;
+        IF v_depth > 32 THEN
+            RAISE EXCEPTION 'filter is nested more than 32 levels deep (the limit): flatten its $and / $or / $not'
+                USING ERRCODE = '54000';
+        END IF;
+        IF v_values > 10000 THEN
+            RAISE EXCEPTION 'filter has % list values; the limit is 10000: split the search, or filter on a coarser key',
+                v_values USING ERRCODE = '54000';
+        END IF;
+        IF v_keys > 200 THEN
+            RAISE EXCEPTION 'filter has % keys and operators; the limit is 200: combine values with $in',
+                v_keys USING ERRCODE = '54000';
+        END IF;
     END IF;
     IF jsonb_typeof(filter) <> 'object' THEN
         RAISE EXCEPTION '% must be a JSON object such as {"team": "billing"}, got %', path, filter
@@ -99,11 +162,16 @@ BEGIN
                 RAISE EXCEPTION '% must be a non-empty list of filters, got %', v_where, v_cond
                     USING ERRCODE = '22023';
             END IF;
+            v_refs := '[]';
             FOR v_item IN SELECT e.value FROM jsonb_array_elements(v_cond) e LOOP
-                PERFORM pgrag.filter_check(v_item, v_where);
+                v_prior := v_prior || (pgrag.filter_check(v_item, v_where) -> 'g');
+                v_refs := v_refs || to_jsonb(jsonb_array_length(v_prior) - 1);
             END LOOP;
+            v_group := v_group || jsonb_build_array(jsonb_build_object('op', v_key, 'c', v_refs));
         ELSIF v_key = '$not' THEN
-            PERFORM pgrag.filter_check(v_cond, v_where);
+            v_prior := v_prior || (pgrag.filter_check(v_cond, v_where) -> 'g');
+            v_group := v_group || jsonb_build_array(jsonb_build_object(
+                'op', v_key, 'c', jsonb_build_array(jsonb_array_length(v_prior) - 1)));
         ELSIF left(v_key, 1) = '$' THEN
             RAISE EXCEPTION 'unknown filter operator % at %: use $and, $or or $not here, or a metadata key',
                 v_key, path USING ERRCODE = '22023';
@@ -116,6 +184,23 @@ BEGIN
                     IF jsonb_typeof(v_arg) <> 'array' THEN
                         RAISE EXCEPTION '%.% must be a list, got %', v_where, v_op, v_arg
                             USING ERRCODE = '22023';
+                    END IF;
+                    IF v_op <> '$all' THEN  -- compiled: a lookup, not a list to walk per row
+                        v_arg := jsonb_build_object(
+                            'set', coalesce(
+                                (SELECT jsonb_object_agg(x.k, true)
+                                   FROM (SELECT DISTINCT
+                                                CASE jsonb_typeof(a.value)
+                                                    WHEN 'string' THEN 's' || (a.value #>> '{}')
+                                                    WHEN 'number' THEN 'n' || trim_scale((a.value #>> '{}')::numeric)::text
+                                                    WHEN 'boolean' THEN 'b' || (a.value #>> '{}')
+                                                    WHEN 'null' THEN 'z'
+                                                END AS k
+                                           FROM jsonb_array_elements(v_arg) a) x
+                                  WHERE x.k IS NOT NULL), '{}'),
+                            'rest', coalesce(
+                                (SELECT jsonb_agg(a.value) FROM jsonb_array_elements(v_arg) a
+                                  WHERE jsonb_typeof(a.value) IN ('object', 'array')), '[]'));
                     END IF;
                 ELSIF v_op IN ('$gt', '$gte', '$lt', '$lte') THEN
                     IF jsonb_typeof(v_arg) NOT IN ('number', 'string') THEN
@@ -139,76 +224,145 @@ BEGIN
                     RAISE EXCEPTION '% mixes operators and plain keys (%): write {"$eq": {...}} for an object value',
                         v_where, v_op USING ERRCODE = '22023';
                 END IF;
+                v_group := v_group || jsonb_build_array(
+                    jsonb_build_object('op', v_op, 'key', v_key)
+                    || CASE WHEN v_op IN ('$in', '$nin') THEN v_arg  -- {"set": ..., "rest": ...}
+                            ELSE jsonb_build_object('arg', v_arg) END);
             END LOOP;
         ELSE
-            v_contain := v_contain || jsonb_build_object(v_key, v_cond);
+            v_group := v_group || jsonb_build_array(jsonb_build_object(
+                'op', '=', 'key', v_key, 'arg', v_cond));
         END IF;
     END LOOP;
-    RETURN v_contain;
+    -- A sub-filter's groups are referred to by their distance back from the group that refers
+    -- to them, which concatenation in the parent leaves unchanged.
+    v_at := jsonb_array_length(v_prior);
+    v_group := coalesce((SELECT jsonb_agg(CASE WHEN i.v ? 'c'
+                                               THEN (i.v - 'c') || jsonb_build_object('d',
+                                                   (SELECT jsonb_agg(v_at - c.x::int)
+                                                      FROM jsonb_array_elements_text(i.v -> 'c') c(x)))
+                                               ELSE i.v END ORDER BY i.n)
+                           FROM jsonb_array_elements(v_group) WITH ORDINALITY i(v, n)), '[]');
+    v_prior := v_prior || jsonb_build_array(v_group);
+    IF path <> 'filter' THEN
+        RETURN jsonb_build_object('g', v_prior);
+    END IF;
+    -- The whole filter: every lookup moves to "$sets", which a row's test reads in place (by
+    -- containment: a binary search, no copy), leaving small instructions in "$groups".
+    SELECT coalesce(jsonb_object_agg(g.n || '.' || i.n, i.v -> 'set'), '{}') INTO v_sets
+      FROM jsonb_array_elements(v_prior) WITH ORDINALITY g(v, n)
+     CROSS JOIN LATERAL jsonb_array_elements(g.v) WITH ORDINALITY i(v, n)
+     WHERE i.v ? 'set';
+    v_prior := (SELECT jsonb_agg(
+                    (SELECT coalesce(jsonb_agg(CASE WHEN i.v ? 'set'
+                                                    THEN (i.v - 'set') || jsonb_build_object('set', g.n || '.' || i.n)
+                                                    ELSE i.v END ORDER BY i.n), '[]')
+                       FROM jsonb_array_elements(g.v) WITH ORDINALITY i(v, n))
+                    ORDER BY g.n)
+                  FROM jsonb_array_elements(v_prior) WITH ORDINALITY g(v, n));
+    RETURN jsonb_build_object('$groups', v_prior, '$sets', v_sets);
 END
 $fn$;
 
--- Does a document's metadata satisfy a filter (checked first with filter_check)?
+-- Does a document's metadata satisfy a filter, as filter_check compiled it (a filter not
+-- compiled is compiled first)? The program is run bottom-up, group by group, each group true
+-- when all its instructions hold; the last group is the filter. A lookup reads "$sets" in
+-- place; a "$deadline" ([epoch seconds, the limit in ms]) raises once the clock is past it.
 CREATE OR REPLACE FUNCTION pgrag.filter_match(metadata jsonb, filter jsonb) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_key   text;
-    v_cond  jsonb;
-    v_op    text;
-    v_arg   jsonb;
-    v_value jsonb;
-    v_hit   boolean;
-    v_cmp   integer;
+    v_groups jsonb;
+    v_ins    jsonb;
+    v_res    boolean[] := '{}';
+    v_n      integer;
+    v_ok     boolean;
+    v_hit    boolean;
+    v_op     text;
+    v_key    text;
+    v_arg    jsonb;
+    v_value  jsonb;
+    v_cmp    integer;
 BEGIN
-    FOR v_key, v_cond IN SELECT e.key, e.value FROM jsonb_each(filter) e LOOP
-        IF v_key = '$and' THEN
-            IF EXISTS (SELECT 1 FROM jsonb_array_elements(v_cond) e
-                        WHERE NOT pgrag.filter_match(metadata, e.value)) THEN
-                RETURN false;
-            END IF;
-        ELSIF v_key = '$or' THEN
-            IF NOT EXISTS (SELECT 1 FROM jsonb_array_elements(v_cond) e
-                            WHERE pgrag.filter_match(metadata, e.value)) THEN
-                RETURN false;
-            END IF;
-        ELSIF v_key = '$not' THEN
-            IF pgrag.filter_match(metadata, v_cond) THEN
-                RETURN false;
-            END IF;
-        ELSIF jsonb_typeof(v_cond) = 'object'
-              AND EXISTS (SELECT 1 FROM jsonb_object_keys(v_cond) k WHERE left(k, 1) = '$') THEN
+    IF filter ? '$deadline'
+       AND extract(epoch FROM clock_timestamp()) > (filter #>> '{$deadline,0}')::float8 THEN
+        RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while testing the filter',
+            filter #>> '{$deadline,1}'
+            USING ERRCODE = '57014',
+                  HINT = 'Narrow the filter, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
+    END IF;
+    IF NOT filter ? '$groups' THEN
+        filter := pgrag.filter_check(filter);
+    END IF;
+    v_groups := filter -> '$groups';
+    FOR v_n IN 1 .. jsonb_array_length(v_groups) LOOP
+        v_ok := true;
+        FOR v_ins IN SELECT e.value FROM jsonb_array_elements(v_groups -> (v_n - 1)) e LOOP
+            v_op := v_ins ->> 'op';
+            v_key := v_ins ->> 'key';
+            v_arg := v_ins -> 'arg';
             v_value := metadata -> v_key;
-            FOR v_op, v_arg IN SELECT e.key, e.value FROM jsonb_each(v_cond) e LOOP
-                IF v_op IN ('$eq', '$ne') THEN
-                    v_hit := metadata @> jsonb_build_object(v_key, v_arg);
-                    IF v_hit <> (v_op = '$eq') THEN RETURN false; END IF;
-                ELSIF v_op IN ('$in', '$nin') THEN
-                    v_hit := EXISTS (
-                        SELECT 1 FROM jsonb_array_elements(v_arg) e
-                         WHERE metadata @> jsonb_build_object(v_key, e.value)
-                            OR (jsonb_typeof(v_value) = 'array' AND v_value @> e.value));
-                    IF v_hit <> (v_op = '$in') THEN RETURN false; END IF;
-                ELSIF v_op = '$all' THEN
-                    IF jsonb_typeof(v_value) IS DISTINCT FROM 'array' OR NOT v_value @> v_arg THEN
-                        RETURN false;
-                    END IF;
-                ELSIF v_op = '$exists' THEN
-                    IF (v_value IS NOT NULL) <> (v_arg = 'true'::jsonb) THEN RETURN false; END IF;
-                ELSE
-                    v_cmp := pgrag.filter_compare(v_value, v_arg);
-                    IF v_cmp IS NULL
-                       OR (v_op = '$gt' AND v_cmp <= 0) OR (v_op = '$gte' AND v_cmp < 0)
-                       OR (v_op = '$lt' AND v_cmp >= 0) OR (v_op = '$lte' AND v_cmp > 0) THEN
-                        RETURN false;
-                    END IF;
-                END IF;
-            END LOOP;
-        ELSIF NOT metadata @> jsonb_build_object(v_key, v_cond) THEN
-            RETURN false;
-        END IF;
+            IF v_op = '$and' THEN
+                v_hit := NOT EXISTS (SELECT 1 FROM jsonb_array_elements_text(v_ins -> 'd') d
+                                      WHERE NOT v_res[v_n - d::int]);
+            ELSIF v_op = '$or' THEN
+                v_hit := EXISTS (SELECT 1 FROM jsonb_array_elements_text(v_ins -> 'd') d
+                                  WHERE v_res[v_n - d::int]);
+            ELSIF v_op = '$not' THEN
+                v_hit := NOT v_res[v_n - (v_ins #>> '{d,0}')::int];
+            ELSIF v_op = '=' THEN
+                v_hit := metadata @> jsonb_build_object(v_key, v_arg);
+            ELSIF v_op IN ('$eq', '$ne') THEN
+                v_hit := (metadata @> jsonb_build_object(v_key, v_arg)) = (v_op = '$eq');
+            ELSIF v_op IN ('$in', '$nin') THEN
+                -- A scalar is looked up; an array field shares a scalar; the list's objects
+                -- and arrays ("rest") are tested by containment, as they always were.
+                v_hit := CASE jsonb_typeof(v_value)
+                             WHEN 'array' THEN EXISTS (
+                                 SELECT 1 FROM jsonb_array_elements(v_value) x
+                                  WHERE jsonb_typeof(x.value) NOT IN ('object', 'array')
+                                    AND filter @> jsonb_build_object('$sets', jsonb_build_object(
+                                            v_ins ->> 'set', jsonb_build_object(
+                                                CASE jsonb_typeof(x.value)
+                                                    WHEN 'string' THEN 's' || (x.value #>> '{}')
+                                                    WHEN 'number' THEN 'n' || trim_scale((x.value #>> '{}')::numeric)::text
+                                                    WHEN 'boolean' THEN 'b' || (x.value #>> '{}')
+                                                    ELSE 'z'
+                                                END, true))))
+                             WHEN 'object' THEN false
+                             ELSE v_value IS NOT NULL
+                                  AND filter @> jsonb_build_object('$sets', jsonb_build_object(
+                                          v_ins ->> 'set', jsonb_build_object(
+                                              CASE jsonb_typeof(v_value)
+                                                  WHEN 'string' THEN 's' || (v_value #>> '{}')
+                                                  WHEN 'number' THEN 'n' || trim_scale((v_value #>> '{}')::numeric)::text
+                                                  WHEN 'boolean' THEN 'b' || (v_value #>> '{}')
+                                                  ELSE 'z'
+                                              END, true)))
+                         END
+                         OR (v_ins -> 'rest' <> '[]' AND EXISTS (
+                             SELECT 1 FROM jsonb_array_elements(v_ins -> 'rest') e
+                              WHERE metadata @> jsonb_build_object(v_key, e.value)
+                                 OR (jsonb_typeof(v_value) = 'array' AND v_value @> e.value)));
+                v_hit := v_hit = (v_op = '$in');
+            ELSIF v_op = '$all' THEN
+                v_hit := jsonb_typeof(v_value) = 'array' AND v_value @> v_arg;
+            ELSIF v_op = '$exists' THEN
+                v_hit := (v_value IS NOT NULL) = (v_arg = 'true'::jsonb);
+            ELSE
+                v_cmp := pgrag.filter_compare(v_value, v_arg);
+                v_hit := v_cmp IS NOT NULL
+                         AND CASE v_op WHEN '$gt' THEN v_cmp > 0 WHEN '$gte' THEN v_cmp >= 0
+                                       WHEN '$lt' THEN v_cmp < 0 ELSE v_cmp <= 0 END;
+            END IF;
+            IF NOT coalesce(v_hit, false) THEN
+                v_ok := false;
+                EXIT;
+            END IF;
+        END LOOP;
+        v_res[v_n] := v_ok;
     END LOOP;
-    RETURN true;
+    RETURN v_res[jsonb_array_length(v_groups)];
 END
 $fn$;

@@ -53,6 +53,19 @@
 -- arm reads every posting the caller can see, so neither arm is starved by what it may not
 -- return. Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
 --
+-- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
+-- most 1,000,000, weights at most 1,000,000, temperature between 1e-300 and 1e6 (with the
+-- ranges below); a filter as bounded in sql/functions/filter.sql; the fallback reads the first
+-- 100 words of the query. Time: a filtered search stops with SQLSTATE 57014 once it has run
+-- longer than its time limit while testing rows against its filter (the one cost a caller's
+-- input could otherwise stretch without bound). The limit is a duration (milliseconds, or
+-- such as '10s') of the collection, collections.settings ->>
+-- 'search_timeout' (30s when unset, 0 for none), which a session may only lower, with the
+-- setting pgrag.search_timeout (SET, or ALTER ROLE alice SET pgrag.search_timeout = '5s').
+-- A function cannot set statement_timeout for the statement calling it
+-- (PostgreSQL arms that timer when the statement starts), so the hard limit for everything is
+-- the caller's statement_timeout, per role: ALTER ROLE app SET statement_timeout = '30s'.
+--
 -- pgrag.search_engine is SECURITY INVOKER and executable by no one but the owner: the entry
 -- points below call it.
 CREATE OR REPLACE FUNCTION pgrag.search_engine(
@@ -134,9 +147,41 @@ DECLARE
     v_active        integer;
     v_status        text;
     v_rows          bigint := 0;
+    v_match         jsonb;
+    v_settings      jsonb;
+    v_timeout       float8;
+    v_text          text;
+    v_ms            float8;
+    v_norm          float8;
+    v_max           float8;
 BEGIN
+    -- Bounds every caller meets, before anything is read (docs/search.md#limits): each a
+    -- one-line error naming the argument and its limit, never a raw PostgreSQL one.
     IF query_text IS NULL AND query_embedding IS NULL THEN
-        RAISE EXCEPTION 'search needs query_text, query_embedding or both' USING ERRCODE = '22023';
+        RAISE EXCEPTION 'search_v5 needs query_text, query_embedding or both (both are NULL)'
+            USING ERRCODE = '22023';
+    END IF;
+    IF collection IS NULL THEN
+        RAISE EXCEPTION 'search_v5 needs a collection name (collection is NULL)'
+            USING ERRCODE = '22023',
+                  HINT = 'SELECT name FROM pgrag.collections lists the collections.';
+    END IF;
+    IF length(query_text) > 20000 THEN
+        RAISE EXCEPTION 'query_text is % characters; the limit is 20000: search with a shorter question',
+            length(query_text) USING ERRCODE = '54000';
+    END IF;
+    IF rrf_k > 1000000 THEN
+        RAISE EXCEPTION 'rrf_k must be between 1 and 1000000, got %', rrf_k USING ERRCODE = '22023';
+    END IF;
+    -- (NaN and Infinity sort above every number: the general path names them as not finite)
+    IF vector_weight > 1000000 AND vector_weight < 'Infinity'
+       OR keyword_weight > 1000000 AND keyword_weight < 'Infinity' THEN
+        RAISE EXCEPTION 'vector_weight and keyword_weight must be between 0 and 1000000, got % and %',
+            vector_weight, keyword_weight USING ERRCODE = '22023';
+    END IF;
+    IF temperature > 0 AND temperature < 1e-300 OR temperature > 1000000 AND temperature < 'Infinity' THEN
+        RAISE EXCEPTION 'temperature must be between 1e-300 and 1000000, got %', temperature
+            USING ERRCODE = '22023';
     END IF;
     IF fallback_chunks IS NOT NULL AND fallback_chunks NOT BETWEEN 0 AND 1000000 THEN
         RAISE EXCEPTION 'fallback_chunks must be between 0 and 1000000 (0 or NULL: no fallback), got %',
@@ -277,11 +322,19 @@ BEGIN
         END IF;
         -- Checked before anything is read: an unknown operator or a malformed date is an error
         -- naming the entry, never a silent "no results".
-        v_contain := CASE WHEN filter IS NULL OR filter = '{}'::jsonb THEN '{}'::jsonb
-                          ELSE pgrag.filter_check(filter) END;
+        -- (filter_check returns the filter compiled for filter_match: a small program, its
+        -- $in lists as lookups.)
+        v_match := CASE WHEN filter IS NULL OR filter = '{}'::jsonb THEN '{}'::jsonb
+                        ELSE pgrag.filter_check(filter) END;
+        -- The plain entries: jsonb containment, answered by the GIN index on documents.metadata.
+        SELECT coalesce(jsonb_object_agg(e.key, e.value), '{}') INTO v_contain
+          FROM jsonb_each(CASE WHEN jsonb_typeof(filter) = 'object' THEN filter END) e
+         WHERE left(e.key, 1) <> '$'
+           AND NOT (jsonb_typeof(e.value) = 'object'
+                    AND EXISTS (SELECT 1 FROM jsonb_object_keys(e.value) k WHERE left(k, 1) = '$'));
 
-        SELECT c.id, c.text_config, coalesce(v_model_id, c.model_id)
-          INTO v_collection_id, v_config_name, v_model_id
+        SELECT c.id, c.text_config, coalesce(v_model_id, c.model_id), c.settings
+          INTO v_collection_id, v_config_name, v_model_id, v_settings
           FROM pgrag.collections c WHERE c.name = collection;
         IF NOT FOUND THEN
             RAISE EXCEPTION 'collection % does not exist', quote_literal(collection)
@@ -291,6 +344,37 @@ BEGIN
         v_text_config := v_config_name::regconfig;
         v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
         v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match
+        IF v_ops THEN
+            -- The time limit, which every row tested against the filter checks: the
+            -- collection's (settings ->> 'search_timeout', which readers cannot change; 30 s
+            -- when unset; 0: none), lowered by the session's pgrag.search_timeout if that is
+            -- smaller (0 or unset: the collection's applies). Each is ms or a duration.
+            v_timeout := 'Infinity';
+            FOREACH v_text IN ARRAY ARRAY[coalesce(nullif(btrim(v_settings ->> 'search_timeout'), ''), '30000'),
+                                          nullif(btrim(current_setting('pgrag.search_timeout', true)), '')] LOOP
+                CONTINUE WHEN v_text IS NULL;
+                BEGIN
+                    v_ms := CASE WHEN v_text ~ '^\d+(\.\d+)?$' THEN v_text::float8
+                                 ELSE extract(epoch FROM v_text::interval) * 1000 END;
+                EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+                               OR interval_field_overflow OR numeric_value_out_of_range THEN
+                    v_ms := -1;
+                END;
+                IF v_ms < 0 THEN
+                    RAISE EXCEPTION 'search_timeout must be a duration such as 30s or 2min (or milliseconds; 0: none), got %',
+                        quote_literal(v_text) USING ERRCODE = '22023',
+                        HINT = 'It is set by pgrag.search_timeout, or by the collection''s settings ->> ''search_timeout''.';
+                END IF;
+                IF v_ms > 0 THEN
+                    v_timeout := least(v_timeout, v_ms);
+                END IF;
+            END LOOP;
+            v_timeout := CASE WHEN v_timeout = 'Infinity' THEN 0 ELSE v_timeout END;
+            IF v_timeout > 0 THEN
+                v_match := v_match || jsonb_build_object('$deadline', jsonb_build_array(
+                    extract(epoch FROM clock_timestamp()) + v_timeout / 1000, v_timeout));
+            END IF;
+        END IF;
         -- Who is asking (the login role and pgrag.principals: sql/functions/access.sql); NULL
         -- is unrestricted. Every protected row this function reads is tested against it.
         -- (unrestricted first: it is the cheap test, and the common case for owners.)
@@ -307,13 +391,25 @@ BEGIN
             SELECT n.nspname INTO v_schema
               FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
              WHERE e.extname = 'vector';
-            EXECUTE format('SELECT %I.vector_dims($1)', v_schema) INTO v_qdims USING query_embedding;
+            EXECUTE format('SELECT %1$I.vector_dims($1), %1$I.vector_norm($1),
+                                   (SELECT max(abs(x)) FROM unnest($1::real[]) x)', v_schema)
+              INTO v_qdims, v_norm, v_max USING query_embedding;
             -- Vectors are compared as the model's index stores them (vector or halfvec).
             v_vcast := format('%I.%I(%s)', v_schema, v_vtype, v_dimension);
             IF v_qdims <> v_dimension THEN
                 RAISE EXCEPTION 'query_embedding has % dimensions but collection % uses a %-dimensional model',
                     v_qdims, quote_literal(collection), v_dimension
                     USING ERRCODE = '22000', HINT = 'Embed the query with the collection''s model (see pgrag.embedding_models).';
+            END IF;
+            -- A zero vector has no direction: every distance would be NaN, ranked by chunk id.
+            IF NOT v_norm > 0 OR v_norm = 'Infinity' THEN
+                RAISE EXCEPTION 'query_embedding has length (norm) %: a search vector must be nonzero and finite',
+                    v_norm USING ERRCODE = '22023',
+                    HINT = 'Check the embedder: it returned a vector of zeros.';
+            END IF;
+            IF v_vtype = 'halfvec' AND v_max > 65504 THEN
+                RAISE EXCEPTION 'query_embedding has a value of magnitude %, beyond the 65504 this model''s halfvec index holds',
+                    v_max USING ERRCODE = '22023';
             END IF;
         END IF;
         v_use_vector := query_embedding IS NOT NULL AND vector_weight > 0;
@@ -356,7 +452,7 @@ BEGIN
                                 AND ($5 IS NULL OR d.acl_id = ANY ($5))
                               LIMIT $2) x'
                   INTO v_cand USING v_collection_id, v_limit + 1, v_contain,
-                                    CASE WHEN v_ops THEN filter END, v_acls;
+                                    CASE WHEN v_ops THEN v_match END, v_acls;
             ELSIF v_filtered THEN
                 EXECUTE 'SELECT array_agg(x.id ORDER BY x.id) FROM (
                              SELECT c.id FROM pgrag.documents d
@@ -364,7 +460,7 @@ BEGIN
                               WHERE d.collection_id = $1 AND pgrag.filter_match(d.metadata, $3)
                                 AND ($4 IS NULL OR d.acl_id = ANY ($4))
                               LIMIT $2) x'
-                  INTO v_cand USING v_collection_id, v_limit + 1, filter, v_acls;
+                  INTO v_cand USING v_collection_id, v_limit + 1, v_match, v_acls;
             END IF;
             v_small := (NOT v_filtered AND v_visible <= v_limit OR v_filtered)
                        AND coalesce(cardinality(v_cand), 0) <= v_limit;
@@ -536,7 +632,7 @@ BEGIN
                     || CASE WHEN v_ops THEN ' AND pgrag.filter_match(d.metadata, $5)' ELSE '' END,
                     CASE WHEN v_filtered THEN ' JOIN pgrag.documents d ON d.id = c.document_id' ELSE '' END);
                 EXECUTE v_vector_sql INTO v_vec_ids, v_vec_dists
-                  USING v_collection_id, v_contain, query_embedding, v_vdepth, filter, v_acls;
+                  USING v_collection_id, v_contain, query_embedding, v_vdepth, v_match, v_acls;
             END IF;
         END IF;
 
@@ -627,7 +723,7 @@ BEGIN
                   WHERE v_use_keyword AND v_filtered AND NOT v_small AND d.metadata @> v_contain
                     AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                     AND (v_acls IS NULL OR d.acl_id = ANY (v_acls))
-                    AND (NOT v_ops OR pgrag.filter_match(d.metadata, filter))
+                    AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))
                   GROUP BY p.chunk_id
                   ORDER BY s DESC, p.chunk_id
                   LIMIT v_kdepth),
@@ -681,7 +777,8 @@ BEGIN
              SELECT row_number() OVER (ORDER BY u.lexeme)::int AS i,
                     '\m' || regexp_replace(u.lexeme, '([^[:alnum:]_])', '\\\1', 'g') || '\M'
                         AS pattern
-               FROM unnest(to_tsvector('simple'::regconfig, query_text)) u),
+               FROM (SELECT u.lexeme FROM unnest(to_tsvector('simple'::regconfig, query_text)) u
+                      ORDER BY u.lexeme LIMIT 100) u),  -- (its first 100 words: a bounded scan)
          -- The chunks read: the first fallback_chunks the caller may see and the filter admits,
          -- each with the numbers of the words its section or text contains.
          sample AS MATERIALIZED (
@@ -693,7 +790,7 @@ BEGIN
               WHERE c.collection_id = v_collection_id
                 AND (v_acls IS NULL OR c.acl_id = ANY (v_acls) AND d.acl_id = ANY (v_acls))
                 AND (v_contain = '{}'::jsonb OR d.metadata @> v_contain)
-                AND (NOT v_ops OR pgrag.filter_match(d.metadata, filter))
+                AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))
               LIMIT fallback_chunks),
          idf AS MATERIALIZED (
              SELECT w.i, ln(1 + (n.n - x.df + 0.5) / (x.df + 0.5)) AS idf
