@@ -702,6 +702,22 @@ def record_release(conn: Any) -> None:
     conn.execute(Q.grant_roles)
 
 
+def hand_back(conn: Any) -> None:
+    """Give what the running role owns in schema pgrag to the schema's owner, when the running
+    role is not that owner but may act as it (a superuser's upgrade or downgrade creates its
+    objects as itself): pgrag's objects have one owner, whoever ran the migration."""
+    from psycopg import sql
+
+    for kind, name, owner in conn.execute(Q.runner_owns).fetchall():
+        # kind is one of runner_owns's keywords; name is the catalog's own quoted rendering
+        # (regprocedure, regclass), so it goes in as it is.
+        conn.execute(
+            sql.SQL(Q.set_owner).format(
+                kind=sql.SQL(kind), object=sql.SQL(name), owner=sql.Identifier(owner)
+            )
+        )
+
+
 def sql_quote(text: str) -> str:
     """``text`` as an SQL string literal (for a function body composed as a literal)."""
     return "'" + text.replace("'", "''") + "'"
@@ -710,8 +726,11 @@ def sql_quote(text: str) -> str:
 def finish(conn: Any, before: str | None, after: str | None) -> None:
     """What every Alembic run ends with (migrations/env.py calls it): from revision 0010 on,
     this release's functions, unless they are there already; after an upgrade, what a
-    downgrade kept aside is put back, and chunks that lost their queue entries are queued."""
-    if after is None or after < FUNCTIONS_SINCE:
+    downgrade kept aside is put back, and chunks that lost their queue entries are queued.
+    Whatever a superuser's run created in schema pgrag is given to the schema's owner first."""
+    if after is not None:
+        hand_back(conn)
+    if after is None or after < FUNCTIONS_SINCE or after != head():
         return
     release = installed_release(conn)
     if release is not None and _newer(release.get("version", "0"), __version__):

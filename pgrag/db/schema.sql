@@ -182,3 +182,33 @@ RELEASE SAVEPOINT pgrag_lock;
 
 -- name: rollback_savepoint
 ROLLBACK TO SAVEPOINT pgrag_lock;
+
+-- name: runner_owns
+-- What the running role owns in schema pgrag when it is not the schema's owner but may act as
+-- it (a superuser, or a member of the owner): what a migration it ran just created.
+SELECT k.kind, k.name, pg_get_userbyid(n.nspowner)::text
+  FROM pg_namespace n
+  CROSS JOIN LATERAL (
+        SELECT 'FUNCTION' AS kind, p.oid::regprocedure::text AS name
+          FROM pg_proc p
+         WHERE p.pronamespace = n.oid
+           AND p.proowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+        UNION ALL
+        SELECT CASE c.relkind WHEN 'S' THEN 'SEQUENCE' WHEN 'v' THEN 'VIEW'
+                              WHEN 'm' THEN 'MATERIALIZED VIEW' ELSE 'TABLE' END,
+               c.oid::regclass::text
+          FROM pg_class c
+         WHERE c.relnamespace = n.oid AND c.relkind NOT IN ('i', 'I', 't', 'c')
+           AND c.relowner = (SELECT oid FROM pg_roles WHERE rolname = current_user)
+           AND NOT EXISTS (SELECT 1 FROM pg_depend d
+                            WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
+                              AND d.refclassid = 'pg_class'::regclass
+                              AND d.deptype IN ('a', 'i'))
+       ) k
+ WHERE n.nspname = 'pgrag'
+   AND n.nspowner <> (SELECT oid FROM pg_roles WHERE rolname = current_user)
+   AND pg_has_role(current_user, n.nspowner, 'MEMBER')
+ ORDER BY 1, 2;
+
+-- name: set_owner
+ALTER {kind} {object} OWNER TO {owner};

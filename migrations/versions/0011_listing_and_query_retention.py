@@ -13,7 +13,7 @@
 The downgrade drops what this revision added and puts back revision 0010's status(),
 documents_v1 and collections_v1.
 
-Revision ID: 0011c
+Revision ID: 0011
 Revises: 0010
 Create Date: 2026-12-02
 """
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0011c"
+revision = "0011"
 down_revision = "0010"
 branch_labels = None
 depends_on = None
