@@ -9,6 +9,7 @@ import click
 
 from pgrag.cli.options import database, emit_json, json_option, plural
 from pgrag.collections import list_collections
+from pgrag.embeddings.worker import index_status
 from pgrag.embeddings.worker import status as collection_status
 
 
@@ -54,4 +55,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
             f"\tmodel {r['active_model'] or '-'}{others}"
         )
 
-    _print(collection_status(database(ctx)), line, as_json)
+    db = database(ctx)
+    _print(collection_status(db), line, as_json)
+    if not as_json:
+        for m in index_status(db):
+            click.echo(f"index {m['index']}\tmodel {m['model']}\t{m['state']}")
