@@ -226,3 +226,23 @@ def test_ingests_into_one_collection_wait_only_for_the_documents_they_share(
     assert not waiting.is_alive()
     assert not isinstance(result[0], BaseException), result
     assert result[0].chunks_written == 1
+
+
+def test_repair_leaves_an_index_being_built_to_its_builder(db: Database, corpus: Path) -> None:
+    from pgrag.db import repair
+
+    pgrag.ingest(db, [corpus], collection="y")
+    model_id, name, _, _ = _model_index(db.dsn, "y")
+    db.conn.execute(f"DROP INDEX {name}")
+    db.conn.commit()
+    with psycopg.connect(db.dsn, autocommit=True) as builder:
+        builder.execute("SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %s)", (model_id,))
+        done, _ = repair.repair_database(db.dsn)
+        assert any(
+            line.startswith(f"not done: build {name}") and "another session" in line
+            for line in done
+        ), done
+        assert _model_index(db.dsn, "y")[2] is None
+    done, left = repair.repair_database(db.dsn)  # the builder went away without building it
+    assert any(line.startswith(f"built {name}") for line in done), done
+    assert _model_index(db.dsn, "y")[3] is True
