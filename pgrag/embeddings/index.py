@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pgrag.db import queries
 from pgrag.db.connect import transaction
 from pgrag.db.dsn import open_connection
+from pgrag.errors import DatabaseError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -51,22 +52,39 @@ def ensure(db: Database, model_id: int, *, wait: bool = False) -> bool:
     own, so writers to every collection go on meanwhile; another (pgrag_writer) builds it with
     ``pgrag.ensure_model_index`` in a transaction, which writers wait for. A valid index is left
     alone, so this costs one catalog read. Without ``wait``, a build someone else is running is
-    left to them (the call returns at once)."""
+    left to them, and a writer's build is given up if the table is busy (the call returns at
+    once, False)."""
     state = next((h.state for h in health(db, [model_id]) if h.model_id == model_id), NONE)
     if state in (OK, NONE) or (state == BUILDING and not wait):
         return False
     with transaction(db) as conn:
         row = conn.execute(Q.owns_vectors).fetchone()
     if not (row and row[0]):
+        return _build_in_transaction(db, model_id, wait)
+    return _build_concurrently(db, model_id, wait)
+
+
+def _build_in_transaction(db: Database, model_id: int, wait: bool) -> bool:
+    """pgrag.ensure_model_index. Without ``wait`` it gives up when the table's lock is not
+    free at once: queued behind another writer's open transaction, the build would hold every
+    writer of every collection back until it is done (``pgrag status`` still shows the index
+    missing; the owner's next ingest or worker builds it without blocking anyone)."""
+    import psycopg
+
+    try:
         with transaction(db) as conn:
             if not wait:
                 got = conn.execute(Q.try_lock_build_xact, {"model_id": model_id}).fetchone()
                 if not (got and got[0]):
                     return False
+                conn.execute(Q.short_lock_timeout)
             conn.execute(Q.build_memory_local)
             built = conn.execute(Q.ensure_model_index, {"model_id": model_id}).fetchone()
-        return bool(built and built[0])
-    return _build_concurrently(db, model_id, wait)
+    except DatabaseError as err:
+        if isinstance(err.__cause__, psycopg.errors.LockNotAvailable):
+            return False
+        raise
+    return bool(built and built[0])
 
 
 def _build_concurrently(db: Database, model_id: int, wait: bool) -> bool:

@@ -54,6 +54,10 @@ SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
 -- Memory for building an HNSW index in this session.
 SET maintenance_work_mem = '512MB';
 
+-- name: short_lock_timeout
+-- Give up on a lock that is not free within a moment, in this transaction.
+SET LOCAL lock_timeout = '1s';
+
 -- name: build_memory_local
 -- Memory for building an HNSW index, in this transaction.
 SET LOCAL maintenance_work_mem = '512MB';

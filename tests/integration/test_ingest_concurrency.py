@@ -5,6 +5,7 @@ again, and concurrent ingests wait only for the documents they share."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -246,3 +247,48 @@ def test_repair_leaves_an_index_being_built_to_its_builder(db: Database, corpus:
     done, left = repair.repair_database(db.dsn)  # the builder went away without building it
     assert any(line.startswith(f"built {name}") for line in done), done
     assert _model_index(db.dsn, "y")[3] is True
+
+
+@pytest.fixture
+def writer_dsn(db: Database) -> Iterator[str]:
+    """A login role with pgrag_writer only: it may not build an index CONCURRENTLY."""
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    role = f"w_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN IN ROLE pgrag_writer").format(sql.Identifier(role))
+        )
+    yield make_conninfo(db.dsn, user=role)
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_writer_builds_a_missing_index_only_when_no_writer_would_wait_for_it(
+    db: Database, corpus: Path, writer_dsn: str, embedder: Any
+) -> None:
+    pgrag.ingest(db, [corpus], collection="y")
+    _, name, _, _ = _model_index(db.dsn, "y")
+    db.conn.execute(f"DROP INDEX {name}")
+    db.conn.commit()
+    writer_db = pgrag.connect(writer_dsn, embedder=embedder)
+    try:
+        with psycopg.connect(db.dsn) as other_writer:
+            # What another ingest's open batch holds on the table.
+            other_writer.execute("LOCK TABLE pgrag.chunk_embeddings IN ROW EXCLUSIVE MODE")
+            # The build (in a transaction, for this role) would queue behind it and hold every
+            # writer back: the ingest goes on without it.
+            ingest, result = _thread(
+                "writer", lambda: pgrag.ingest(writer_db, [corpus], collection="y")
+            )
+            ingest.start()
+            ingest.join(SAFETY)
+            assert not ingest.is_alive(), "the writer's ingest waited to build the index"
+            assert result[0].chunks_written == 0, result
+            assert _model_index(db.dsn, "y")[2] is None
+        assert pgrag.ingest(writer_db, [corpus], collection="y").chunks_written == 0
+        assert _model_index(db.dsn, "y")[3] is True  # built once the table was free
+    finally:
+        writer_db.close()
