@@ -292,3 +292,48 @@ def test_a_writer_builds_a_missing_index_only_when_no_writer_would_wait_for_it(
         assert _model_index(db.dsn, "y")[3] is True  # built once the table was free
     finally:
         writer_db.close()
+
+
+def test_pgrag_ingest_says_on_stderr_what_it_waits_for(db: Database, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text about refunds.\n")
+    pgrag.ingest(db, [folder], collection="x")
+    (folder / "a.md").write_text("# A\n\nAlpha text about refunds, changed.\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    with psycopg.connect(db.dsn) as holder:
+        holder.execute("UPDATE pgrag.documents SET title = 'held'")
+        holder_pid = holder.info.backend_pid
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgrag.cli", "--dsn", db.dsn, "ingest", str(folder), "-c", "x"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        told = threading.Event()
+        lines: list[str] = []
+
+        def read() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.append(line)
+                if line.startswith("waiting for "):
+                    told.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert told.wait(SAFETY), lines
+            assert proc.poll() is None  # still waiting
+        finally:
+            holder.commit()
+        assert proc.wait(SAFETY) == 0, lines
+    reader.join(SAFETY)
+    said = next(line for line in lines if line.startswith("waiting for "))
+    assert f"(pid {holder_pid})" in said and "holding" in said, said
+    assert any("1 updated" in line for line in lines), lines
