@@ -9,6 +9,7 @@ import click
 from pgrag.cli.options import database, emit_json, json_option
 from pgrag.cli.tables import Approx, print_table
 from pgrag.collections import list_collections
+from pgrag.embeddings.worker import index_status
 from pgrag.embeddings.worker import status as collection_status
 
 # The headers of the columns a person reads first; any other field the library returns
@@ -28,6 +29,15 @@ STATUS = {
     "failed": "FAILED",
     "active_model": "MODEL",
     "others": "OTHER MODELS",
+    "index": "INDEX",
+}
+# What happens next to an index that is not in use (pgrag.embeddings.index.health).
+_INDEX_HINT = {
+    "missing": ": searches read every vector; the next ingest, `pgrag worker` or"
+    " `pgrag db repair` builds it",
+    "invalid": " (an interrupted build): the next ingest, `pgrag worker` or `pgrag db repair`"
+    " builds it again",
+    "building": ": another session is building it; searches use it once it is done",
 }
 
 
@@ -65,4 +75,14 @@ def collections(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Per collection: documents, chunks, pending and failed embeddings, models."""
-    _print(collection_status(database(ctx)), STATUS, ("documents", "chunks"), as_json)
+    db = database(ctx)
+    _print(collection_status(db), STATUS, ("documents", "chunks"), as_json)
+    if as_json:
+        return
+    for m in index_status(db):
+        if m["state"] not in ("ok", "none"):
+            click.echo(
+                f"warning: index {m['index']} of model {m['model']} is {m['state']}"
+                f"{_INDEX_HINT.get(m['state'], '')}",
+                err=True,
+            )

@@ -131,6 +131,7 @@ def ingest(
             jsonl=fields,
             dry_run=dry_run,
             prune=prune,
+            on_wait=lambda line: click.echo(line, err=True),
         )
     finally:
         if bar is not None:

@@ -201,16 +201,21 @@ def worker(ctx: click.Context, once: bool, batch_size: int, poll: float, lease: 
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    total = run(
-        database(ctx),
-        batch_size=batch_size,
-        once=once,
-        poll=poll,
-        lease=lease,
-        should_stop=lambda: stop["now"],
-        on_batch=lambda r: click.echo(
-            f"embedded {r.embedded}" + (f", failed {r.failed}: {r.errors[-1]}" if r.failed else ""),
-            err=True,
-        ),
-    )
+    from pgrag.db.waits import reporting_waits
+
+    db = database(ctx)
+    with reporting_waits(db, lambda line: click.echo(line, err=True)):
+        total = run(
+            db,
+            batch_size=batch_size,
+            once=once,
+            poll=poll,
+            lease=lease,
+            should_stop=lambda: stop["now"],
+            on_batch=lambda r: click.echo(
+                f"embedded {r.embedded}"
+                + (f", failed {r.failed}: {r.errors[-1]}" if r.failed else ""),
+                err=True,
+            ),
+        )
     click.echo(f"worker: {total.embedded} embedded, {total.failed} failed")

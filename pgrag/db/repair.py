@@ -551,6 +551,13 @@ def _model_indexes(conn: Any, step: _Steps) -> None:
     for row in conn.execute(drift.Q.model_indexes).fetchall():
         model_id, name, index = row[:3]
         if index in wrong:
+            building = conn.execute(Q.index_building, {"model_id": model_id}).fetchone()
+            if building and building[0]:  # not dropped from under the build (it waits)
+                step.done.append(
+                    f"not done: build {index} (model {name}): another session is building"
+                    " it; run `pgrag db repair` again if it is still invalid once that is done"
+                )
+                continue
             step(
                 f"built {index} (model {name})",
                 _q(Q.drop_index, index=_ident(index)),

@@ -154,3 +154,11 @@ DROP DOMAIN IF EXISTS {type};
 
 -- name: rename_sequence
 ALTER SEQUENCE {sequence} RENAME TO {name};
+
+-- name: index_building
+-- Whether another session holds the model's index build lock (pgrag.ensure_model_index's;
+-- a CREATE INDEX CONCURRENTLY in progress leaves the index invalid until it is done).
+SELECT EXISTS (SELECT 1 FROM pg_locks l
+                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                  AND l.classid = hashtext('pgrag.model_index')::oid
+                  AND l.objid = %(model_id)s::oid AND l.pid <> pg_backend_pid());

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 
 from pgrag.db import queries
 from pgrag.db.connect import transaction
-from pgrag.db.dsn import open_connection
 from pgrag.embeddings.models import collection_id as _collection_id
 from pgrag.embeddings.models import embedder_for
 from pgrag.embeddings.worker import embed_chunks, store_vectors
@@ -88,37 +87,12 @@ def reembed(
 
 
 def build_model_index(db: Database, model: Model) -> bool:
-    """Create the model's HNSW index if it is missing, CONCURRENTLY: writes to
-    pgrag.chunk_embeddings (every collection's) go on while it is built. True when built."""
-    import psycopg
-    from psycopg import sql
+    """Create the model's HNSW index if it is missing, CONCURRENTLY where this role may:
+    writes to pgrag.chunk_embeddings (every collection's) go on while it is built. Waits for
+    a build another session is running. True when built."""
+    from pgrag.embeddings import index
 
-    index = f"chunk_embeddings_hnsw_{int(model.id)}"
-    name = f"pgrag.{index}"
-    with transaction(db) as conn:
-        row = conn.execute(Q.model_index, {"model_id": model.id, "index": name}).fetchone()
-    if row is None or row[0] is None or row[1] is True:
-        return False
-    drop = sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index))
-    with open_connection(db.dsn, autocommit=True) as conn:
-        # One build per model at a time (ensure_model_index takes the same lock): an index
-        # another session is still building is invalid too, and must not be dropped.
-        conn.execute(Q.lock_model_index, {"model_id": model.id})
-        again = conn.execute(Q.index_valid, {"index": name}).fetchone()
-        if again is not None and again[0]:
-            return False  # built meanwhile
-        conn.execute(Q.index_build_memory)
-        if again is not None:  # a concurrent build that was killed left it invalid
-            conn.execute(drop)
-        try:
-            conn.execute(row[0])  # the DDL pgrag.model_index_ddl returned
-        except psycopg.Error:
-            # A failed concurrent build leaves an invalid index behind: drop it, so that the
-            # next run builds it again rather than skipping it as present.
-            conn.execute(drop)
-            raise
-        conn.execute(Q.analyze_embeddings)
-    return True
+    return index.ensure(db, model.id, wait=True)
 
 
 def _batch(

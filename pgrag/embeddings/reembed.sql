@@ -9,31 +9,6 @@ ON CONFLICT (collection_id, model_id) DO UPDATE SET status = 'building', retired
 -- How many chunks of the collection have no vector of the model yet.
 SELECT pgrag.model_missing(%(collection_id)s, %(model_id)s);
 
--- name: model_index
--- The DDL of the model's HNSW index (built concurrently), and whether that index is valid now.
-SELECT pgrag.model_index_ddl(%(model_id)s, true),
-       (SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s));
-
--- name: lock_model_index
--- Take the session lock on building the model's index (ensure_model_index takes it too).
-SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %(model_id)s);
-
--- name: index_valid
--- Whether the index exists (a row) and is valid.
-SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
-
--- name: index_build_memory
--- Memory for building an HNSW index in this session.
-SET maintenance_work_mem = '512MB';
-
--- name: drop_index
--- Drop an index (left invalid by a build that failed or was killed) without blocking writes.
-DROP INDEX CONCURRENTLY IF EXISTS {index};
-
--- name: analyze_embeddings
--- Refresh the planner's statistics of the vectors after an index build.
-ANALYZE pgrag.chunk_embeddings;
-
 -- name: chunks_without_vector
 -- The next chunks of a collection after an id without the model's vector (queued ones too if asked).
 SELECT c.id, c.section, c.content, c.content_hash FROM pgrag.chunks c

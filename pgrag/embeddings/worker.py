@@ -235,8 +235,13 @@ def run(
     """Drain the queue; with ``once``, return when no due item is left, else keep polling
     every ``poll`` seconds until ``should_stop()``. After a quiet spell the keyword statistics
     of the collections it touched are folded (``keyword_maintain_v2``)."""
+    from pgrag.embeddings import index
+
     total = WorkReport()
     touched: set[int] = set()
+    # The vectors it writes go into each model's HNSW index: one left missing or invalid (a
+    # killed build) is built first.
+    index.ensure_all(db)
     if not once:  # woken by new items (embedding_enqueue notifies), else every `poll` s
         with db.conn.transaction():
             db.conn.execute(Q.listen_queue)
@@ -309,4 +314,24 @@ def status(db: Database) -> list[dict[str, Any]]:
         "others",
         "estimated",
     )
-    return [dict(zip(keys, r, strict=True)) for r in rows]
+    out = [dict(zip(keys, r, strict=True)) for r in rows]
+    # The state of the active model's HNSW index (pgrag.embeddings.index; per model:
+    # index_status), so that a missing or invalid one shows beside the collections it slows.
+    states: dict[str, str] = {}
+    for h in index_status(db):
+        if states.get(h["model"], "ok") == "ok":  # (one name, several dimensions: the worst)
+            states[h["model"]] = h["state"]
+    for r in out:
+        r["index"] = states.get(r["active_model"] or "")
+    return out
+
+
+def index_status(db: Database) -> list[dict[str, Any]]:
+    """Per model a collection uses: its HNSW index's name and state (ok, building, missing,
+    invalid, or none for a model searched exactly)."""
+    from pgrag.embeddings import index
+
+    return [
+        {"model_id": h.model_id, "model": h.model, "index": h.index, "state": h.state}
+        for h in index.health(db)
+    ]

@@ -1,6 +1,9 @@
-"""Keeping the indexes right around writes: a bulk load drops a model's HNSW index and builds
-it again once (several times faster than inserting into a live one), and the keyword
-statistics are folded after every write."""
+"""Keeping the indexes right around writes. A model's HNSW index stays in place while an
+ingest writes (every collection of the model searches with it; pgvector inserts into a live
+graph): one that is missing or invalid is built before the load
+(:func:`pgrag.embeddings.index.ensure`, CONCURRENTLY where the role may, never waiting for
+another session's build). Keyword statistics are folded after every write, and a bulk load
+refreshes the planner's statistics without waiting for a VACUUM or an index build."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from pgrag.db import queries
 from pgrag.db.connect import transaction
+from pgrag.embeddings import index
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -15,40 +19,18 @@ if TYPE_CHECKING:
 Q = queries.load(__name__)
 
 
-def vector_count(db: Database, model_id: int, enough: int) -> int:
-    """How many vectors the model has, counting no further than ``enough`` (a load is "bulk"
-    when it adds more than there are; an exact count of a huge table is not needed)."""
+def ensure_model_index(db: Database, model_id: int) -> bool:
+    """Build the model's HNSW index if it is missing or invalid (a catalog read when it is
+    valid; nothing when another session is building it). True when built."""
+    return index.ensure(db, model_id, wait=False)
+
+
+def analyze(db: Database) -> None:
+    """Planner statistics of the chunks and vectors after a bulk load (skipped for a table
+    that a VACUUM or an index build holds)."""
     with transaction(db) as conn:
-        row = conn.execute(Q.vector_count, {"model_id": model_id, "n": enough + 1}).fetchone()
-    return int(row[0]) if row else 0
-
-
-def owns_vectors(db: Database) -> bool:
-    """Whether this session may drop and rebuild the vector indexes (it owns the table;
-    other writers insert into it)."""
-    with transaction(db) as conn:
-        row = conn.execute(Q.owns_vectors).fetchone()
-    return bool(row and row[0])
-
-
-def drop_model_index(db: Database, model_id: int) -> None:
-    from psycopg import sql
-
-    with transaction(db) as conn:
-        conn.execute(
-            sql.SQL(Q.drop_model_index).format(sql.Identifier(f"chunk_embeddings_hnsw_{model_id}"))
-        )
-
-
-def build_model_index(db: Database, model_id: int, analyze: bool = False) -> None:
-    """Create the model's HNSW index if it is missing (a no-op when it exists)."""
-    with transaction(db) as conn:
-        conn.execute(Q.index_build_memory)
-        conn.execute(Q.ensure_model_index, {"model_id": model_id})
-    if analyze:
-        with transaction(db) as conn:
-            conn.execute(Q.analyze_chunks)
-            conn.execute(Q.analyze_chunk_embeddings)
+        conn.execute(Q.analyze_chunks)
+        conn.execute(Q.analyze_chunk_embeddings)
 
 
 def maintain_keyword_index(db: Database, collection: str, analyze: bool = False) -> None:

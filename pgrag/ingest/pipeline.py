@@ -8,10 +8,14 @@
 3. Write (:mod:`~pgrag.ingest.writer`) each batch of documents in one transaction with binary
    COPY: a document is replaced whole or not at all, so search never sees it half-written, and
    a killed ingest leaves only whole documents behind (running it again finishes the rest).
-4. Maintain (:mod:`~pgrag.ingest.indexes`): a load that adds more vectors than a model already
-   has drops that model's HNSW index first and rebuilds it at the end (building an HNSW index
-   once is several times faster than inserting into a live one); keyword statistics are
-   folded.
+4. Maintain (:mod:`~pgrag.ingest.indexes`): the model's HNSW index stays in place throughout
+   (every collection of the model searches with it); one found missing or invalid is built
+   first. Keyword statistics are folded.
+
+Ingests into different collections do not wait for each other; ingests into one collection
+wait only for the documents they both write (each document's row is locked while its batch
+commits). A statement that waits for a lock longer than a moment is reported through
+``on_wait`` (``pgrag ingest`` prints it on stderr), naming the session it waits for.
 """
 
 from __future__ import annotations
@@ -28,19 +32,14 @@ from pgrag.collections import (
     get_collection,
 )
 from pgrag.db.principals import check_principals
+from pgrag.db.waits import reporting_waits
 from pgrag.embeddings.local import configured_embedder
 from pgrag.embeddings.models import active_embedder
 from pgrag.errors import InputError
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.embed import batches, embed_batch, stored_vectors
 from pgrag.ingest.formats.jsonl import JsonlFields
-from pgrag.ingest.indexes import (
-    build_model_index,
-    drop_model_index,
-    maintain_keyword_index,
-    owns_vectors,
-    vector_count,
-)
+from pgrag.ingest.indexes import analyze, ensure_model_index, maintain_keyword_index
 from pgrag.ingest.loaders import load_files
 from pgrag.ingest.plan import PreparedDoc, plan
 from pgrag.ingest.removal import prune_missing
@@ -69,6 +68,7 @@ def ingest(
     jsonl: JsonlFields | None = None,
     dry_run: bool = False,
     prune: bool = False,
+    on_wait: Callable[[str], None] | None = None,
 ) -> IngestReport:
     """Ingest files and directories (recursively) into ``collection``.
 
@@ -85,9 +85,11 @@ def ingest(
     ingested, unchanged ones included (without re-embedding them).
 
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
-    continue. ``on_plan(total)`` receives the number of chunks to write, then
-    ``progress(n)`` is called as chunks are embedded and written, and ``on_batch(done,
-    total)`` with the documents written so far. The collection is created
+    continue. ``on_wait(message)`` is called when a statement has waited a moment for a lock
+    another session holds (once per holder), saying who holds it and on what.
+    ``on_plan(total)`` receives the number of chunks to write, then ``progress(n)`` is called
+    as chunks are embedded and written, and ``on_batch(done, total)`` with the documents
+    written so far. The collection is created
     when the first document is written (not by an ingest that writes nothing).
     """
     roots = [Path(p) for p in paths]
@@ -104,6 +106,7 @@ def ingest(
         bulk_threshold=bulk_threshold,
         allow=allow,
         dry_run=dry_run,
+        on_wait=on_wait,
     )
     if prune:
         directories = [str(p.resolve()) for p in roots if p.is_dir()]
@@ -125,6 +128,7 @@ def ingest_documents(
     bulk_threshold: int = 1000,
     allow: Sequence[str] | None = None,
     dry_run: bool = False,
+    on_wait: Callable[[str], None] | None = None,
 ) -> IngestReport:
     """Ingest documents given as text (build them with :func:`pgrag.ingest.loaders.from_text`),
     with the same guarantees as :func:`ingest`: unchanged ones are skipped, changed ones
@@ -141,6 +145,7 @@ def ingest_documents(
         bulk_threshold=bulk_threshold,
         allow=allow,
         dry_run=dry_run,
+        on_wait=on_wait,
     )
 
 
@@ -157,6 +162,37 @@ def _ingest(
     bulk_threshold: int,
     allow: Sequence[str] | None,
     dry_run: bool = False,
+    on_wait: Callable[[str], None] | None = None,
+) -> IngestReport:
+    with reporting_waits(db, on_wait):
+        return _run(
+            db,
+            items,
+            collection=collection,
+            on_error=on_error,
+            progress=progress,
+            on_plan=on_plan,
+            batch_chunks=batch_chunks,
+            on_batch=on_batch,
+            bulk_threshold=bulk_threshold,
+            allow=allow,
+            dry_run=dry_run,
+        )
+
+
+def _run(
+    db: Database,
+    items: Iterable[tuple[str, LoadedFile | InputError]],
+    *,
+    collection: str,
+    on_error: Callable[[str, str], None] | None,
+    progress: Callable[[int], None] | None,
+    on_plan: Callable[[int], None] | None,
+    batch_chunks: int,
+    on_batch: Callable[[int, int], None] | None,
+    bulk_threshold: int,
+    allow: Sequence[str] | None,
+    dry_run: bool,
 ) -> IngestReport:
     check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
@@ -168,8 +204,9 @@ def _ingest(
         if active is not None:
             embedder = active[1]
         check_model(db, coll, embedder)
-        # A bulk load killed between dropping and rebuilding the index left it missing.
-        build_model_index(db, coll.model_id)
+        # Missing (dropped by an older release's bulk load that was killed) or invalid (an
+        # interrupted CREATE INDEX CONCURRENTLY): built now, before writing into it.
+        ensure_model_index(db, coll.model_id)
     report = IngestReport(collection=collection, dry_run=dry_run)
     docs, access = plan(db, coll, embedder, items, report, on_error, principals)
     if dry_run:
@@ -190,12 +227,10 @@ def _ingest(
     new_collection = coll is None
     if coll is None:
         coll = ensure_collection(db, collection, embedder)
-    # (Dropping and rebuilding the index takes the table's owner; other writers insert into it.)
-    bulk = (
-        total >= bulk_threshold
-        and total > vector_count(db, coll.model_id, total)
-        and owns_vectors(db)
-    )
+        ensure_model_index(db, coll.model_id)
+    # (The index is not dropped for a bulk load: searches of every collection of the model
+    # use it. A bulk load refreshes the planner's statistics afterwards.)
+    bulk = total >= bulk_threshold
     _write(
         db,
         coll,
@@ -204,7 +239,6 @@ def _ingest(
         report,
         principals,
         batch_chunks=batch_chunks,
-        bulk=bulk,
         on_error=on_error,
         progress=progress,
         on_batch=on_batch,
@@ -212,6 +246,8 @@ def _ingest(
     # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
     # round: the search plans once per session, and a plan made without them can scan whole
     # postings lists where it should probe one posting.
+    if bulk:
+        analyze(db)
     maintain_keyword_index(db, collection, analyze=bulk or new_collection)
     report.files.sort(key=lambda f: f.path)
     return report
@@ -242,54 +278,39 @@ def _write(
     principals: list[str] | None,
     *,
     batch_chunks: int,
-    bulk: bool,
     on_error: Callable[[str, str], None] | None,
     progress: Callable[[int], None] | None,
     on_batch: Callable[[int, int], None] | None,
 ) -> None:
     """Embed and write the planned documents: batches of whole documents, then the streamed
-    ones, each in a transaction of its own. A bulk load drops the model's HNSW index just
-    before the first write, and builds it again at the end whatever happens."""
+    ones, each in a transaction of its own, into the live indexes."""
     files_done = 0
-    dropped = False
     streamed = [d for d in docs if d.streamed is not None]
-    try:
-        for batch in batches([d for d in docs if d.streamed is None], batch_chunks):
-            vectors = embed_batch(batch, embedder, report, db, coll)
-            if bulk and not dropped:
-                # Dropped only now, just before the first write, so searches keep the index
-                # while the first batch is being embedded.
-                drop_model_index(db, coll.model_id)
-                dropped = True
-            write_batch(db, coll, batch, vectors, principals)
-            for doc in batch:
-                report.files.append(doc.result)
-                if doc.result.status == "failed":
-                    if on_error:
-                        on_error(doc.result.path, doc.result.reason or "")
-                    continue
-                report.chunks_written += len(doc.chunks)
-            files_done += len(batch)
-            if on_batch:
-                on_batch(files_done, len(docs))
-            if progress:
-                progress(sum(len(d.chunks) for d in batch))
-        for doc in streamed:
-            if bulk and not dropped:
-                drop_model_index(db, coll.model_id)
-                dropped = True
-            counts = (report.chunks_written, report.chunks_embedded)
-            try:
-                write_streamed(db, coll, doc, embedder, report, principals, batch_chunks, progress)
-            except InputError as err:  # nothing of it was written: its transaction rolled back
-                report.chunks_written, report.chunks_embedded = counts
-                doc.result = FileResult(doc.result.path, "failed", reason=str(err))
-                if on_error:
-                    on_error(doc.result.path, str(err))
+    for batch in batches([d for d in docs if d.streamed is None], batch_chunks):
+        vectors = embed_batch(batch, embedder, report, db, coll)
+        write_batch(db, coll, batch, vectors, principals)
+        for doc in batch:
             report.files.append(doc.result)
-            files_done += 1
-            if on_batch:
-                on_batch(files_done, len(docs))
-    finally:
-        if dropped:
-            build_model_index(db, coll.model_id, analyze=True)
+            if doc.result.status == "failed":
+                if on_error:
+                    on_error(doc.result.path, doc.result.reason or "")
+                continue
+            report.chunks_written += len(doc.chunks)
+        files_done += len(batch)
+        if on_batch:
+            on_batch(files_done, len(docs))
+        if progress:
+            progress(sum(len(d.chunks) for d in batch))
+    for doc in streamed:
+        counts = (report.chunks_written, report.chunks_embedded)
+        try:
+            write_streamed(db, coll, doc, embedder, report, principals, batch_chunks, progress)
+        except InputError as err:  # nothing of it was written: its transaction rolled back
+            report.chunks_written, report.chunks_embedded = counts
+            doc.result = FileResult(doc.result.path, "failed", reason=str(err))
+            if on_error:
+                on_error(doc.result.path, str(err))
+        report.files.append(doc.result)
+        files_done += 1
+        if on_batch:
+            on_batch(files_done, len(docs))

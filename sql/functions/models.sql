@@ -143,10 +143,13 @@ $fn$;
 -- 4,000 dimensions), with m = 16 and ef_construction = 128: on 200k clustered 384-d vectors
 -- recall@10 against exact search then reaches 0.98 at ef_search 160 where pgvector's default
 -- graph (64) levels off near 0.978 however wide the search (docs/benchmarks.md). Models over
--- 2,000 dimensions (4,000 for halfvec) get no index and are searched exactly. Bulk loads drop
--- the index and call this afterwards: building an HNSW index once is several times faster than
--- inserting into a live one. SECURITY DEFINER, so pgrag_writer may create a model's index (it
--- may not create indexes on pgrag's tables itself).
+-- 2,000 dimensions (4,000 for halfvec) get no index and are searched exactly. Nothing drops the
+-- index to load faster: every collection of the model searches with it. A valid index returns
+-- at once, taking no lock, so that a caller never waits for another's build of an index it
+-- already has. A build here holds writers to pgrag.chunk_embeddings off until it commits;
+-- pgrag (pgrag.embeddings.index) builds CONCURRENTLY instead where its role may. SECURITY
+-- DEFINER, so pgrag_writer may create a model's index (it may not create indexes on pgrag's
+-- tables itself).
 CREATE OR REPLACE FUNCTION pgrag.ensure_model_index(p_model_id integer) RETURNS boolean
 LANGUAGE plpgsql
 SECURITY DEFINER
@@ -156,12 +159,16 @@ DECLARE
     v_ddl   text := pgrag.model_index_ddl(p_model_id);
     v_index text := 'chunk_embeddings_hnsw_' || p_model_id;
 BEGIN
-    -- One build per model at a time (pgrag models reembed takes the same lock for its
-    -- concurrent build): an index another session is still building is invalid too.
-    PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
     IF v_ddl IS NULL OR EXISTS (SELECT 1 FROM pg_index i
                                  WHERE i.indexrelid = to_regclass('pgrag.' || v_index)
                                    AND i.indisvalid) THEN
+        RETURN false;
+    END IF;
+    -- One build per model at a time (pgrag builds CONCURRENTLY under the same lock, as a
+    -- session lock): an index another session is still building is invalid too.
+    PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
+    IF EXISTS (SELECT 1 FROM pg_index i
+                WHERE i.indexrelid = to_regclass('pgrag.' || v_index) AND i.indisvalid) THEN
         RETURN false;
     END IF;
     -- An invalid one, left by an interrupted CREATE INDEX CONCURRENTLY, is built again.

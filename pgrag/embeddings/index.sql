@@ -1,0 +1,77 @@
+-- name: health
+-- Each model a collection uses (not retired), its HNSW index and that index's state: ok
+-- (valid), building (someone holds the model's build lock, pgrag.ensure_model_index's), missing,
+-- invalid (left by an interrupted CREATE INDEX CONCURRENTLY), or none (over the dimensions
+-- HNSW indexes: searched exactly, by design). The index's oid, NULL when missing.
+SELECT m.id, m.name, 'chunk_embeddings_hnsw_' || m.id,
+       CASE WHEN pgrag.model_index_ddl(m.id) IS NULL THEN 'none'
+            WHEN i.indisvalid THEN 'ok'
+            WHEN EXISTS (SELECT 1 FROM pg_locks l
+                          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                            AND l.classid = hashtext('pgrag.model_index')::oid
+                            AND l.objid = m.id::oid) THEN 'building'
+            WHEN i.indexrelid IS NULL THEN 'missing'
+            ELSE 'invalid' END,
+       i.indexrelid::bigint
+  FROM pgrag.embedding_models m
+  LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.chunk_embeddings_hnsw_' || m.id)
+ WHERE EXISTS (SELECT 1 FROM pgrag.collection_models cm
+                WHERE cm.model_id = m.id AND cm.status <> 'retired')
+    OR m.id = ANY (%(models)s)
+ ORDER BY m.id;
+
+-- name: owns_vectors
+-- Whether the session's role owns pgrag.chunk_embeddings (and so may build its indexes
+-- CONCURRENTLY, outside any transaction).
+SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class
+ WHERE oid = 'pgrag.chunk_embeddings'::regclass;
+
+-- name: model_index_ddl
+-- The CREATE INDEX CONCURRENTLY statement of a model's HNSW index.
+SELECT pgrag.model_index_ddl(%(model_id)s, true);
+
+-- name: lock_build
+-- Wait for the session lock on building the model's index (ensure_model_index takes it too).
+SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %(model_id)s);
+
+-- name: try_lock_build
+-- Take the session lock on building the model's index if no one holds it; whether it did.
+SELECT pg_try_advisory_lock(hashtext('pgrag.model_index'), %(model_id)s);
+
+-- name: unlock_build
+-- Let go of the session lock on building the model's index.
+SELECT pg_advisory_unlock(hashtext('pgrag.model_index'), %(model_id)s);
+
+-- name: try_lock_build_xact
+-- The build lock until this transaction ends, if no one holds it; whether it was taken.
+SELECT pg_try_advisory_xact_lock(hashtext('pgrag.model_index'), %(model_id)s);
+
+-- name: index_valid
+-- Whether the index exists (a row) and is valid.
+SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
+
+-- name: build_memory
+-- Memory for building an HNSW index in this session.
+SET maintenance_work_mem = '512MB';
+
+-- name: short_lock_timeout
+-- Give up on a lock that is not free within a moment, in this transaction.
+SET LOCAL lock_timeout = '1s';
+
+-- name: build_memory_local
+-- Memory for building an HNSW index, in this transaction.
+SET LOCAL maintenance_work_mem = '512MB';
+
+-- name: drop_index
+-- Drop an index (left invalid by a build that failed or was killed) without blocking writes.
+DROP INDEX CONCURRENTLY IF EXISTS {index};
+
+-- name: ensure_model_index
+-- Build a model's HNSW index in this transaction if it is missing or invalid (the table's
+-- writers wait for the build: for a role that may not build it CONCURRENTLY).
+SELECT pgrag.ensure_model_index(%(model_id)s);
+
+-- name: analyze_embeddings
+-- Refresh the planner's statistics of the vectors after an index build (not waiting for a
+-- VACUUM or another build).
+ANALYZE (SKIP_LOCKED) pgrag.chunk_embeddings;

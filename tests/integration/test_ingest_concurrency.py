@@ -1,0 +1,342 @@
+"""Ingests beside searches and beside each other: the model's HNSW index (shared by every
+collection of the model) is never taken away, a missing or invalid one is reported and built
+again, and concurrent ingests wait only for the documents they share."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+import pgrag
+from pgrag.cli import cli
+from pgrag.db.connect import Database
+from pgrag.embeddings import index
+from pgrag.embeddings.worker import index_status
+from pgrag.embeddings.worker import run as run_worker
+from pgrag.ingest import writer
+from pgrag.ingest.document import from_text
+from tests.tables import read_table
+
+SAFETY = 240  # seconds: only so that a broken build fails instead of hanging
+
+
+def _model_index(dsn: str, collection: str) -> tuple[int, str, int | None, bool | None]:
+    """From a connection of its own: the collection's model, its index, the index's oid and
+    whether it is valid (None, None when it is missing)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        model_id = conn.execute(
+            "SELECT model_id FROM pgrag.collections WHERE name = %s", (collection,)
+        ).fetchone()[0]
+        name = f"pgrag.chunk_embeddings_hnsw_{model_id}"
+        row = conn.execute(
+            "SELECT i.indexrelid::bigint, i.indisvalid FROM pg_index i"
+            " WHERE i.indexrelid = to_regclass(%s)",
+            (name,),
+        ).fetchone()
+    return model_id, name, *(row or (None, None))
+
+
+def _state(db: Database, model_id: int) -> str:
+    return next(m["state"] for m in index_status(db) if m["model_id"] == model_id)
+
+
+@pytest.fixture
+def second(dsn: str, embedder: Any) -> Iterator[Database]:
+    """Another client of the same database."""
+    other = pgrag.connect(dsn, embedder=embedder)
+    yield other
+    other.close()
+
+
+def test_a_bulk_ingest_leaves_the_shared_index_in_place_and_searchable(
+    db: Database, second: Database, corpus: Path
+) -> None:
+    pgrag.ingest(db, [corpus], collection="y")  # another collection of the same model
+    model_id, name, oid, valid = _model_index(db.dsn, "y")
+    assert oid is not None and valid
+    seen: list[tuple[int | None, bool | None, bool]] = []
+
+    def mid_load(done: int, total: int) -> None:
+        # From other sessions while the load goes on: the same index, valid, and the other
+        # collection searchable.
+        _, _, now, ok = _model_index(db.dsn, "y")
+        seen.append((now, ok, bool(pgrag.search(second, "refund", collection="y"))))
+
+    docs = [
+        from_text(f"note-{i}", f"Note {i}: parcel {i * 7} for unit {i} arrived on day {i % 28}.")
+        for i in range(1000)
+    ]
+    report = pgrag.ingest_documents(
+        db, docs, collection="x", on_batch=mid_load, bulk_threshold=1000
+    )
+    assert report.chunks_written == 1000
+    assert len(seen) > 3
+    assert all(s == (oid, True, True) for s in seen), seen
+    assert _model_index(db.dsn, "y")[2:] == (oid, True)
+    assert pgrag.search(second, "refund", collection="y")
+
+
+def test_status_reports_missing_invalid_and_building_indexes_and_they_are_built_again(
+    db: Database, corpus: Path
+) -> None:
+    pgrag.ingest(db, [corpus], collection="y")
+    model_id, name, oid, _ = _model_index(db.dsn, "y")
+    assert _state(db, model_id) == "ok"
+    rows = pgrag.embeddings.worker.status(db)
+    assert [r["index"] for r in rows] == ["ok"]
+
+    db.conn.execute(f"DROP INDEX {name}")
+    db.conn.commit()
+    assert _state(db, model_id) == "missing"
+    shown = CliRunner().invoke(cli, ["--dsn", db.dsn, "status"])
+    assert shown.exit_code == 0, shown.output
+    [row] = read_table(shown.stdout)
+    assert row["INDEX"] == "missing"
+    assert f"warning: index {name.split('.')[1]} of model " in shown.stderr
+    assert "is missing: searches read every vector" in shown.stderr
+
+    # Another session building it: reported as such, and an ingest does not wait for it.
+    with psycopg.connect(db.dsn, autocommit=True) as builder:
+        builder.execute("SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %s)", (model_id,))
+        assert _state(db, model_id) == "building"
+        assert pgrag.ingest(db, [corpus], collection="y").chunks_written == 0
+        assert _model_index(db.dsn, "y")[2] is None
+    # The next ingest (nothing to write) builds it.
+    assert pgrag.ingest(db, [corpus], collection="y").chunks_written == 0
+    _, _, rebuilt, valid = _model_index(db.dsn, "y")
+    assert rebuilt is not None and valid and _state(db, model_id) == "ok"
+
+    # What an interrupted CREATE INDEX CONCURRENTLY leaves: an invalid index. The worker
+    # builds it again on start.
+    db.conn.execute("UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s", (rebuilt,))
+    db.conn.commit()
+    assert _state(db, model_id) == "invalid"
+    assert [r["index"] for r in pgrag.embeddings.worker.status(db)] == ["invalid"]
+    run_worker(db, once=True)
+    _, _, again, valid = _model_index(db.dsn, "y")
+    assert again not in (None, rebuilt) and valid and _state(db, model_id) == "ok"
+    assert index.ensure(db, model_id) is False  # valid: left alone
+
+
+def _pause_in_write(stop_in: threading.Thread | None = None) -> tuple[Any, threading.Event]:
+    """A copy_chunks that, in the given thread, waits inside the write transaction (its rows
+    written, not committed) until released; returns it and the event that says it is there."""
+    inside = threading.Event()
+    release = threading.Event()
+    original = writer.copy_chunks
+
+    def paused(conn: Any, chunk_rows: Any, vector_rows: Any) -> None:
+        original(conn, chunk_rows, vector_rows)
+        if threading.current_thread().name == "held":
+            inside.set()
+            assert release.wait(SAFETY)
+
+    paused.release = release  # type: ignore[attr-defined]
+    return paused, inside
+
+
+def _thread(name: str, target: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    result: list[Any] = []
+
+    def run() -> None:
+        try:
+            result.append(target())
+        except BaseException as err:  # noqa: BLE001 - handed to the test
+            result.append(err)
+
+    return threading.Thread(target=run, name=name, daemon=True), result
+
+
+def test_ingests_into_two_collections_of_one_model_go_side_by_side(
+    db: Database, second: Database, corpus: Path, tmp_path: Path, monkeypatch: Any
+) -> None:
+    pgrag.ingest(db, [corpus], collection="y")
+    paused, inside = _pause_in_write()
+    monkeypatch.setattr(writer, "copy_chunks", paused)
+    # A load into x, held inside its first write transaction (bulk: an older release dropped
+    # the shared index for it, and the other ingest then waited to build it again).
+    # (More chunks than the model has vectors: what made an older release's load "bulk".)
+    notes = [from_text(f"x-{i}", f"Shipment {i} left dock {i % 4} at hour {i}.") for i in range(40)]
+    held, held_result = _thread(
+        "held",
+        lambda: pgrag.ingest_documents(second, notes, collection="x", bulk_threshold=1),
+    )
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    (extra / "parking.md").write_text("# Parking\n\nVisitors park on level two.\n")
+    waits: list[str] = []
+    other, other_result = _thread(
+        "other",
+        lambda: pgrag.ingest(db, [corpus, extra], collection="y", on_wait=waits.append),
+    )
+    held.start()
+    try:
+        assert inside.wait(SAFETY), held_result
+        other.start()
+        other.join(SAFETY)
+        assert not other.is_alive(), f"the ingest into y waited for x: {waits}"
+        assert held.is_alive() and not held_result, "x's transaction was still open"
+        assert other_result[0].chunks_written > 0, other_result
+    finally:
+        paused.release.set()
+        held.join(SAFETY)
+        if other.ident is not None:  # (before the fixtures close the connection it uses)
+            other.join(SAFETY)
+    assert not isinstance(held_result[0], BaseException), held_result
+    assert held_result[0].chunks_written == 40
+    assert pgrag.search(db, "parking level", collection="y")
+
+
+def test_ingests_into_one_collection_wait_only_for_the_documents_they_share(
+    db: Database, tmp_path: Path
+) -> None:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text about refunds.\n")
+    pgrag.ingest(db, [folder], collection="x")
+    (folder / "a.md").write_text("# A\n\nAlpha text about refunds, changed.\n")
+    (tmp_path / "b.md").write_text("# B\n\nBeta text about badges.\n")
+    with psycopg.connect(db.dsn) as holder:
+        # Another writer holds document a (its transaction open).
+        holder.execute("UPDATE pgrag.documents SET title = 'held' WHERE source LIKE '%%/a.md'")
+        holder_pid = holder.info.backend_pid
+        # A document it does not hold goes in at once...
+        assert pgrag.ingest(db, [tmp_path / "b.md"], collection="x").chunks_written == 1
+        # ...the one it holds waits, and says for whom.
+        told = threading.Event()
+        waits: list[str] = []
+
+        def on_wait(line: str) -> None:
+            waits.append(line)
+            told.set()
+
+        waiting, result = _thread(
+            "waiting", lambda: pgrag.ingest(db, [folder], collection="x", on_wait=on_wait)
+        )
+        waiting.start()
+        assert told.wait(SAFETY), "no word of the wait"
+        assert waiting.is_alive() and not result
+        assert f"(pid {holder_pid})" in waits[0] and waits[0].startswith("waiting for "), waits
+        assert "idle in a transaction" in waits[0], waits
+        holder.commit()
+    waiting.join(SAFETY)
+    assert not waiting.is_alive()
+    assert not isinstance(result[0], BaseException), result
+    assert result[0].chunks_written == 1
+
+
+def test_repair_leaves_an_index_being_built_to_its_builder(db: Database, corpus: Path) -> None:
+    from pgrag.db import repair
+
+    pgrag.ingest(db, [corpus], collection="y")
+    model_id, name, _, _ = _model_index(db.dsn, "y")
+    db.conn.execute(f"DROP INDEX {name}")
+    db.conn.commit()
+    with psycopg.connect(db.dsn, autocommit=True) as builder:
+        builder.execute("SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %s)", (model_id,))
+        done, _ = repair.repair_database(db.dsn)
+        assert any(
+            line.startswith(f"not done: build {name}") and "another session" in line
+            for line in done
+        ), done
+        assert _model_index(db.dsn, "y")[2] is None
+    done, left = repair.repair_database(db.dsn)  # the builder went away without building it
+    assert any(line.startswith(f"built {name}") for line in done), done
+    assert _model_index(db.dsn, "y")[3] is True
+
+
+@pytest.fixture
+def writer_dsn(db: Database) -> Iterator[str]:
+    """A login role with pgrag_writer only: it may not build an index CONCURRENTLY."""
+    from psycopg import sql
+    from psycopg.conninfo import make_conninfo
+
+    role = f"w_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN IN ROLE pgrag_writer").format(sql.Identifier(role))
+        )
+    yield make_conninfo(db.dsn, user=role)
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_a_writer_builds_a_missing_index_only_when_no_writer_would_wait_for_it(
+    db: Database, corpus: Path, writer_dsn: str, embedder: Any
+) -> None:
+    pgrag.ingest(db, [corpus], collection="y")
+    _, name, _, _ = _model_index(db.dsn, "y")
+    db.conn.execute(f"DROP INDEX {name}")
+    db.conn.commit()
+    writer_db = pgrag.connect(writer_dsn, embedder=embedder)
+    try:
+        with psycopg.connect(db.dsn) as other_writer:
+            # What another ingest's open batch holds on the table.
+            other_writer.execute("LOCK TABLE pgrag.chunk_embeddings IN ROW EXCLUSIVE MODE")
+            # The build (in a transaction, for this role) would queue behind it and hold every
+            # writer back: the ingest goes on without it.
+            ingest, result = _thread(
+                "writer", lambda: pgrag.ingest(writer_db, [corpus], collection="y")
+            )
+            ingest.start()
+            ingest.join(SAFETY)
+            assert not ingest.is_alive(), "the writer's ingest waited to build the index"
+            assert result[0].chunks_written == 0, result
+            assert _model_index(db.dsn, "y")[2] is None
+        assert pgrag.ingest(writer_db, [corpus], collection="y").chunks_written == 0
+        assert _model_index(db.dsn, "y")[3] is True  # built once the table was free
+    finally:
+        writer_db.close()
+
+
+def test_pgrag_ingest_says_on_stderr_what_it_waits_for(db: Database, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.md").write_text("# A\n\nAlpha text about refunds.\n")
+    pgrag.ingest(db, [folder], collection="x")
+    (folder / "a.md").write_text("# A\n\nAlpha text about refunds, changed.\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    with psycopg.connect(db.dsn) as holder:
+        holder.execute("UPDATE pgrag.documents SET title = 'held'")
+        holder_pid = holder.info.backend_pid
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pgrag.cli", "--dsn", db.dsn, "ingest", str(folder), "-c", "x"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        told = threading.Event()
+        lines: list[str] = []
+
+        def read() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.append(line)
+                if line.startswith("waiting for "):
+                    told.set()
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            assert told.wait(SAFETY), lines
+            assert proc.poll() is None  # still waiting
+        finally:
+            holder.commit()
+        assert proc.wait(SAFETY) == 0, lines
+    reader.join(SAFETY)
+    said = next(line for line in lines if line.startswith("waiting for "))
+    assert f"(pid {holder_pid})" in said and "holding" in said, said
+    assert any("1 updated" in line for line in lines), lines
