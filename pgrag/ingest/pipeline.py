@@ -69,6 +69,7 @@ def ingest(
     jsonl: JsonlFields | None = None,
     dry_run: bool = False,
     prune: bool = False,
+    on_warning: Callable[[str, str], None] | None = None,
 ) -> IngestReport:
     """Ingest files and directories (recursively) into ``collection``.
 
@@ -85,8 +86,10 @@ def ingest(
     ingested, unchanged ones included (without re-embedding them).
 
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
-    continue. ``on_plan(total)`` receives the number of chunks to write, then
-    ``progress(n)`` is called as chunks are embedded and written, and ``on_batch(done,
+    continue. ``on_warning(path, reason)`` for each file a directory walk leaves out with a
+    reason (a dangling symbolic link: status "skipped", not a failure). ``on_plan(total)``
+    receives the number of chunks to write, then ``progress(n)`` is called as chunks are
+    embedded and written (within a large file too, a batch at a time), and ``on_batch(done,
     total)`` with the documents written so far. The collection is created
     when the first document is written (not by an ingest that writes nothing).
     """
@@ -104,6 +107,7 @@ def ingest(
         bulk_threshold=bulk_threshold,
         allow=allow,
         dry_run=dry_run,
+        on_warning=on_warning,
     )
     if prune:
         directories = [str(p.resolve()) for p in roots if p.is_dir()]
@@ -157,6 +161,7 @@ def _ingest(
     bulk_threshold: int,
     allow: Sequence[str] | None,
     dry_run: bool = False,
+    on_warning: Callable[[str, str], None] | None = None,
 ) -> IngestReport:
     check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
@@ -171,7 +176,7 @@ def _ingest(
         # A bulk load killed between dropping and rebuilding the index left it missing.
         build_model_index(db, coll.model_id)
     report = IngestReport(collection=collection, dry_run=dry_run)
-    docs, access = plan(db, coll, embedder, items, report, on_error, principals)
+    docs, access = plan(db, coll, embedder, items, report, on_error, principals, on_warning)
     if dry_run:
         return _dry_run(db, coll, docs, report)
     for document_id in access:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from pgrag.text.tokens import TokenCounter
@@ -22,6 +22,7 @@ __all__ = [
     "Section",
     "chunk_lines",
     "chunk_text",
+    "markdown_headings",
     "markdown_sections",
     "pack_sentences",
     "split_sentences",
@@ -146,6 +147,24 @@ def markdown_sections(text: str) -> list[Section]:
     return list(stream_sections(lines, markdown=True, max_chars=sys.maxsize))
 
 
+def markdown_headings(text: str) -> list[str]:
+    """The texts of a Markdown document's ATX headings outside code blocks, in order: what a
+    document made only of headings is indexed by (its sections have no body text)."""
+    found: list[str] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        if fence is not None:
+            if _closes(line, fence):
+                fence = None
+        elif (m := _FENCE.match(line)) is not None:
+            fence = m.group(1)
+        elif (h := _HEADING.match(line)) is not None:
+            title = _CLOSING_HASHES.sub("", h.group(2) or "").strip()
+            if title:
+                found.append(title)
+    return found
+
+
 def _markdown_units(text: str) -> list[str]:
     """Sentences of a Markdown section, with each fenced code block kept whole as one unit."""
     units: list[str] = []
@@ -263,16 +282,24 @@ def pack_sentences(
 
 
 def chunk_text(
-    text: str, counter: TokenCounter, *, limit: int, overlap: int, markdown: bool
+    text: str,
+    counter: TokenCounter,
+    *,
+    limit: int,
+    overlap: int,
+    markdown: bool,
+    check: Callable[[], None] | None = None,
 ) -> list[Chunk]:
-    """Chunk a document; with ``markdown`` chunks follow (and never span) heading sections."""
+    """Chunk a document; with ``markdown`` chunks follow (and never span) heading sections.
+    ``check`` is called between sections (it may raise to stop a file that takes too long)."""
     _check_budget(limit, overlap)
-    if markdown:
-        parts = [(s.path, _markdown_units(s.text)) for s in markdown_sections(text)]
-    else:
-        parts = [((), split_sentences(text))]
+    sections = markdown_sections(text) if markdown else [Section((), text)]
     chunks: list[Chunk] = []
-    for path, units in parts:
+    for section in sections:
+        if check is not None:
+            check()
+        path = section.path
+        units = _markdown_units(section.text) if markdown else split_sentences(section.text)
         for piece in pack_sentences(units, counter, limit, overlap):
             chunks.append(Chunk(text=piece, section=path, token_count=counter.count(piece)))
     return chunks
