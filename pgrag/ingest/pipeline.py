@@ -260,7 +260,11 @@ def _write(
     streamed = [d for d in docs if d.streamed is not None]
     try:
         for batch in batches([d for d in docs if d.streamed is None], batch_chunks):
-            vectors = embed_batch(batch, embedder, report, db, coll)
+            embedded = report.chunks_embedded
+            vectors = embed_batch(
+                batch, embedder, report, db, coll, size=batch_chunks, progress=progress
+            )
+            embedded = report.chunks_embedded - embedded  # (progress has heard of these)
             if bulk and not dropped:
                 # Dropped only now, just before the first write, so searches keep the index
                 # while the first batch is being embedded.
@@ -277,8 +281,9 @@ def _write(
             files_done += len(batch)
             if on_batch:
                 on_batch(files_done, len(docs))
-            if progress:
-                progress(sum(len(d.chunks) for d in batch))
+            rest = sum(len(d.chunks) for d in batch) - embedded
+            if progress and rest > 0:  # the chunks written without embedding (reused vectors)
+                progress(rest)
         for doc in streamed:
             if bulk and not dropped:
                 drop_model_index(db, coll.model_id)

@@ -336,3 +336,20 @@ def test_dangling_links_are_warned_about_and_a_heading_only_file_is_its_title(
     finally:
         db.close()
     assert rows == [("Quarterly planning notes",)]
+
+
+def test_progress_moves_by_chunks_within_one_large_file(db: Database, tmp_path: Path) -> None:
+    # Issue 16: one big file was one batch, embedded whole: the progress bar stood still
+    # until the file was written.
+    path = tmp_path / "big.md"
+    path.write_text(
+        "# Big\n\n"
+        + "\n\n".join(
+            f"## Part {i}\n\nPart {i} explains topic number {i} in a sentence of its own."
+            for i in range(40)
+        )
+    )
+    calls: list[int] = []
+    report = pgrag.ingest(db, [path], collection="progress", batch_chunks=8, progress=calls.append)
+    assert report.chunks_written == report.chunks_embedded == 40
+    assert sum(calls) == 40 and len(calls) == 5 and max(calls) == 8
