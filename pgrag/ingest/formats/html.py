@@ -144,7 +144,7 @@ def _drop_boilerplate(soup: Any) -> None:
     A wrapper is never boilerplate, whatever its class says ("layout has-sidebar",
     "toc-enabled"): an element holding over 40% of the page's text stays. Text lengths are
     summed bottom up over one list of the tags, so deep pages stay linear."""
-    from bs4 import NavigableString
+    from bs4.element import NavigableString
 
     from pgrag.ingest import budget
 
@@ -238,7 +238,8 @@ class _Out:
 def _render(root: Any) -> str:
     """The Markdown-shaped text of ``root``'s subtree, by an explicit stack: an entry is a node
     to open, or a function to call when the node's children are done."""
-    from bs4 import Comment, Doctype, NavigableString, PageElement, ProcessingInstruction, Tag
+    from bs4 import Comment, Doctype, ProcessingInstruction, Tag
+    from bs4.element import NavigableString, PageElement
 
     from pgrag.ingest import budget
 
