@@ -41,6 +41,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("PGRAG_RERANKER_MODEL", "reranker_model", "the model name a rerank URL expects"),
     ("PGRAG_RERANKER_API_KEY", "reranker_api_key", "sent to the rerank URL only"),
     ("PGRAG_EMBEDDING_API_KEY", "embedding_api_key", "API key for an OpenAI-compatible embedding server (`pgrag models add --api-key-env` names another variable)"),
+    ("PGRAG_INGEST_FILE_SECONDS", "ingest_file_seconds", "seconds `ingest` may spend reading, converting and chunking one file before it is refused (300; `off` for no limit; embedding is not counted)"),
 )  # fmt: skip
 
 
@@ -71,6 +72,7 @@ class Settings:
     reranker_model: str | None = None
     reranker_api_key: str | None = None
     embedding_api_key: str | None = None
+    ingest_file_seconds: str | None = None
     # Secrets whose variable a stored model names (``pgrag models add --api-key-env NAME``):
     # the values of every variable named so, taken with the rest of the snapshot.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)

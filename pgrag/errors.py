@@ -39,6 +39,11 @@ class InputError(PgragError):
     """A file or argument given by the user cannot be used."""
 
 
+class SkippedInput(InputError):
+    """A file a directory walk leaves out with a warning (a dangling symbolic link): reported
+    and counted, but not a failure of the ingest."""
+
+
 class CollectionNotFound(InputError):
     """No collection of that name exists (or none the session may see)."""
 

@@ -102,6 +102,9 @@ def ingest(
     def on_error(path: str, reason: str) -> None:
         click.echo(f"error: {path}: {reason}", err=True)
 
+    def on_warning(path: str, reason: str) -> None:
+        click.echo(f"warning: {path}: {reason}", err=True)
+
     def on_plan(total: int) -> None:
         nonlocal bar
         if total:
@@ -124,6 +127,7 @@ def ingest(
             list(paths),
             collection=collection,
             on_error=on_error,
+            on_warning=on_warning,
             on_plan=on_plan,
             progress=progress,
             on_batch=on_batch,

@@ -3,7 +3,7 @@ collection already has a vector for (in any document)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from pgrag.collections import Collection
@@ -40,9 +40,14 @@ def embed_batch(
     report: IngestReport,
     db: Database | None = None,
     coll: Collection | None = None,
+    *,
+    size: int = 64,
+    progress: Callable[[int], None] | None = None,
 ) -> list[list[Any]]:
     """Vectors for every chunk of the batch, embedding each distinct new text once: a text
-    the collection already has a vector for (in any document) is not embedded again."""
+    the collection already has a vector for (in any document) is not embedded again. Texts
+    go to the model ``size`` at a time, and ``progress(n)`` hears of each ``n`` embedded (a
+    batch that is one large document moves the progress bar as it is embedded)."""
     todo: dict[str, str] = {}
     for doc in batch:
         for chunk in doc.chunks:
@@ -51,15 +56,19 @@ def embed_batch(
     if todo and db is not None and coll is not None:
         fresh = stored_vectors(db, coll, list(todo))
         todo = {h: t for h, t in todo.items() if h not in fresh}
-    if todo:
-        matrix = embedder.embed(list(todo.values()))
-        if matrix.shape != (len(todo), embedder.dimension):
+    hashes, texts = list(todo), list(todo.values())
+    for start in range(0, len(texts), max(1, size)):
+        part = texts[start : start + max(1, size)]
+        matrix = embedder.embed(part)
+        if matrix.shape != (len(part), embedder.dimension):
             raise PgragError(
                 f"embedding model {embedder.name!r} returned vectors of shape {matrix.shape},"
-                f" expected ({len(todo)}, {embedder.dimension})"
+                f" expected ({len(part)}, {embedder.dimension})"
             )
-        fresh.update(zip(todo, matrix, strict=True))
-        report.chunks_embedded += len(todo)
+        fresh.update(zip(hashes[start : start + len(part)], matrix, strict=True))
+        report.chunks_embedded += len(part)
+        if progress:
+            progress(len(part))
     return [[fresh[c.content_hash] for c in doc.chunks] for doc in batch]
 
 

@@ -13,8 +13,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pgrag.errors import InputError
-from pgrag.ingest import formats
+from pgrag.errors import InputError, SkippedInput
+from pgrag.ingest import budget, formats
 from pgrag.ingest.document import LoadedFile, file_metadata, from_text, name_title
 from pgrag.ingest.formats import SNIFF_BYTES, Format
 from pgrag.ingest.formats.jsonl import JsonlFields
@@ -71,6 +71,14 @@ def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
             if child.suffix.lower() in suffixes and child.is_file():
                 found += 1
                 yield child, None
+            elif child.is_symlink() and not child.exists():
+                # Said, not skipped silently: named directly it is an error.
+                yield (
+                    child,
+                    SkippedInput(
+                        f"skipped: a symbolic link to {_link_target(child)}, which does not exist"
+                    ),
+                )
             else:
                 skipped += 1
     yield from problems
@@ -82,6 +90,13 @@ def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
         yield root, InputError(f"no {kinds} files in this directory{others}")
 
 
+def _link_target(path: Path) -> str:
+    try:
+        return repr(os.readlink(path))
+    except OSError:
+        return "a path"
+
+
 def load_files(
     paths: list[Path], jsonl: JsonlFields | None = None, seen: Seen | None = None
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
@@ -90,7 +105,9 @@ def load_files(
     seen = seen if seen is not None else Seen()
     for path, problem in find_files(paths):
         if problem is not None:
-            seen.failed_files.add(str(path.resolve()))
+            # (--prune keeps the documents of a file it could not read: a dangling link's
+            # under its own name and its target's)
+            seen.failed_files.update({str(path.absolute()), str(path.resolve())})
             yield str(path), problem
             continue
         for label, item in load_path(path, jsonl):
@@ -173,7 +190,8 @@ def load(path: Path) -> LoadedFile:
         raise InputError(
             f"is not valid UTF-8 (byte {err.start}); convert it, e.g. `iconv -f latin1 -t utf-8`"
         ) from err
-    text, title = fmt.convert(text.replace("\r\n", "\n").replace("\r", "\n"))
+    with budget.file_budget():
+        text, title = fmt.convert(text.replace("\r\n", "\n").replace("\r", "\n"))
     return LoadedFile(
         label=str(path),
         source=str(path.resolve()),

@@ -69,6 +69,7 @@ def ingest(
     dry_run: bool = False,
     prune: bool = False,
     on_wait: Callable[[str], None] | None = None,
+    on_warning: Callable[[str, str], None] | None = None,
 ) -> IngestReport:
     """Ingest files and directories (recursively) into ``collection``.
 
@@ -85,11 +86,13 @@ def ingest(
     ingested, unchanged ones included (without re-embedding them).
 
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
-    continue. ``on_wait(message)`` is called when a statement has waited a moment for a lock
-    another session holds (once per holder), saying who holds it and on what.
-    ``on_plan(total)`` receives the number of chunks to write, then ``progress(n)`` is called
-    as chunks are embedded and written, and ``on_batch(done, total)`` with the documents
-    written so far. The collection is created
+    continue. ``on_warning(path, reason)`` for each file a directory walk leaves out with a
+    reason (a dangling symbolic link: status "skipped", not a failure). ``on_wait(message)``
+    is called when a statement has waited a moment for a lock another session holds (once per
+    holder), saying who holds it and on what. ``on_plan(total)`` receives the number of chunks
+    to write, then ``progress(n)`` is called as chunks are embedded and written (within a large
+    file too, a batch at a time), and ``on_batch(done, total)`` with the documents written so
+    far. The collection is created
     when the first document is written (not by an ingest that writes nothing).
     """
     roots = [Path(p) for p in paths]
@@ -107,6 +110,7 @@ def ingest(
         allow=allow,
         dry_run=dry_run,
         on_wait=on_wait,
+        on_warning=on_warning,
     )
     if prune:
         directories = [str(p.resolve()) for p in roots if p.is_dir()]
@@ -163,6 +167,7 @@ def _ingest(
     allow: Sequence[str] | None,
     dry_run: bool = False,
     on_wait: Callable[[str], None] | None = None,
+    on_warning: Callable[[str, str], None] | None = None,
 ) -> IngestReport:
     with reporting_waits(db, on_wait):
         return _run(
@@ -177,6 +182,7 @@ def _ingest(
             bulk_threshold=bulk_threshold,
             allow=allow,
             dry_run=dry_run,
+            on_warning=on_warning,
         )
 
 
@@ -193,6 +199,7 @@ def _run(
     bulk_threshold: int,
     allow: Sequence[str] | None,
     dry_run: bool,
+    on_warning: Callable[[str, str], None] | None,
 ) -> IngestReport:
     check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
@@ -208,7 +215,7 @@ def _run(
         # interrupted CREATE INDEX CONCURRENTLY): built now, before writing into it.
         ensure_model_index(db, coll.model_id)
     report = IngestReport(collection=collection, dry_run=dry_run)
-    docs, access = plan(db, coll, embedder, items, report, on_error, principals)
+    docs, access = plan(db, coll, embedder, items, report, on_error, principals, on_warning)
     if dry_run:
         return _dry_run(db, coll, docs, report)
     for document_id in access:
@@ -287,7 +294,11 @@ def _write(
     files_done = 0
     streamed = [d for d in docs if d.streamed is not None]
     for batch in batches([d for d in docs if d.streamed is None], batch_chunks):
-        vectors = embed_batch(batch, embedder, report, db, coll)
+        embedded = report.chunks_embedded
+        vectors = embed_batch(
+            batch, embedder, report, db, coll, size=batch_chunks, progress=progress
+        )
+        embedded = report.chunks_embedded - embedded  # (progress has heard of these)
         write_batch(db, coll, batch, vectors, principals)
         for doc in batch:
             report.files.append(doc.result)
@@ -299,8 +310,9 @@ def _write(
         files_done += len(batch)
         if on_batch:
             on_batch(files_done, len(docs))
-        if progress:
-            progress(sum(len(d.chunks) for d in batch))
+        rest = sum(len(d.chunks) for d in batch) - embedded
+        if progress and rest > 0:  # the chunks written without embedding (reused vectors)
+            progress(rest)
     for doc in streamed:
         counts = (report.chunks_written, report.chunks_embedded)
         try:

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 from pgrag.collections import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS, Collection
 from pgrag.db import queries
 from pgrag.db.connect import transaction
-from pgrag.errors import InputError
+from pgrag.errors import InputError, SkippedInput
+from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.report import FileResult, IngestReport
-from pgrag.text.chunking import CONTEXT_TOKENS, Chunk, chunk_text
+from pgrag.text.chunking import CONTEXT_TOKENS, Chunk, chunk_text, markdown_headings
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -52,8 +53,12 @@ def plan(
     report: IngestReport,
     on_error: Callable[[str, str], None] | None,
     principals: list[str] | None = None,
+    on_warning: Callable[[str, str], None] | None = None,
 ) -> tuple[list[PreparedDoc], list[int]]:
-    """The documents to write, and the ids of stored ones whose access alone changes."""
+    """The documents to write, and the ids of stored ones whose access alone changes. A file
+    the walk skipped with a reason (:class:`~pgrag.errors.SkippedInput`) is reported as
+    "skipped" through ``on_warning``; one that cannot be used as "failed" through
+    ``on_error``."""
     docs: list[PreparedDoc] = []
     access: list[int] = []
     seen: set[str] = set()
@@ -62,7 +67,8 @@ def plan(
     readers = frozenset(principals or ["public"])
 
     def prepare(file: LoadedFile, label: str, replaces: int | None) -> PreparedDoc:
-        chunks = prepare_chunks(file, embedder, limit, overlap)
+        with budget.file_budget():
+            chunks = prepare_chunks(file, embedder, limit, overlap)
         if not chunks:
             raise InputError("has no text to index")
         doc = PreparedDoc(
@@ -75,6 +81,11 @@ def plan(
 
     limit, overlap = chunk_limits(coll, embedder)
     for label, item in items:
+        if isinstance(item, SkippedInput):
+            report.files.append(FileResult(label, "skipped", reason=str(item)))
+            if on_warning:
+                on_warning(label, str(item))
+            continue
         try:
             if isinstance(item, InputError):
                 raise item
@@ -198,11 +209,23 @@ def prepare_chunks(
     paged = (
         (page, chunk)
         for page, text in parts
-        for chunk in chunk_text(text, counter, limit=limit, overlap=overlap, markdown=file.markdown)
+        for chunk in chunk_text(
+            text, counter, limit=limit, overlap=overlap, markdown=file.markdown, check=_check
+        )
     )
     for page, chunk in paged:
         out.append(prepare_chunk(chunk, file, counter, headings, page))
+    if not out and file.markdown and file.pages is None:
+        # Only headings (a title page, a stub): its headings are its text, so that it can
+        # be found at all.
+        text = "\n\n".join(markdown_headings(file.text))
+        for chunk in chunk_text(text, counter, limit=limit, overlap=overlap, markdown=False):
+            out.append(prepare_chunk(chunk, file, counter, headings))
     return out
+
+
+def _check() -> None:
+    budget.check("chunking")
 
 
 def prepare_chunk(

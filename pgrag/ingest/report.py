@@ -47,6 +47,8 @@ class IngestReport:
             parts.append(f"{self.count('deleted')} deleted")
         if self.failed:
             parts.append(f"{len(self.failed)} failed")
+        if self.count("skipped"):
+            parts.append(f"{self.count('skipped')} skipped")
         deleted = f", {self.chunks_deleted} deleted" if self.chunks_deleted else ""
         if self.dry_run:
             return (
@@ -69,6 +71,9 @@ class IngestReport:
             "deleted": self.count("deleted"),
             "duplicates": self.count("duplicate"),
             "failed": [{"path": f.path, "reason": f.reason} for f in self.failed],
+            "skipped": [
+                {"path": f.path, "reason": f.reason} for f in self.files if f.status == "skipped"
+            ],
             "chunks_written": self.chunks_written,
             "chunks_embedded": self.chunks_embedded,
             "chunks_deleted": self.chunks_deleted,

@@ -90,6 +90,7 @@ def write_streamed(
             Q.keep_old_vectors,
             {"model_id": coll.model_id, "collection_id": coll.id, "source": doc.file.source},
         )
+        conn.execute(Q.index_old_vectors)
         others = lock_collection(conn, coll)
         doc_id, doc_principals, _ = replace_document(conn, coll, doc, principals)
         ordinal = 0

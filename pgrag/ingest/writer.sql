@@ -6,6 +6,10 @@ SELECT c.content_hash, e.embedding FROM pgrag.chunks c
   JOIN pgrag.documents d ON d.id = c.document_id
  WHERE d.collection_id = %(collection_id)s AND d.source = %(source)s;
 
+-- name: index_old_vectors
+-- Looked up once per group of a streamed document: by index, not a scan of them all.
+CREATE INDEX ON pgrag_old_vectors (content_hash);
+
 -- name: old_vectors
 -- The kept vectors (keep_old_vectors) of these content hashes, one per hash.
 SELECT DISTINCT ON (content_hash) content_hash, embedding
@@ -101,12 +105,14 @@ INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)
 SELECT model_id, chunk_id, embedding FROM pgrag_staging_vectors;
 
 -- name: empty_staged_chunks
--- Empty the chunk staging table.
-DELETE FROM pgrag_staging_chunks;
+-- Empty the chunk staging table. TRUNCATE, not DELETE: a streamed document copies many groups
+-- in one transaction, and the dead rows a DELETE leaves (no vacuum within a transaction) made
+-- every later group's INSERT ... SELECT scan all the earlier ones: quadratic in the file.
+TRUNCATE pgrag_staging_chunks;
 
 -- name: empty_staged_vectors
--- Empty the vector staging table.
-DELETE FROM pgrag_staging_vectors;
+-- Empty the vector staging table (TRUNCATE, as above).
+TRUNCATE pgrag_staging_vectors;
 
 -- name: set_access
 -- New readers for a stored document; its chunks, vectors and postings follow (trigger).

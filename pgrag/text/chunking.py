@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from pgrag.text.tokens import TokenCounter
@@ -22,6 +22,7 @@ __all__ = [
     "Section",
     "chunk_lines",
     "chunk_text",
+    "markdown_headings",
     "markdown_sections",
     "pack_sentences",
     "split_sentences",
@@ -146,6 +147,24 @@ def markdown_sections(text: str) -> list[Section]:
     return list(stream_sections(lines, markdown=True, max_chars=sys.maxsize))
 
 
+def markdown_headings(text: str) -> list[str]:
+    """The texts of a Markdown document's ATX headings outside code blocks, in order: what a
+    document made only of headings is indexed by (its sections have no body text)."""
+    found: list[str] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        if fence is not None:
+            if _closes(line, fence):
+                fence = None
+        elif (m := _FENCE.match(line)) is not None:
+            fence = m.group(1)
+        elif (h := _HEADING.match(line)) is not None:
+            title = _CLOSING_HASHES.sub("", h.group(2) or "").strip()
+            if title:
+                found.append(title)
+    return found
+
+
 def _markdown_units(text: str) -> list[str]:
     """Sentences of a Markdown section, with each fenced code block kept whole as one unit."""
     units: list[str] = []
@@ -219,17 +238,29 @@ def pack_sentences(
     units as fit; the next chunk starts at the earliest unit such that the units carried over
     fit in ``overlap`` tokens and the next chunk still reaches a unit not yet chunked.
     """
+    return [text for text, _ in _pack(sentences, counter, limit, overlap)]
+
+
+def _pack(
+    sentences: list[str], counter: TokenCounter, limit: int, overlap: int
+) -> list[tuple[str, int]]:
+    """:func:`pack_sentences`, each chunk with its token count. (Each text is counted once:
+    a sentence, and a join of units, whose count is kept for the chunk -- tokenising is most
+    of what chunking costs.)"""
     _check_budget(limit, overlap)
     texts: list[str] = []
     blocks: list[bool] = []
+    counts: list[int] = []
     for sentence in sentences:
         sentence = sentence.strip()
         if sentence:
-            pieces = _fit(sentence, counter, limit)
+            count = counter.count(sentence)
+            pieces = [sentence] if count <= limit else _fit(sentence, counter, limit)
             texts.extend(pieces)
             blocks.extend([_is_block(sentence)] * len(pieces))
-    counts = [counter.count(t) for t in texts]
+            counts.extend([count] if count <= limit else [counter.count(t) for t in pieces])
     n = len(texts)
+    known: dict[tuple[int, int], int] = {}
 
     def join(a: int, b: int) -> str:
         out = texts[a]
@@ -238,9 +269,15 @@ def pack_sentences(
         return out
 
     def tokens(a: int, b: int) -> int:
-        return counter.count(join(a, b)) if a < b else 0
+        if a >= b:
+            return 0
+        if b == a + 1:
+            return counts[a]
+        if (a, b) not in known:
+            known[(a, b)] = counter.count(join(a, b))
+        return known[(a, b)]
 
-    chunks: list[str] = []
+    chunks: list[tuple[str, int]] = []
     i = 0
     while i < n:
         # Estimate the end from per-unit counts, then correct it on the joined text.
@@ -252,29 +289,38 @@ def pack_sentences(
             j -= 1
         while j < n and tokens(i, j + 1) <= limit:
             j += 1
-        chunks.append(join(i, j))
+        chunks.append((join(i, j), tokens(i, j)))
         if j >= n:
             break
         s = j  # s == j: no overlap; walk back while the carried tail fits the overlap budget
         while s - 1 > i and tokens(s - 1, j) <= overlap and tokens(s - 1, j + 1) <= limit:
             s -= 1
         i = s
+        known = {k: v for k, v in known.items() if k[0] >= i}  # (only later starts are asked)
     return chunks
 
 
 def chunk_text(
-    text: str, counter: TokenCounter, *, limit: int, overlap: int, markdown: bool
+    text: str,
+    counter: TokenCounter,
+    *,
+    limit: int,
+    overlap: int,
+    markdown: bool,
+    check: Callable[[], None] | None = None,
 ) -> list[Chunk]:
-    """Chunk a document; with ``markdown`` chunks follow (and never span) heading sections."""
+    """Chunk a document; with ``markdown`` chunks follow (and never span) heading sections.
+    ``check`` is called between sections (it may raise to stop a file that takes too long)."""
     _check_budget(limit, overlap)
-    if markdown:
-        parts = [(s.path, _markdown_units(s.text)) for s in markdown_sections(text)]
-    else:
-        parts = [((), split_sentences(text))]
+    sections = markdown_sections(text) if markdown else [Section((), text)]
     chunks: list[Chunk] = []
-    for path, units in parts:
-        for piece in pack_sentences(units, counter, limit, overlap):
-            chunks.append(Chunk(text=piece, section=path, token_count=counter.count(piece)))
+    for section in sections:
+        if check is not None:
+            check()
+        path = section.path
+        units = _markdown_units(section.text) if markdown else split_sentences(section.text)
+        for piece, count in _pack(units, counter, limit, overlap):
+            chunks.append(Chunk(text=piece, section=path, token_count=count))
     return chunks
 
 
@@ -359,5 +405,5 @@ def chunk_lines(
     _check_budget(limit, overlap)
     for section in stream_sections(lines, markdown=markdown):
         units = _markdown_units(section.text) if markdown else split_sentences(section.text)
-        for piece in pack_sentences(units, counter, limit, overlap):
-            yield Chunk(text=piece, section=section.path, token_count=counter.count(piece))
+        for piece, count in _pack(units, counter, limit, overlap):
+            yield Chunk(text=piece, section=section.path, token_count=count)

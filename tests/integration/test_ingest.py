@@ -309,3 +309,54 @@ def test_document_metadata_records_format_size_and_date(db: Database, corpus: Pa
     }
     hit = pgrag.search(db, "annual plans refund", k=1)[0]
     assert hit.metadata["modified"] == "2025-03-04"
+
+
+def test_dangling_links_are_warned_about_and_a_heading_only_file_is_its_title(
+    dsn: str, tmp_path: Path
+) -> None:
+    # Issue 16: a dangling symbolic link in a directory was skipped without a word, and a
+    # Markdown file of only a heading failed "has no text to index".
+    (tmp_path / "guide.md").write_text("# Guide\n\nThe guide's only paragraph.\n")
+    (tmp_path / "stub.md").write_text("# Quarterly planning notes\n")
+    (tmp_path / "gone.md").symlink_to(tmp_path / "moved-away.md")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pgrag.cli", "--dsn", dsn, "ingest", "-c", "links", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr  # a warning, not a failure
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        f"warning: {tmp_path / 'gone.md'}: skipped: a symbolic link to"
+        f" {str(tmp_path / 'moved-away.md')!r}, which does not exist"
+    ]
+    assert "error:" not in proc.stderr
+    assert "2 added" in proc.stderr and "1 skipped" in proc.stderr
+    db = pgrag.connect(dsn)
+    try:
+        rows = db.conn.execute(
+            "SELECT c.content FROM pgrag.chunks c JOIN pgrag.documents d ON d.id = c.document_id"
+            " JOIN pgrag.collections k ON k.id = d.collection_id"
+            " WHERE k.name = 'links' AND d.source LIKE '%%stub.md'"
+        ).fetchall()
+    finally:
+        db.close()
+    assert rows == [("Quarterly planning notes",)]
+
+
+def test_progress_moves_by_chunks_within_one_large_file(db: Database, tmp_path: Path) -> None:
+    # Issue 16: one big file was one batch, embedded whole: the progress bar stood still
+    # until the file was written.
+    path = tmp_path / "big.md"
+    path.write_text(
+        "# Big\n\n"
+        + "\n\n".join(
+            f"## Part {i}\n\nPart {i} explains topic number {i} in a sentence of its own."
+            for i in range(40)
+        )
+    )
+    calls: list[int] = []
+    report = pgrag.ingest(db, [path], collection="progress", batch_chunks=8, progress=calls.append)
+    assert report.chunks_written == report.chunks_embedded == 40
+    assert sum(calls) == 40 and len(calls) == 5 and max(calls) == 8

@@ -5,11 +5,12 @@ reportlab). Ingesting them into a real database: tests/integration/test_formats.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 
-from pgrag.errors import InputError
+from pgrag.errors import ConfigError, InputError
 from pgrag.ingest import formats
 from pgrag.ingest.formats import sniff
 from pgrag.ingest.formats.html import html_to_markdown
@@ -44,6 +45,19 @@ def test_pdf_pages_and_table_rows(tmp_path: Path) -> None:
     rows = doc.pages[1].splitlines()
     assert "| Region | Revenue | Growth |" in rows and "| South | 80 | 12% |" in rows
     assert doc.metadata["pages"] == 2
+
+
+def test_a_corrupt_pdf_is_one_error_and_nothing_else(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Issue 16: pypdf logged "EOF marker not found" before the real error.
+    good = write_pdf(tmp_path / "good.pdf").read_bytes()
+    path = tmp_path / "cut.pdf"
+    path.write_bytes(good[: len(good) // 2])
+    with caplog.at_level(logging.DEBUG):
+        [(_, item)] = list(load_path(path))
+    assert isinstance(item, InputError) and "cannot be read as a PDF" in str(item)
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("pypdf")] == []
 
 
 def test_a_pdf_is_recognised_by_its_content_not_its_name(tmp_path: Path) -> None:
@@ -178,11 +192,53 @@ def test_nul_in_a_json_lines_title_or_metadata_fails_that_line_only(tmp_path: Pa
     assert [i.source.endswith("#c") for _, i in items if isinstance(i, LoadedFile)] == [True]
 
 
-def test_deeply_nested_html_is_a_one_line_error(tmp_path: Path) -> None:
+def test_deeply_nested_html_is_read_whatever_its_depth(tmp_path: Path) -> None:
+    # Issue 16: "nested too deeply (over ~900 levels)" fired at 500 levels, and the time grew
+    # with the square of the depth. Now there is no depth limit: 100,000 levels are read.
     path = tmp_path / "deep.html"
-    path.write_text("<html><body>" + "<div>" * 3000 + "x" + "</div>" * 3000 + "</body></html>")
-    [(_, item)] = list(load_path(path))
-    assert isinstance(item, InputError) and "nested too deeply" in str(item)
+    depth = 100_000
+    path.write_text(
+        "<html><body>" + "<div>" * depth + "the deepest words" + "</div>" * depth
+        + "<p>after</p></body></html>"
+    )  # fmt: skip
+    doc = load_one(path)
+    assert doc.text.split("\n\n") == ["the deepest words", "after"]
+
+
+def test_deeply_nested_lists_and_tables_keep_their_text_once() -> None:
+    depth = 3000
+    lists = "<ul><li>item" * depth + "</li></ul>" * depth
+    tables = "<table><tr><td>cell" * depth + "</td></tr></table>" * depth
+    text, _ = html_to_markdown(f"<html><body>{lists}<hr>{tables}<p>end</p></body></html>")
+    first, second, last = text.split("\n\n")
+    assert first == "- item" + " - item" * (depth - 1)  # one line: nested items inline
+    assert second.startswith("| cell cell") and second.count("cell") == depth
+    assert second.endswith(" |") and "\n" not in second and last == "end"
+
+
+def test_a_file_over_its_time_budget_is_refused_naming_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "big.html"
+    path.write_text("<html><body>" + "<p>words</p>" * 50_000 + "</body></html>")
+    monkeypatch.setenv("PGRAG_INGEST_FILE_SECONDS", "0.000001")
+    [(label, item)] = list(load_path(path))
+    assert label == str(path) and isinstance(item, InputError)
+    message = str(item)
+    assert "over 1e-06 s" in message and "PGRAG_INGEST_FILE_SECONDS" in message
+    assert "\n" not in message
+    monkeypatch.setenv("PGRAG_INGEST_FILE_SECONDS", "off")
+    assert load_one(path).text.count("words") == 50_000
+
+
+def test_a_bad_file_budget_setting_is_a_configuration_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "page.html"
+    path.write_text(HTML)
+    monkeypatch.setenv("PGRAG_INGEST_FILE_SECONDS", "soon")
+    with pytest.raises(ConfigError, match="PGRAG_INGEST_FILE_SECONDS='soon'"):
+        list(load_path(path))
 
 
 def test_boilerplate_removal_never_drops_the_page_itself() -> None:

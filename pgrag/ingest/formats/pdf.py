@@ -4,12 +4,16 @@ a table's row stays on one line. Read an object at a time, never whole."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
+import warnings
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from pgrag.errors import InputError
+from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile, file_metadata, name_title
 from pgrag.ingest.formats._base import Sample, one_line
 
@@ -47,7 +51,8 @@ def _load(path: Path, fh: BinaryIO) -> LoadedFile:
     for block in iter(lambda: fh.read(1 << 20), b""):
         digest.update(block)
     fh.seek(0)
-    pages, title = pdf_pages(fh)
+    with budget.file_budget():
+        pages, title = pdf_pages(fh)
     pages = [p.replace("\r\n", "\n").replace("\r", "\n") for p in pages]
     return LoadedFile(
         label=str(path),
@@ -69,11 +74,15 @@ def pdf_pages(stream: IO[bytes]) -> tuple[list[str], str | None]:
     from pypdf.errors import PdfReadError
 
     try:
-        reader = PdfReader(stream)
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise InputError("is an encrypted PDF; decrypt it first (e.g. `qpdf --decrypt`)")
-        pages = [_page_text(page) for page in reader.pages]
-        meta = reader.metadata
+        with _quiet_pypdf():
+            reader = PdfReader(stream)
+            if reader.is_encrypted and not reader.decrypt(""):
+                raise InputError("is an encrypted PDF; decrypt it first (e.g. `qpdf --decrypt`)")
+            pages = []
+            for page in reader.pages:
+                pages.append(_page_text(page))
+                budget.check("reading the PDF's pages")
+            meta = reader.metadata
         title = str(meta.title).replace("\x00", "").strip() if meta and meta.title else None
     except InputError:
         raise
@@ -86,6 +95,22 @@ def pdf_pages(stream: IO[bytes]) -> tuple[list[str], str | None]:
     if not any(p.strip() for p in pages):
         raise InputError("has no text layer (a scanned PDF?); run OCR on it first")
     return pages, title
+
+
+@contextmanager
+def _quiet_pypdf() -> Iterator[None]:
+    """pypdf logs what it repairs ("EOF marker not found", "Ignoring wrong pointing object")
+    and warns through the warnings module: a file's problem is reported once, as the
+    InputError its reading ends in, not as stray lines before it."""
+    logger = logging.getLogger("pypdf")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 _COLUMN_GAP = re.compile(r" {4,}")
