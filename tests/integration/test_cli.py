@@ -510,13 +510,22 @@ def test_ask_escapes_the_draft_streamed_to_a_terminal(
     assert "\\x1b]0;pwned\\x07" in draft and "\\x1b]0;pwned\\x07" in checked
 
 
-def test_errors_quoting_user_input_are_escaped(dsn: str) -> None:
-    result = run(dsn, "search", "x", "-c", f"no{OSC_TITLE}\nsuch")
+def test_errors_quoting_user_input_are_escaped(loaded: str) -> None:
+    result = run(loaded, "search", "x", "-c", f"no{OSC_TITLE}\nsuch")
     line = assert_one_error_line(result, "error: ")
     assert_nothing_raw(result.stderr)
     assert "\\x1b]0;pwned\\x07" in line
+    # A path that does not exist, a filter operator that does not: the message names them.
+    for args in (
+        ("ingest", f"/nonexistent/no{OSC_TITLE}.md", "-c", "x"),
+        ("search", "x", "-c", "docs", "--filter", json.dumps({"a": {f"$no{OSC_TITLE}": 1}})),
+    ):
+        result = run(loaded, *args)
+        assert result.exit_code == 1
+        assert_nothing_raw(result.stderr)
+        assert "\\x1b]0;pwned\\x07" in result.stderr, result.stderr
     # click's own usage errors quote what was typed, too.
-    result = run(dsn, "search", "x", "--mode", f"bad{OSC_TITLE}")
+    result = run(loaded, "search", "x", "--mode", f"bad{OSC_TITLE}")
     assert result.exit_code == 2
     assert_nothing_raw(result.stderr)
     assert "bad\\x1b]0;pwned\\x07" in result.stderr
