@@ -225,6 +225,7 @@ def worker(ctx: click.Context, once: bool, batch_size: int, poll: float, lease: 
                 f"embedded {r.embedded}"
                 + (f", failed {r.failed}: {r.errors[-1]}" if r.failed else ""),
                 err=True,
+                layout=False,  # one line per batch, whatever the error quotes
             ),
         )
     echo(f"worker: {total.embedded} embedded, {total.failed} failed")
