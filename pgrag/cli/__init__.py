@@ -28,7 +28,8 @@ from pgrag.cli import (
     search,
     server,
 )
-from pgrag.cli.options import Group, State
+from pgrag.cli.options import Group, State, fail, silence_stdout
+from pgrag.cli.output import OutputError, output_error
 
 __all__ = ["cli", "main"]
 
@@ -76,4 +77,11 @@ for _command in (
 
 
 def main() -> None:
-    cli(prog_name="pgrag")
+    try:
+        cli(prog_name="pgrag")
+    except OSError as err:  # click's own writes (--help, --version); a command's are in Group
+        problem = output_error(err)
+        if not isinstance(problem, OutputError):  # a broken pipe: click ends quietly itself
+            raise
+        silence_stdout()
+        fail(str(problem))

@@ -8,6 +8,7 @@ import click
 
 from pgrag.access import change, map_role, show
 from pgrag.cli.options import F, collection_option, database, emit_json, json_option, plural
+from pgrag.cli.output import echo
 from pgrag.cli.tables import print_table
 
 
@@ -70,7 +71,7 @@ def _acl_change_command(name: str, doc: str) -> None:
             all_documents=all_documents,
         )
         _print_access(rows, as_json)
-        click.echo(f"{plural(len(rows), 'document')} changed", err=True)
+        echo(f"{plural(len(rows), 'document')} changed", err=True)
 
 
 _acl_change_command(
@@ -111,6 +112,8 @@ def acl_map_role(ctx: click.Context, role: str, principals: tuple[str, ...], rem
     """Map database ROLE (and its members) to PRINCIPALS, for apps whose users connect as their
     own roles: `pgrag acl map-role billing_team group:billing`."""
     map_role(database(ctx), role, principals, remove=remove)
-    click.echo(
-        f"role {role}: {'removed' if remove else 'reads as'} {', '.join(principals)}", err=True
+    echo(
+        f"role {role}: {'removed' if remove else 'reads as'} {', '.join(principals)}",
+        err=True,
+        layout=False,
     )

@@ -21,6 +21,7 @@ from pgrag.cli.options import (
     state,
     stdout_is_terminal,
 )
+from pgrag.cli.output import echo
 from pgrag.llm.chat import LLMConfig
 from pgrag.retrieval.confidence import parse_setting
 from pgrag.retrieval.rerank import reranker_from_settings
@@ -123,7 +124,7 @@ def ask(
     def on_token(piece: str) -> None:
         nonlocal streamed
         streamed = True
-        click.echo(piece, nl=False)
+        echo(piece, nl=False)
 
     stream = not as_json and stdout_is_terminal()
 
@@ -154,33 +155,41 @@ def _show_answer(answer: Any, *, as_json: bool, show_prompt: bool, streamed: boo
         emit_json(out)
         return
     if show_prompt:
-        click.echo(answer.prompt, err=True)
-        click.echo("", err=True)
+        echo(answer.prompt, err=True)
+        echo("", err=True)
     if streamed:  # the draft is on the terminal already; say what the checks made of it
-        click.echo("\n")
+        echo("\n")
         if answer.abstained or answer.invalid_citations:
-            click.echo(f"checked answer: {answer.answer}")
+            echo(f"checked answer: {answer.answer}")
     else:
-        click.echo(answer.answer)
+        echo(answer.answer)
     if answer.abstained:
-        click.echo(f"(abstained: {answer.reason})", err=True)
+        echo(f"(abstained: {answer.reason})", err=True, layout=False)
     if answer.invalid_citations:
         bad = ", ".join(f"[{n}]" for n in answer.invalid_citations)
-        click.echo(f"warning: removed citations of sources not in the prompt: {bad}", err=True)
+        echo(
+            f"warning: removed citations of sources not in the prompt: {bad}",
+            err=True,
+            layout=False,
+        )
     if answer.uncited:
-        click.echo(
+        echo(
             f"warning: {len(answer.uncited)} sentence(s) cite no source: {answer.uncited[0]!r}",
             err=True,
         )
     for warning in answer.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        echo(f"warning: {warning}", err=True, layout=False)
     for f in answer.flagged:
         phrases = "; ".join(repr(p) for p in f["phrases"])
-        click.echo(f"warning: source [{f['n']}] reads like an instruction: {phrases}", err=True)
+        echo(
+            f"warning: source [{f['n']}] reads like an instruction: {phrases}",
+            err=True,
+            layout=False,
+        )
     if answer.citations:
-        click.echo("\nSources:")
+        echo("\nSources:")
         for c in answer.citations:
-            click.echo(f"  [{c.n}] {place(c.title, c.section)} — {c.source}")
+            echo(f"  [{c.n}] {place(c.title, c.section)} — {c.source}", layout=False)
 
 
 def _checks_line(checks: dict[str, Any]) -> str:
@@ -216,27 +225,30 @@ def trace(ctx: click.Context, query_id: int, show_prompt: bool, as_json: bool) -
     if as_json:
         emit_json(t)
         return
-    click.echo(
+    echo(
         f"#{t['id']}  {t['created_at']}  as {t['db_user']}"
         f"{' (' + ', '.join(t['principals']) + ')' if t['principals'] else ''}"
     )
-    click.echo(f"collection {t['collection']}, model {t['model']}, generator {t['generator']}")
-    click.echo(f"Q: {t['question']}")
-    click.echo(f"A: {t['answer']}")
+    echo(
+        f"collection {t['collection']}, model {t['model']}, generator {t['generator']}",
+        layout=False,
+    )
+    echo(f"Q: {t['question']}")
+    echo(f"A: {t['answer']}")
     if t["abstained"]:
-        click.echo(f"abstained: {t['abstain_reason']}")
+        echo(f"abstained: {t['abstain_reason']}", layout=False)
     for c in t["citations"]:
-        click.echo(f"  [{c.get('n')}] {c.get('source')}")
+        echo(f"  [{c.get('n')}] {c.get('source')}", layout=False)
     checks = t["checks"] or {}  # (None for questions asked before migration 0009)
     if checks:
-        click.echo(_checks_line(checks))
-    click.echo("retrieved:")
+        echo(_checks_line(checks))
+    echo("retrieved:")
     for r in t["retrieved"]:
-        click.echo(
+        echo(
             f"  {r['rank']}. chunk {r['chunk_id']} (vector #{r.get('vector_rank') or '-'},"
             f" keyword #{r.get('keyword_rank') or '-'})  {r.get('source') or '(gone)'}"
         )
-    click.echo("timings: " + ", ".join(f"{k} {v}" for k, v in t["timings"].items()))
+    echo("timings: " + ", ".join(f"{k} {v}" for k, v in t["timings"].items()))
     if show_prompt:
-        click.echo("prompt:")
-        click.echo(t["prompt"] or "")
+        echo("prompt:")
+        echo(t["prompt"] or "")

@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from pgrag.cli.options import database, emit_json, json_option
+from pgrag.cli.output import echo
 from pgrag.cli.tables import Approx, print_table
 from pgrag.collections import list_collections
 from pgrag.embeddings.worker import index_status
@@ -58,7 +59,7 @@ def _print(
         emit_json(rows)
         return
     if not rows:
-        click.echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
+        echo("no collections yet; `pgrag ingest PATH` creates one", err=True)
     print_table(_marked(rows, counts), columns, hide=("estimated",))
 
 
@@ -81,7 +82,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
         return
     for m in index_status(db):
         if m["state"] not in ("ok", "none"):
-            click.echo(
+            echo(
                 f"warning: index {m['index']} of model {m['model']} is {m['state']}"
                 f"{_INDEX_HINT.get(m['state'], '')}",
                 err=True,

@@ -6,6 +6,7 @@ import click
 
 from pgrag.cli.options import dsn as _dsn
 from pgrag.cli.options import emit_json, fail, json_option
+from pgrag.cli.output import echo
 from pgrag.db import drift, repair
 from pgrag.db import schema as migrate
 
@@ -26,15 +27,13 @@ def db_upgrade(ctx: click.Context, revision: str) -> None:
     moved = migrate.upgrade(dsn, revision)
     _notices(moved.notices)
     if moved.before != moved.after:
-        click.echo(
-            f"upgraded pgrag's schema: {moved.before or '(none)'} -> {moved.after}", err=True
-        )
-    click.echo(migrate.state(dsn).describe())
+        echo(f"upgraded pgrag's schema: {moved.before or '(none)'} -> {moved.after}", err=True)
+    echo(migrate.state(dsn).describe())
 
 
 def _notices(notices: list[str]) -> None:
     for notice in notices:
-        click.echo(f"notice: {notice}", err=True)
+        echo(f"notice: {notice}", err=True)
 
 
 # ignore_unknown_options: Alembic's relative revisions ("-1") are arguments, not options.
@@ -53,22 +52,22 @@ def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
     moved = migrate.downgrade(_dsn(ctx), revision, confirm=yes)
     _notices(moved.notices)
     for line in moved.removed:
-        click.echo(f"removed {line}", err=True)
+        echo(f"removed {line}", err=True)
     if moved.before is None:
-        click.echo("pgrag's schema is not installed here: nothing to downgrade")
+        echo("pgrag's schema is not installed here: nothing to downgrade")
     elif moved.before == moved.after:
-        click.echo(f"pgrag's schema is at {moved.after} already: nothing to downgrade")
+        echo(f"pgrag's schema is at {moved.after} already: nothing to downgrade")
     elif moved.after is None:
-        click.echo(f"removed pgrag's schema and its data (was at {moved.before})")
+        echo(f"removed pgrag's schema and its data (was at {moved.before})")
     else:
-        click.echo(f"downgraded pgrag's schema: {moved.before} -> {moved.after}")
+        echo(f"downgraded pgrag's schema: {moved.before} -> {moved.after}")
 
 
 @db.command("current")
 @click.pass_context
 def db_current(ctx: click.Context) -> None:
     """Print the schema revision of the database (empty when not installed)."""
-    click.echo(migrate.current(_dsn(ctx)) or "")
+    echo(migrate.current(_dsn(ctx)) or "")
 
 
 @db.command("check")
@@ -84,7 +83,7 @@ def db_check(ctx: click.Context, as_json: bool) -> None:
         emit_json([vars(d) for d in found])
     else:
         for d in found:
-            click.echo(d.describe())
+            echo(d.describe())
     if found:
         repairable = sum(d.repairable for d in found)
         fail(
@@ -92,7 +91,7 @@ def db_check(ctx: click.Context, as_json: bool) -> None:
             + (f"; `pgrag db repair` restores {repairable}" if repairable else "")
         )
     if not as_json:
-        click.echo(migrate.state(dsn).describe() + "; nothing differs from this release")
+        echo(migrate.state(dsn).describe() + "; nothing differs from this release")
 
 
 @db.command("repair")
@@ -109,12 +108,12 @@ def db_repair(ctx: click.Context, force: bool) -> None:
     them; drop what pgrag did not create in its schema; queue chunks without vectors."""
     done, left = repair.repair_database(_dsn(ctx), force=force)
     if not done and not left:
-        click.echo("nothing differs from this release: nothing to repair")
+        echo("nothing differs from this release: nothing to repair")
         return
     for line in done:
-        click.echo(line)
+        echo(line)
     for d in left:
-        click.echo(d.describe())
+        echo(d.describe())
     if left:
         fail(f"{len(left)} difference{'s' * (len(left) != 1)} could not be repaired (listed)")
-    click.echo("repaired: nothing differs from this release")
+    echo("repaired: nothing differs from this release")

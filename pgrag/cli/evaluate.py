@@ -26,6 +26,7 @@ from pgrag.cli.options import (
     state,
     tuning_options,
 )
+from pgrag.cli.output import echo
 from pgrag.errors import PgragError
 from pgrag.evaluation.answers import evaluate_answers
 from pgrag.evaluation.datasets import load_dataset, load_squad_answers, sample_queries
@@ -121,7 +122,7 @@ def eval_retrieval(
     if as_json:
         emit_json(report.to_dict())
     else:
-        click.echo(report.table())
+        echo(report.table())
     failed = [
         f"{run} nDCG@10 {report.results[run].summary.ndcg10:.4f} < {value}"
         for run, value in limits.items()
@@ -223,7 +224,7 @@ def eval_answers(
                 r.pop("cases")
         emit_json(out)
     else:
-        click.echo(report.table())
+        echo(report.table())
     if report.errors:
         fail("; ".join(f"{label} {error}" for label, error in report.errors.items()))
 
@@ -284,12 +285,12 @@ def score(
         return
     for c in sorted(scores.candidates, key=lambda c: -c.rag_sequence):
         token = "-" if c.rag_token is None else f"{c.rag_token:.4f}"
-        click.echo(
+        echo(
             f"{c.probability:7.2%}  {c.text}  (RAG-Sequence {c.rag_sequence:.4f},"
             f" RAG-Token {token})"
         )
-    click.echo(f"best: {scores.best}")
+    echo(f"best: {scores.best}")
     for p in scores.passages:
         ll = ", ".join(f"{t} {p.loglik(t):.3f}" for t in p.token_logprobs)
         where = place(p.title, p.section)
-        click.echo(f"  {p.rank}. p(z|x) {p.prior:.3f}  {where}  {ll}", err=True)
+        echo(f"  {p.rank}. p(z|x) {p.prior:.3f}  {where}  {ll}", err=True)

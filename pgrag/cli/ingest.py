@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import signal
 import sys
-from typing import Any
 
 import click
 
 from pgrag.cli.options import collection_option, database, emit_json, json_option
+from pgrag.cli.output import echo
+from pgrag.cli.progress import ChunkProgress
 from pgrag.ingest.formats.jsonl import JsonlFields
 from pgrag.ingest.pipeline import ingest as run_ingest
 from pgrag.ingest.removal import remove
@@ -89,7 +90,7 @@ def ingest(
     # bulk load still rebuilds the index it dropped.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     db = database(ctx)
-    bar: Any = None
+    bar: ChunkProgress | None = None
     fields = JsonlFields(
         text=jsonl_text,
         title=jsonl_title or None,
@@ -100,26 +101,23 @@ def ingest(
     )
 
     def on_error(path: str, reason: str) -> None:
-        click.echo(f"error: {path}: {reason}", err=True)
+        echo(f"error: {path}: {reason}", err=True, layout=False)
 
     def on_warning(path: str, reason: str) -> None:
-        click.echo(f"warning: {path}: {reason}", err=True)
+        echo(f"warning: {path}: {reason}", err=True, layout=False)
 
     def on_plan(total: int) -> None:
         nonlocal bar
         if total:
-            bar = click.progressbar(
-                length=total, label="embedding", file=sys.stderr, show_pos=True, show_eta=True
-            )
-            bar.__enter__()
+            bar = ChunkProgress(total)
 
     def on_batch(files_done: int, files_total: int) -> None:
         if bar is not None:
-            bar.label = f"{files_done}/{files_total} files, chunks"
+            bar.files_done(files_done, files_total)
 
     def progress(n: int) -> None:
         if bar is not None:
-            bar.update(n)
+            bar.advance(n)
 
     try:
         report = run_ingest(
@@ -135,26 +133,26 @@ def ingest(
             jsonl=fields,
             dry_run=dry_run,
             prune=prune,
-            on_wait=lambda line: click.echo(line, err=True),
+            on_wait=lambda line: echo(line, err=True, layout=False),
         )
     finally:
         if bar is not None:
-            bar.__exit__(None, None, None)
+            bar.close()
     if dry_run and not as_json:
         for f in report.files:
             if f.status in ("added", "updated") and f.reason:
-                click.echo(f"{f.status:9} {f.path} ({f.reason})")
+                echo(f"{f.status:9} {f.path} ({f.reason})", layout=False)
             elif f.status in ("added", "updated"):
-                click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks, {f.embed} to embed)")
+                echo(f"{f.status:9} {f.path} ({f.chunks} chunks, {f.embed} to embed)", layout=False)
             elif f.status == "deleted":
-                click.echo(f"{f.status:9} {f.path} ({f.chunks} chunks)")
+                echo(f"{f.status:9} {f.path} ({f.chunks} chunks)", layout=False)
             elif f.status == "duplicate":
-                click.echo(f"{f.status:9} {f.path} ({f.reason}: stored once)")
+                echo(f"{f.status:9} {f.path} ({f.reason}: stored once)", layout=False)
             elif f.status != "failed":
-                click.echo(f"{f.status:9} {f.path}")
+                echo(f"{f.status:9} {f.path}", layout=False)
     if as_json:
         emit_json(report.to_dict())
-    click.echo(report.summary(), err=True)
+    echo(report.summary(), err=True)
     if report.failed:
         sys.exit(1)
 
@@ -178,13 +176,16 @@ def rm(
         emit_json(report.to_dict())
     else:
         for source, chunks in report.documents:
-            click.echo(f"{'would remove' if dry_run else 'removed'} {source} ({chunks} chunks)")
+            echo(
+                f"{'would remove' if dry_run else 'removed'} {source} ({chunks} chunks)",
+                layout=False,
+            )
     for target in report.unmatched:
-        click.echo(
+        echo(
             f"error: {target}: no document in collection {collection!r} has this"
             " path or source; `pgrag search` or pgrag.documents_v1 shows sources",
             err=True,
         )
-    click.echo(report.summary(), err=True)
+    echo(report.summary(), err=True)
     if report.unmatched:
         sys.exit(1)

@@ -17,9 +17,17 @@ from pgrag.cli.options import (
     plural,
     state,
 )
+from pgrag.cli.output import echo
+from pgrag.cli.progress import Counter
 from pgrag.cli.tables import print_table
 from pgrag.embeddings.local import SentenceTransformerEmbedder
-from pgrag.embeddings.models import add_model, collection_models, get_model, list_models
+from pgrag.embeddings.models import (
+    add_model,
+    check_model_name,
+    collection_models,
+    get_model,
+    list_models,
+)
 from pgrag.embeddings.reembed import activate, reembed, retire
 from pgrag.embeddings.remote import RemoteEmbedder
 from pgrag.embeddings.worker import run
@@ -46,7 +54,7 @@ def models_list(ctx: click.Context, collection: str | None, as_json: bool) -> No
         emit_json([{**asdict(m), "collections": used} for m, used in rows])
         return
     if not rows:
-        click.echo("no models yet; `pgrag ingest` or `pgrag models add` registers one", err=True)
+        echo("no models yet; `pgrag ingest` or `pgrag models add` registers one", err=True)
     print_table(
         [
             {
@@ -98,6 +106,7 @@ def models_list(ctx: click.Context, collection: str | None, as_json: bool) -> No
 @click.pass_context
 def models_add(ctx: click.Context, /, name: str, **opts: Any) -> None:
     """Register embedding model NAME (then `pgrag models reembed NAME -c COLLECTION`)."""
+    check_model_name(name)  # before the server is probed
     embedder: Any
     if opts["provider"] == "openai":
         if not opts["url"]:
@@ -123,7 +132,7 @@ def models_add(ctx: click.Context, /, name: str, **opts: Any) -> None:
             raise click.UsageError("--provider sentence-transformers needs --path DIRECTORY")
         embedder = SentenceTransformerEmbedder(Path(opts["path"]).resolve(), name=name)
     model = add_model(database(ctx), embedder, index_type=opts["index_type"])
-    click.echo(f"registered {model.name}: {model.dimension} dimensions, {model.distance}")
+    echo(f"registered {model.name}: {model.dimension} dimensions, {model.distance}", layout=False)
 
 
 @models.command("reembed")
@@ -137,18 +146,18 @@ def models_reembed(ctx: click.Context, name: str, collection: str, batch_size: i
     Resumable: interrupted, run it again and it continues where it stopped."""
     db = database(ctx)
     model = get_model(db, name)
-    report = reembed(
-        db,
-        model,
-        collection,
-        batch_size=batch_size,
-        on_batch=lambda r: click.echo(
-            f"\r{r.embedded}/{r.missing_before} chunks", nl=False, err=True
-        ),
-    )
-    if report.embedded:
-        click.echo("", err=True)
-    click.echo(
+    counter = Counter()  # rewritten in place on a terminal, a line per batch in a log
+    try:
+        report = reembed(
+            db,
+            model,
+            collection,
+            batch_size=batch_size,
+            on_batch=lambda r: counter.show(f"{r.embedded:,}/{r.missing_before:,} chunks"),
+        )
+    finally:
+        counter.close()
+    echo(
         f"{name}: {report.embedded} chunks embedded ({report.reused} copied from identical"
         f" text) for {collection};"
         f" {command_line('pgrag', 'models', 'activate', name, '-c', collection)} switches"
@@ -164,7 +173,7 @@ def models_activate(ctx: click.Context, name: str, collection: str) -> None:
     db = database(ctx)
     report = activate(db, get_model(db, name), collection)
     caught = f" (after embedding {report.embedded} new chunks)" if report.embedded else ""
-    click.echo(f"{collection} now searches with {name}{caught}")
+    echo(f"{collection} now searches with {name}{caught}", layout=False)
 
 
 @models.command("retire")
@@ -175,7 +184,7 @@ def models_retire(ctx: click.Context, name: str, collection: str) -> None:
     """Retire NAME in a collection and delete its vectors there (in batches; resumable)."""
     db = database(ctx)
     deleted = retire(db, get_model(db, name), collection)
-    click.echo(f"retired {name} in {collection}: {plural(deleted, 'vector')} deleted")
+    echo(f"retired {name} in {collection}: {plural(deleted, 'vector')} deleted", layout=False)
 
 
 @click.command()
@@ -204,7 +213,7 @@ def worker(ctx: click.Context, once: bool, batch_size: int, poll: float, lease: 
     from pgrag.db.waits import reporting_waits
 
     db = database(ctx)
-    with reporting_waits(db, lambda line: click.echo(line, err=True)):
+    with reporting_waits(db, lambda line: echo(line, err=True, layout=False)):
         total = run(
             db,
             batch_size=batch_size,
@@ -212,10 +221,11 @@ def worker(ctx: click.Context, once: bool, batch_size: int, poll: float, lease: 
             poll=poll,
             lease=lease,
             should_stop=lambda: stop["now"],
-            on_batch=lambda r: click.echo(
+            on_batch=lambda r: echo(
                 f"embedded {r.embedded}"
                 + (f", failed {r.failed}: {r.errors[-1]}" if r.failed else ""),
                 err=True,
+                layout=False,  # one line per batch, whatever the error quotes
             ),
         )
-    click.echo(f"worker: {total.embedded} embedded, {total.failed} failed")
+    echo(f"worker: {total.embedded} embedded, {total.failed} failed")

@@ -4,7 +4,7 @@ read, JSON on stdout and a few formatting helpers."""
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +14,7 @@ import click
 from click.core import ParameterSource
 
 from pgrag import config
+from pgrag.cli.output import OutputError, echo, escape, json_text, write
 from pgrag.config import Settings
 from pgrag.db.connect import Database, connect, describe_error
 from pgrag.db.dsn import resolve_dsn
@@ -63,8 +64,14 @@ class Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except OutputError as err:
+            silence_stdout()  # what is left in its buffer cannot be written either
+            fail(str(err))
         except PgragError as err:
             fail(str(err))
+        except click.ClickException as err:
+            # click's usage errors quote what was typed (`--mode $'\e]0;x\a'`): same rule.
+            raise _escaped(err) from None
         except Exception as err:
             # click's own Exit/UsageError (``pgrag search --help``) pass through here too: only
             # look at psycopg when a command already imported it, so help stays light.
@@ -74,10 +81,36 @@ class Group(click.Group):
             raise
 
 
+def _escaped(err: click.ClickException) -> click.ClickException:
+    """``err`` with its message through :func:`pgrag.cli.output.escape` (itself if clean)."""
+    message = err.format_message()
+    safe = escape(message, layout=False)
+    if safe == message:
+        return err
+    if isinstance(err, click.UsageError):  # (exit status 2, as before)
+        return click.UsageError(safe, err.ctx)
+    return click.ClickException(safe)
+
+
 def fail(message: str) -> NoReturn:
-    """``error: MESSAGE`` on stderr, exit status 1."""
-    click.echo(f"error: {message}", err=True)
+    """``error: MESSAGE`` on stderr (through :func:`pgrag.cli.output.escape`), exit status 1."""
+    try:
+        echo(f"error: {message}", err=True, layout=False)
+    except OSError:  # stderr is gone too (a broken pipe stays quiet): the status still says it
+        pass
     sys.exit(1)
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the exit's flush of what a failed write left in its
+    buffer does not print a second error (``Exception ignored ... OSError``)."""
+    try:
+        fd = sys.stdout.fileno()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, fd)
+        os.close(null)
+    except (AttributeError, OSError, ValueError):  # not a real file (tests), or closed
+        pass
 
 
 def stdout_is_terminal() -> bool:
@@ -89,7 +122,8 @@ def stdout_is_terminal() -> bool:
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """``value`` as JSON on stdout, exact: json.dumps escapes control characters itself."""
+    write(json_text(value))
 
 
 def plural(n: int, word: str) -> str:

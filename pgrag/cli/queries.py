@@ -8,6 +8,7 @@ import click
 
 from pgrag.answer.retention import get_retention, parse_age, prune, set_retention
 from pgrag.cli.options import collection_option, database, emit_json, json_option, plural
+from pgrag.cli.output import echo
 
 
 @click.group()
@@ -21,7 +22,7 @@ def _show(r: dict[str, Any], as_json: bool) -> None:
         return
     age = r["max_age"] if r["max_age"] is not None else "no limit"
     rows = plural(r["max_rows"], "question") if r["max_rows"] is not None else "no limit"
-    click.echo(f"{r['collection']}: keeps questions for {age}, at most {rows}")
+    echo(f"{r['collection']}: keeps questions for {age}, at most {rows}", layout=False)
 
 
 @queries.command("retention")
@@ -68,4 +69,4 @@ def prune_command(ctx: click.Context, collection: str | None, as_json: bool) -> 
     if as_json:
         emit_json({"removed": removed})
     else:
-        click.echo(f"removed {plural(removed, 'logged question')}")
+        echo(f"removed {plural(removed, 'logged question')}")

@@ -20,6 +20,7 @@ from pgrag.cli.options import (
     state,
     tuning_options,
 )
+from pgrag.cli.output import echo, escape, write
 from pgrag.errors import PgragError
 from pgrag.retrieval.rerank import reranker_from_settings
 from pgrag.retrieval.search import search as run_search
@@ -82,7 +83,7 @@ def search(
     filt = _parse_filter(filter_json)
     settings = search_settings(tuning)
     if show_sql:
-        click.echo(
+        echo(
             search_sql(
                 query,
                 collection=collection,
@@ -112,16 +113,17 @@ def search(
         emit_json([r.to_dict() for r in results])
         return
     if not results:
-        click.echo("no results", err=True)
+        echo("no results", err=True)
     for r in results:
         arms = f"vector #{r.vector_rank or '-'}, keyword #{r.keyword_rank or '-'}"
         if r.rerank_score is not None:
             arms += f", reranked {r.rerank_score:.3f}"
         where = place(r.title, r.section) or r.source
-        click.echo(click.style(f"{r.rank}. {where}", bold=True) + f"  ({r.score:.4f}; {arms})")
-        click.echo(f"   {r.source}")
+        # Styled, so written as it is: the document's part of it went through escape().
+        write(click.style(f"{r.rank}. {escape(where)}", bold=True) + f"  ({r.score:.4f}; {arms})")
+        echo(f"   {r.source}", layout=False)
         snippet = " ".join(r.text.split())
-        click.echo(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}\n")
+        echo(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}\n")
 
 
 def _parse_filter(raw: str | None) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ import sys
 import click
 
 from pgrag.cli.options import emit_json, json_option, state
+from pgrag.cli.output import echo
 from pgrag.db.server import EmbeddedServer, default_dir
 
 
@@ -24,7 +25,7 @@ def server() -> None:
 @click.pass_context
 def server_start(ctx: click.Context) -> None:
     """Start the embedded server (initialising it on first use); print its DSN."""
-    click.echo(_server(ctx).ensure_running())
+    echo(_server(ctx).ensure_running())
 
 
 @server.command("stop")
@@ -32,7 +33,7 @@ def server_start(ctx: click.Context) -> None:
 def server_stop(ctx: click.Context) -> None:
     """Stop the embedded server."""
     stopped = _server(ctx).stop()
-    click.echo("stopped" if stopped else "not running", err=True)
+    echo("stopped" if stopped else "not running", err=True)
 
 
 @server.command("status")
@@ -43,19 +44,17 @@ def server_status(ctx: click.Context, dsn_only: bool, as_json: bool) -> None:
     """Show whether the embedded server runs, where its data is, and how to connect."""
     st = _server(ctx).status()
     if dsn_only:
-        click.echo(st.dsn)
+        echo(st.dsn)
         if not st.running:
-            click.echo(
-                "warning: the embedded server is not running; `pgrag server start`", err=True
-            )
+            echo("warning: the embedded server is not running; `pgrag server start`", err=True)
         return
     if as_json:
         emit_json({**vars(st), "directory": str(st.directory)})
         return
-    click.echo(f"running:   {f'yes (pid {st.pid})' if st.running else 'no'}")
-    click.echo(f"directory: {st.directory}")
-    click.echo(f"dsn:       {st.dsn}")
-    click.echo(f'psql:      psql "{st.dsn}"')
-    click.echo(f"           (no psql installed? the embedded server ships one: {st.psql})")
+    echo(f"running:   {f'yes (pid {st.pid})' if st.running else 'no'}")
+    echo(f"directory: {st.directory}")
+    echo(f"dsn:       {st.dsn}")
+    echo(f'psql:      psql "{st.dsn}"')
+    echo(f"           (no psql installed? the embedded server ships one: {st.psql})")
     if not st.running:
         sys.exit(3)  # pg_ctl's convention for "not running", so scripts can test it

@@ -14,7 +14,7 @@ import unicodedata
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import click
+from pgrag.cli.output import escape, write
 
 GAP = "  "
 
@@ -43,10 +43,9 @@ def cell(value: Any) -> str:
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters (tab, newline, escape, ...) written as escapes."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
+    """``text`` on one line, safe for a terminal: :func:`pgrag.cli.output.escape` without
+    layout (tab, newline, escape, bidi overrides, ... written as escapes)."""
+    return escape(text, layout=False)
 
 
 def width(text: str) -> int:
@@ -110,4 +109,4 @@ def print_table(
     """:func:`table` on stdout (nothing when there are no rows)."""
     text = table(rows, columns, hide=hide)
     if text:
-        click.echo(text)
+        write(text)  # every cell went through printable()

@@ -131,6 +131,23 @@ def describe(embedder: Embedder) -> dict[str, Any]:
     return {"path": str(path)} if path is not None else {}
 
 
+# A model's name shows in tables, hints and command lines, and may hold quotes and spaces
+# (hints quote it as a shell would), but not a character that is not printable: no control
+# character (ESC, BEL, CR, tab, newline), no bidi mark or invisible space. The same names
+# pgrag.register_model (sql/functions/models.sql) refuses, so an SQL caller cannot add one.
+MODEL_NAME_MAX = 200
+MODEL_NAME_RULE = (
+    "use printable characters (letters, digits, punctuation, spaces between words; no control"
+    f" characters, tabs, newlines or bidi marks), at most {MODEL_NAME_MAX}"
+)
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a name that is not a model's (before a server is probed or a row written)."""
+    if not (0 < len(name) <= MODEL_NAME_MAX and name.isprintable() and name == name.strip()):
+        raise InputError(f"invalid model name {name!r}: {MODEL_NAME_RULE}")
+
+
 def add_model(
     db: Database,
     embedder: Embedder,
@@ -140,6 +157,7 @@ def add_model(
     """Register ``embedder`` (its dimension is probed if it is not known yet)."""
     from psycopg.types.json import Jsonb
 
+    check_model_name(embedder.name)
     if index_type not in INDEX_TYPES:
         raise InputError(f"unknown index type {index_type!r}; use vector or halfvec")
     limit = 4000 if index_type == "halfvec" else 2000

@@ -39,6 +39,12 @@ DECLARE
     v_normal    boolean;
     v_opclass   text;
 BEGIN
+    -- The names pgrag.embeddings.models.check_model_name allows: printable, trimmed, <= 200.
+    IF p_name IS NULL OR length(p_name) NOT BETWEEN 1 AND 200 OR p_name <> btrim(p_name)
+       OR p_name ~ '[\x01-\x1f\x7f-\x9f\u00a0\u061c\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff]' THEN
+        RAISE EXCEPTION 'invalid model name %: use printable characters (letters, digits, punctuation, spaces between words; no control characters, tabs, newlines or bidi marks), at most 200',
+            quote_literal(p_name) USING ERRCODE = '22023';
+    END IF;
     IF p_dimension IS NULL OR p_dimension NOT BETWEEN 1 AND 16000 THEN
         RAISE EXCEPTION 'embedding dimension % is out of range (1..16000)', p_dimension
             USING ERRCODE = '22023';

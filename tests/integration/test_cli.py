@@ -9,6 +9,7 @@ import.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -434,3 +435,110 @@ def test_ask_scores_each_cited_sentence(loaded: str, llm: LLMServer) -> None:
     assert 0 < answer["faithfulness"] <= 0.5
     plain = ok(loaded, "ask", MONTHLY, "-c", "docs", env=llm.env)
     assert "warning: 1 sentence(s) cite no source" in plain.stderr
+
+
+# --- what reaches a terminal -------------------------------------------------------------------
+
+OSC_CLIPBOARD = "\x1b]52;c;cHduZWQ=\x07"  # writes the clipboard in many terminals
+OSC_TITLE = "\x1b]0;pwned\x07"  # sets the window title
+RAW = ("\x1b", "\x07", "\r", "\u202e", "\x9b")  # none of them may reach a person's terminal
+
+
+def assert_nothing_raw(*texts: str) -> None:
+    for text in texts:
+        found = [ascii(ch) for ch in RAW if ch in text]
+        assert not found, f"raw {found} in {text!r}"
+
+
+@pytest.fixture
+def hostile(dsn: str, tmp_path: Path) -> str:
+    """``dsn`` with a collection ``hostile``: escape sequences in a file's text and name."""
+    folder = tmp_path / "hostile"
+    folder.mkdir()
+    text = (
+        f"# Refunds {OSC_TITLE}\n\nMonthly refunds are possible {OSC_CLIPBOARD} within 14 days."
+        " Annual plans \u202eget 30 days\u202c, says the \x9bpolicy\r.\n"
+    )
+    (folder / f"policy{OSC_TITLE}.md").write_text(text, encoding="utf-8")
+    (folder / f"broken{OSC_TITLE}.md").write_bytes(b"\xff\xfe not UTF-8")
+    result = run(dsn, "ingest", str(folder), "--collection", "hostile")
+    assert result.exit_code == 1  # the broken file
+    assert "1 added" in result.stderr
+    # The file names in the messages (the error line of the broken file) are escaped, on one line.
+    assert_nothing_raw(result.stdout, result.stderr)
+    (error,) = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert "broken\\x1b]0;pwned\\x07.md" in error
+    return dsn
+
+
+def test_search_escapes_what_documents_hold(hostile: str) -> None:
+    result = ok(hostile, "search", "monthly refunds", "-c", "hostile")
+    assert_nothing_raw(result.stdout, result.stderr)
+    assert "\\x1b]52;c;cHduZWQ=\\x07" in result.stdout  # visible, not acted on
+    assert "policy\\x1b]0;pwned\\x07.md" in result.stdout
+    assert "\\u202eget 30 days" in result.stdout and "\\x9bpolicy ." in result.stdout  # (\r: space)
+    # --json stays exact: the same text comes back, and still nothing raw on the terminal.
+    as_json = ok(hostile, "search", "monthly refunds", "-c", "hostile", "--json").stdout
+    assert_nothing_raw(as_json)
+    (top, *_) = json.loads(as_json)
+    assert OSC_CLIPBOARD in top["text"] and "\u202e" in top["text"] and "\x9b" in top["text"]
+    assert top["source"].endswith(f"policy{OSC_TITLE}.md")
+
+
+def test_ask_escapes_the_answer_and_its_sources(hostile: str, llm: LLMServer) -> None:
+    llm.reply = f"Answer {OSC_TITLE} here [1].\nSecond line \u202ereversed\u202c [1]."
+    result = ok(hostile, "ask", "How long do monthly refunds take?", "-c", "hostile", env=llm.env)
+    assert_nothing_raw(result.stdout, result.stderr)
+    assert "Answer \\x1b]0;pwned\\x07 here [1]." in result.stdout
+    assert "\nSecond line \\u202ereversed\\u202c [1]." in result.stdout  # newlines stay layout
+    assert "policy\\x1b]0;pwned\\x07.md" in result.stdout.split("Sources:")[1]
+    # --json: exact, and parses back to what the model said.
+    as_json = ok(hostile, "ask", "monthly refunds?", "-c", "hostile", "--json", env=llm.env)
+    assert_nothing_raw(as_json.stdout)
+    assert OSC_TITLE in json.loads(as_json.stdout)["answer"]
+
+
+def test_ask_escapes_the_draft_streamed_to_a_terminal(
+    hostile: str, llm: LLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("pgrag.cli.ask.stdout_is_terminal", lambda: True)
+    llm.reply = f"Answer {OSC_TITLE} here [1]. Annual [9]."
+    result = ok(hostile, "ask", "How long do monthly refunds take?", "-c", "hostile", env=llm.env)
+    assert llm.requests[0].body["stream"] is True
+    assert_nothing_raw(result.stdout, result.stderr)
+    draft, checked = result.stdout.split("checked answer: ")
+    assert "\\x1b]0;pwned\\x07" in draft and "\\x1b]0;pwned\\x07" in checked
+
+
+def test_errors_quoting_user_input_are_escaped(loaded: str) -> None:
+    result = run(loaded, "search", "x", "-c", f"no{OSC_TITLE}\nsuch")
+    line = assert_one_error_line(result, "error: ")
+    assert_nothing_raw(result.stderr)
+    assert "\\x1b]0;pwned\\x07" in line
+    # A path that does not exist, a filter operator that does not: the message names them.
+    for args in (
+        ("ingest", f"/nonexistent/no{OSC_TITLE}.md", "-c", "x"),
+        ("search", "x", "-c", "docs", "--filter", json.dumps({"a": {f"$no{OSC_TITLE}": 1}})),
+    ):
+        result = run(loaded, *args)
+        assert result.exit_code == 1
+        assert_nothing_raw(result.stderr)
+        assert "\\x1b]0;pwned\\x07" in result.stderr, result.stderr
+    # click's own usage errors quote what was typed, too.
+    result = run(loaded, "search", "x", "--mode", f"bad{OSC_TITLE}")
+    assert result.exit_code == 2
+    assert_nothing_raw(result.stderr)
+    assert "bad\\x1b]0;pwned\\x07" in result.stderr
+
+
+def test_progress_in_a_log_is_plain_numbered_lines(dsn: str, corpus: Path) -> None:
+    # CliRunner's stderr is not a terminal: no bar redrawn with \r, no label without numbers.
+    result = ok(dsn, "ingest", str(corpus), "--collection", "logged")
+    assert "\r" not in result.stderr
+    lines = [x for x in result.stderr.splitlines() if x.startswith("embedding")]
+    assert lines, result.stderr
+    for line in lines:
+        assert re.fullmatch(r"embedding: (\d+/\d+ files, )?[\d,]+/[\d,]+ chunks", line), line
+    assert lines[-1].startswith("embedding: 3/3 files, ")
+    done, total = lines[-1].rsplit(" ", 2)[1].split("/")
+    assert done == total

@@ -601,3 +601,49 @@ def test_hints_quote_names_as_a_shell_would(loaded: Any, hash_server: Any) -> No
     built = run(dsn, "models", "reembed", quoted, "-c", "docs")
     assert built.exit_code == 0, built.output
     assert hint(built) == ["pgrag", "models", "activate", quoted, "-c", "docs"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ev'il\x1b]0;t\x07\nnext",  # an escape sequence and a second line
+        "tab\there",
+        "bidi\u202eledom",
+        " padded",
+        "x" * 201,
+    ],
+)
+def test_a_model_name_is_printable_on_one_line(loaded: Any, hash_server: Any, name: str) -> None:
+    dsn = loaded.dsn
+    result = run(dsn, "models", "add", name, "--provider", "openai", "--url", hash_server.url)
+    assert result.exit_code == 1, result.output
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: invalid model name ")
+    assert "use printable characters" in line
+    assert "\x1b" not in line and "\u202e" not in line
+    assert hash_server.requests == []  # refused before the server was asked anything
+    with psycopg.connect(dsn) as conn:
+        names = [r[0] for r in conn.execute("SELECT name FROM pgrag.embedding_models")]
+    assert names == [DEFAULT_MODEL_NAME]
+
+
+def test_register_model_in_sql_refuses_the_same_names(loaded: Any) -> None:
+    with psycopg.connect(loaded.dsn) as conn:
+        for name in ("ev'il\x1b]0;t\x07", "two\nlines", "bidi\u202e", " padded"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="invalid model name"):
+                conn.execute("SELECT pgrag.register_model(%s, 'openai', 8)", (name,))
+            conn.rollback()
+        # A name with quotes, spaces and a slash is still a name (hints quote it).
+        conn.execute("SELECT pgrag.register_model(%s, 'openai', 8)", ('Bob\'s "m" a/b',))
+
+
+def test_reembed_progress_in_a_log_is_a_line_per_batch(loaded: Any, hash_server: Any) -> None:
+    dsn = loaded.dsn
+    _add_remote(dsn, hash_server)
+    result = run(dsn, "models", "reembed", REMOTE, "-c", "docs", "--batch-size", "1")
+    assert result.exit_code == 0, result.output
+    assert "\r" not in result.stderr  # CliRunner's stderr is not a terminal
+    lines = result.stderr.splitlines()
+    total = _chunks(dsn)
+    assert lines == [f"{n}/{total} chunks" for n in range(1, total + 1)]
