@@ -14,7 +14,8 @@
 - collections.query_log_max_age at most 36500 days (100 years): a larger one made every prune
   fail with "timestamp out of range". A larger value already set becomes 36500 days.
 
-The downgrade restores revision 0011's policy, constraint, index and prune_queries.
+The downgrade restores revision 0011's policy, constraint, index, prune_queries and the
+grants on them.
 
 Revision ID: 0012
 Revises: 0011
@@ -118,7 +119,7 @@ def upgrade() -> None:
     _sql(COLLECTION_VISIBLE)
     _sql(
         """
-        DROP FUNCTION pgrag.prune_queries(text, integer);
+        DROP FUNCTION IF EXISTS pgrag.prune_queries(text, integer);
         DROP POLICY own ON pgrag.queries;
         CREATE POLICY own ON pgrag.queries
             USING ((SELECT pgrag.unrestricted())
@@ -154,4 +155,24 @@ def downgrade() -> None:
         """
     )
     _sql(OLD_PRUNE)
-    _sql("SELECT pgrag.grant_roles()")
+    # What revision 0011's grant_roles granted of these (a table-wide INSERT on the log, and
+    # its prune_queries): revoking INSERT on the table revokes the column privileges too.
+    _sql(
+        """
+        DO $do$
+        DECLARE
+            v_role text;
+        BEGIN
+            REVOKE EXECUTE ON FUNCTION pgrag.prune_queries(text, integer) FROM PUBLIC;
+            FOREACH v_role IN ARRAY ARRAY['pgrag_reader', 'pgrag_app', 'pgrag_writer'] LOOP
+                CONTINUE WHEN NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = v_role);
+                EXECUTE format('GRANT EXECUTE ON FUNCTION pgrag.prune_queries(text, integer)'
+                               ' TO %I', v_role);
+                CONTINUE WHEN v_role = 'pgrag_writer';
+                EXECUTE format('REVOKE INSERT ON pgrag.queries FROM %I', v_role);
+                EXECUTE format('GRANT INSERT ON pgrag.queries TO %I', v_role);
+            END LOOP;
+        END
+        $do$;
+        """
+    )

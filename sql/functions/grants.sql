@@ -18,6 +18,10 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     -- Entry points no role but the owner may execute unless granted here (the engine: no one).
+    -- Every other function of pgrag's stays executable by PUBLIC: it is SECURITY INVOKER (it
+    -- can do nothing its caller may not), or one the row-level security policies call as the
+    -- querying role (session_principals, visible_acls, collection_visible: each tells the
+    -- caller only about its own session).
     c_guarded  CONSTANT text[] := ARRAY['search_engine', 'search_v3', 'search_v4', 'search_v5',
                                         'documents_v1', 'collections_v1', 'collections_v2',
                                         'section_chunks_v1', 'query_cache_get',

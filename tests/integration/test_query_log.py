@@ -24,8 +24,8 @@ from psycopg.conninfo import make_conninfo
 
 import pgrag
 from pgrag.answer.retention import get_retention, parse_age, prune, set_retention
-from pgrag.cli import cli
 from pgrag.answer.traces import get_trace
+from pgrag.cli import cli
 from pgrag.errors import CollectionNotFound, InputError, PgragError
 from pgrag.ingest.loaders import from_text
 from tests.integration.conftest import TEMPLATE, _create_database, _drop_database
@@ -275,20 +275,20 @@ def test_a_reader_cannot_choose_an_entrys_time_or_id_nor_log_where_it_reads_noth
     refused = [
         # The reviewer's repro: rows dated in the future, in a collection it sees nothing of.
         "INSERT INTO pgrag.queries (collection_id, question, created_at, principals)"
-        f" SELECT {hidden}, 'junk', 'infinity', '{{public}}' FROM generate_series(1, 5)",
+        " SELECT HIDDEN, 'junk', 'infinity', '{public}' FROM generate_series(1, 5)",
         # Where it may log, it still may not date an entry, nor number it.
-        f"INSERT INTO pgrag.queries (collection_id, question, created_at, principals)"
-        f" VALUES ({visible}, 'junk', 'infinity', '{{public}}')",
+        "INSERT INTO pgrag.queries (collection_id, question, created_at, principals)"
+        " VALUES (VISIBLE, 'junk', 'infinity', '{public}')",
         "INSERT INTO pgrag.queries (id, collection_id, question, principals)"
-        f" OVERRIDING SYSTEM VALUE VALUES (999999, {visible}, 'junk', '{{public}}')",
+        " OVERRIDING SYSTEM VALUE VALUES (999999, VISIBLE, 'junk', '{public}')",
         # Nor log into a collection it may read nothing of, or into none.
         "INSERT INTO pgrag.queries (collection_id, question, principals)"
-        f" SELECT {hidden}, 'junk', '{{public}}' FROM generate_series(1, 5)",
+        " SELECT HIDDEN, 'junk', '{public}' FROM generate_series(1, 5)",
         "INSERT INTO pgrag.queries (question, principals) VALUES ('junk', '{public}')",
     ]
     for statement in refused:
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            _as_reader(setup, statement)
+            _as_reader(setup, statement.replace("HIDDEN", hidden).replace("VISIBLE", visible))
     with psycopg.connect(setup.reader_dsn) as conn:
         assert conn.execute("SELECT pgrag.prune_queries('hidden', 1000)").fetchone() == (0,)
     assert _logged(setup.dsn, "hidden") == owners
@@ -301,11 +301,12 @@ def test_a_reader_cannot_choose_an_entrys_time_or_id_nor_log_where_it_reads_noth
     _as_reader(
         setup,
         "INSERT INTO pgrag.queries (collection_id, question, principals)"
-        f" VALUES ({visible}, 'mine', '{{public}}')",
+        " VALUES (VISIBLE, 'mine', '{public}')".replace("VISIBLE", visible),
     )
     with psycopg.connect(setup.dsn) as conn:
         row = conn.execute(
-            "SELECT created_at > now() - interval '1 hour' FROM pgrag.queries WHERE question = 'mine'"
+            "SELECT created_at > now() - interval '1 hour' FROM pgrag.queries"
+            " WHERE question = 'mine'"
         ).fetchone()
     assert row == (True,)
 
@@ -476,3 +477,24 @@ def test_cli_ask_read_only_prints_the_answer_and_warns(setup: Setup, tmp_path: P
     body = json.loads(as_json.stdout)
     assert body["query_id"] is None and body["warnings"]
     assert _logged(setup.dsn, "a") == []
+
+
+def test_a_role_that_may_not_read_the_version_table_is_told_what_to_grant(
+    setup: Setup, admin_dsn: str, embedder: Any
+) -> None:
+    role = f"qnone_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+    try:
+        with pytest.raises(pgrag.SchemaError) as err:
+            pgrag.connect(make_conninfo(setup.dsn, user=role), embedder=embedder)
+        message = str(err.value)
+        assert f"role {role} may not read pgrag's version table" in message, message
+        assert "grant it pgrag_reader, pgrag_app or pgrag_writer" in message
+        out = CliRunner().invoke(cli, ["--dsn", make_conninfo(setup.dsn, user=role), "status"])
+        assert out.exit_code == 1
+        assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+        assert "may not read pgrag's version table" in out.stderr
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))

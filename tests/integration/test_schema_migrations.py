@@ -67,6 +67,8 @@ DEFINERS = {
     "sync_row_v1",
     "query_cache_get",
     "query_cache_put",
+    "status",
+    "collection_visible",  # the question log's policy calls it, as the role that logs
 }
 # Executable only by pgrag's roles (or, the engine, by no one but the owner).
 GUARDED = {
@@ -78,8 +80,9 @@ GUARDED = {
     "collections_v1": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "collections_v2": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "prune_queries": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
-    # pgrag status counts through these (as the owner or pgrag_writer); readers only through
-    # collections_v2, which runs them as the owner.
+    "status": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
+    # pgrag_writer may count through these; readers only through collections_v2 and status,
+    # which run them as the owner.
     "count_rows": ("pgrag_writer",),
     "document_count": ("pgrag_writer",),
     "chunk_count": ("pgrag_writer",),
