@@ -103,7 +103,13 @@ def log_answer(
         if isinstance(cause, psycopg.errors.ReadOnlySqlTransaction):
             why = "this session is read-only (a read replica or default_transaction_read_only)"
         elif isinstance(cause, psycopg.errors.InsufficientPrivilege):
-            why = f"role {db.conn.info.user} may not add entries to pgrag.queries"
+            if "row-level security" in str(cause):
+                why = (
+                    f"role {db.conn.info.user} may log questions only of a collection it may"
+                    f" read some document of, and may read none of {collection!r}"
+                )
+            else:
+                why = f"role {db.conn.info.user} may not add entries to pgrag.queries"
         else:
             raise
         answer.query_id = None
@@ -158,19 +164,22 @@ def record_answer(
             },
         ).fetchone()
         if row:
-            _prune(conn, collection)
+            _prune(conn, collection, int(row[0]))
     return int(row[0]) if row else 0
 
 
-def _prune(conn: Any, collection: str) -> None:
+def _prune(conn: Any, collection: str, logged: int) -> None:
     """Apply the collection's retention, a bounded batch (pgrag/answer/retention.py), in a
-    savepoint: whatever goes wrong there, the question is still logged."""
+    savepoint: whatever goes wrong there, the question is still logged. Never the entry just
+    ``logged``, so the query_id ``ask`` returns names an entry (even with a row limit of 0: a
+    later prune removes it)."""
     import psycopg
 
     try:
         with conn.transaction():
             conn.execute(
-                Q.prune_after_logging, {"collection": collection, "batch": PRUNE_PER_QUESTION}
+                Q.prune_after_logging,
+                {"collection": collection, "batch": PRUNE_PER_QUESTION, "keep": logged},
             )
     except psycopg.Error:
         pass  # the next logged question, or `pgrag queries prune`, removes them

@@ -9,8 +9,9 @@ SELECT c.id, c.model_id, %(q)s, pgrag.session_principals(), %(retrieved)s, %(pro
   FROM pgrag.collections c WHERE c.name = %(collection)s RETURNING id;
 
 -- name: prune_after_logging
--- Remove a bounded batch of the collection's entries its retention no longer keeps.
-SELECT pgrag.prune_queries(%(collection)s, %(batch)s);
+-- Remove a bounded batch of the collection's entries its retention no longer keeps, never the
+-- one just logged.
+SELECT pgrag.prune_queries(%(collection)s, %(batch)s, %(keep)s);
 
 -- name: trace
 -- One recorded question and answer, with its collection's and model's names.

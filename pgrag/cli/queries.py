@@ -6,9 +6,10 @@ from typing import Any
 
 import click
 
-from pgrag.answer.retention import get_retention, parse_age, prune, set_retention
+from pgrag.answer.retention import MAX_ROWS, get_retention, parse_age, prune, set_retention
 from pgrag.cli.options import collection_option, database, emit_json, json_option, plural
 from pgrag.cli.output import echo
+from pgrag.errors import InputError
 
 
 @click.group()
@@ -27,8 +28,12 @@ def _show(r: dict[str, Any], as_json: bool) -> None:
 
 @queries.command("retention")
 @collection_option
-@click.option("--max-age", default=None, help="Keep questions this long: 30d, 12h, 2w, ...")
-@click.option("--max-rows", type=click.IntRange(min=0), default=None, help="Keep the newest N.")
+@click.option(
+    "--max-age", default=None, help="Keep questions this long: 30d, 12h, 2w, ... (at most 36500d)."
+)
+@click.option(
+    "--max-rows", type=click.IntRange(0, MAX_ROWS), default=None, help="Keep the newest N."
+)
 @click.option("--unlimited", is_flag=True, help="Remove both limits.")
 @json_option
 @click.pass_context
@@ -47,11 +52,15 @@ def retention(
     if unlimited and (max_age is not None or max_rows is not None):
         raise click.UsageError("--unlimited removes both limits: give it alone")
     if unlimited or max_age is not None or max_rows is not None:
+        try:
+            age = parse_age(max_age) if max_age else None
+        except InputError as err:
+            raise InputError(f"--max-age: {err}") from err
         now = get_retention(db, collection)
         r = set_retention(
             db,
             collection,
-            max_age=None if unlimited else parse_age(max_age) if max_age else now["max_age"],
+            max_age=None if unlimited else age if max_age else now["max_age"],
             max_rows=None if unlimited else max_rows if max_rows is not None else now["max_rows"],
         )
     else:

@@ -136,16 +136,28 @@ def version_table_schema(conn: Any) -> str:
 
 def revision_of(conn: Any) -> str | None:
     """The revision recorded in ``conn``'s database; None when pgrag was never installed."""
+    import psycopg
     from psycopg import sql
 
-    schema = _find_version_table(conn)
-    if schema is None:
-        return None
-    row = conn.execute(
-        sql.SQL(Q.revision).format(
-            schema=sql.Identifier(schema), table=sql.Identifier(VERSION_TABLE)
-        )
-    ).fetchone()
+    schema = None
+    try:
+        schema = _find_version_table(conn)
+        if schema is None:
+            return None
+        row = conn.execute(
+            sql.SQL(Q.revision).format(
+                schema=sql.Identifier(schema), table=sql.Identifier(VERSION_TABLE)
+            )
+        ).fetchone()
+    except psycopg.errors.InsufficientPrivilege as err:
+        user = conn.info.user
+        where = f"{schema}.{VERSION_TABLE}" if schema else VERSION_TABLE
+        raise SchemaError(
+            f"role {user} may not read pgrag's version table {where} ({err.diag.message_primary}),"
+            " which every pgrag command checks: grant it pgrag_reader, pgrag_app or"
+            " pgrag_writer (or USAGE on schema pgrag and on the table's schema, and SELECT on"
+            " the table)"
+        ) from err
     return None if row is None else str(row[0])
 
 

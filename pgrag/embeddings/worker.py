@@ -290,7 +290,8 @@ def _maintain(db: Database, collections: set[int]) -> None:
 def status(db: Database) -> list[dict[str, Any]]:
     """Per collection: documents, chunks, pending and failed queue items, models; ``estimated``
     is true when a count is the planner's estimate (above ``pgrag.exact_count_limit`` rows,
-    for a session that sees everything; sql/functions/status.sql)."""
+    for a session that sees everything; sql/functions/status.sql). A restricted session counts
+    what it may read, and gets None for pending and failed (the whole collection's queue)."""
     import psycopg
 
     try:
@@ -299,9 +300,9 @@ def status(db: Database) -> list[dict[str, Any]]:
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
             raise PgragError(
-                "pgrag status counts every document, chunk and queued item, which only the"
-                " owner of schema pgrag and pgrag_writer may read; `pgrag collections` shows"
-                " what this role may see"
+                f"role {db.conn.info.user} may not run pgrag.status(): it is for the owner of"
+                " schema pgrag and pgrag's roles (pgrag_reader, pgrag_app, pgrag_writer);"
+                " grant it one of them"
             ) from err
         raise
     keys = (

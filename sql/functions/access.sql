@@ -142,6 +142,31 @@ BEGIN
 END
 $fn$;
 
+-- Whether the session may read some document of a collection (an unrestricted session: any
+-- collection that exists). The question log's policy requires it of what a restricted session
+-- logs, so no role fills another tenant's collection's log (pushing its entries past the
+-- retention). SECURITY DEFINER: restricted roles may not read pgrag.documents; an index probe on
+-- (collection_id, acl_id).
+CREATE OR REPLACE FUNCTION pgrag.collection_visible(collection_id integer) RETURNS boolean
+LANGUAGE plpgsql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+DECLARE
+    v_acls integer[] := pgrag.visible_acls();
+BEGIN
+    IF collection_visible.collection_id IS NULL THEN
+        RETURN false;
+    END IF;
+    IF v_acls IS NULL THEN
+        RETURN EXISTS (SELECT 1 FROM pgrag.collections c WHERE c.id = collection_visible.collection_id);
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM pgrag.documents d
+                    WHERE d.collection_id = collection_visible.collection_id
+                      AND d.acl_id = ANY (v_acls));
+END
+$fn$;
+
 -- Whether the session sees everything: an unrestricted role that named no principals. Cheap
 -- (no acl lookup): the policies test it first, so such sessions never compute visible_acls.
 CREATE OR REPLACE FUNCTION pgrag.unrestricted() RETURNS boolean

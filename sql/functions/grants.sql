@@ -18,16 +18,21 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     -- Entry points no role but the owner may execute unless granted here (the engine: no one).
+    -- Every other function of pgrag's stays executable by PUBLIC: it is SECURITY INVOKER (it
+    -- can do nothing its caller may not), or one the row-level security policies call as the
+    -- querying role (session_principals, visible_acls, collection_visible: each tells the
+    -- caller only about its own session).
     c_guarded  CONSTANT text[] := ARRAY['search_engine', 'search_v3', 'search_v4', 'search_v5',
                                         'documents_v1', 'collections_v1', 'collections_v2',
                                         'section_chunks_v1', 'query_cache_get',
                                         'query_cache_put', 'sync_row_v1', 'ensure_model_index',
                                         'prune_queries', 'count_rows', 'document_count',
-                                        'chunk_count'];
+                                        'chunk_count', 'status'];
     -- What every pgrag role may execute, and what pgrag_writer alone may.
     c_entries  CONSTANT text[] := ARRAY['search_v3', 'search_v4', 'search_v5', 'documents_v1',
                                         'collections_v1', 'collections_v2', 'section_chunks_v1',
-                                        'query_cache_get', 'query_cache_put', 'prune_queries'];
+                                        'query_cache_get', 'query_cache_put', 'prune_queries',
+                                        'status'];
     c_writing  CONSTANT text[] := ARRAY['sync_row_v1', 'ensure_model_index', 'count_rows',
                                         'document_count', 'chunk_count'];
     v_done   text[] := '{}';
@@ -50,8 +55,13 @@ BEGIN
         EXECUTE format('GRANT SELECT ON pgrag.collections, pgrag.embedding_models,'
                        ' pgrag.collection_models TO %I', v_role);
         -- The log holds prompts, so retrieved text: restricted roles may add entries and read
-        -- back their ids (RETURNING id), nothing else.
-        EXECUTE format('GRANT INSERT, SELECT (id) ON pgrag.queries TO %I', v_role);
+        -- back their ids (RETURNING id), nothing else. Not an entry's id, created_at or db_user:
+        -- the retention keeps the newest by id and removes the oldest by created_at, so a role
+        -- that chose them could make others' entries look old (the policy checks the rest).
+        EXECUTE format('REVOKE INSERT ON pgrag.queries FROM %I', v_role);
+        EXECUTE format('GRANT INSERT (collection_id, model_id, question, principals, retrieved,'
+                       ' prompt, generator, answer, citations, abstained, abstain_reason,'
+                       ' timings, checks), SELECT (id) ON pgrag.queries TO %I', v_role);
         v_done := v_done || v_role;
     END LOOP;
     IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pgrag_writer') THEN

@@ -8,15 +8,27 @@
 -- estimated. Only sessions that see everything get estimates (see collections_v2): a
 -- restricted session's counts are exact and cost what it may read.
 
--- The most rows a count reads before it becomes an estimate.
+-- The most rows a count reads before it becomes an estimate: pgrag.exact_count_limit, a whole
+-- number 0 to 999999999999999 (unset or empty: 100,000); anything else is refused, naming it.
 CREATE OR REPLACE FUNCTION pgrag.exact_count_limit() RETURNS bigint
-LANGUAGE sql STABLE
+LANGUAGE plpgsql STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
-    SELECT CASE WHEN coalesce(current_setting('pgrag.exact_count_limit', true), '') ~ '^\s*[0-9]{1,15}\s*$'
-                THEN btrim(current_setting('pgrag.exact_count_limit', true))::bigint
-                ELSE 100000 END
+DECLARE
+    v_raw text := btrim(coalesce(current_setting('pgrag.exact_count_limit', true), ''));
+BEGIN
+    IF v_raw = '' THEN
+        RETURN 100000;
+    END IF;
+    IF v_raw !~ '^[0-9]{1,15}$' THEN
+        RAISE EXCEPTION 'pgrag.exact_count_limit must be a whole number of rows, 0 to 999999999999999, not %',
+                        quote_literal(v_raw)
+            USING ERRCODE = '22023',
+                  HINT = 'SET pgrag.exact_count_limit = 100000, or RESET pgrag.exact_count_limit for the default.';
+    END IF;
+    RETURN v_raw::bigint;
+END
 $fn$;
 
 -- The rows of a query (pgrag's own, never a caller's text): exact when there are at most
@@ -84,18 +96,21 @@ END
 $fn$;
 
 -- Per collection: documents, chunks, queued work and the active model (pgrag status), and
--- whether any count is an estimate. SECURITY INVOKER: the owner and pgrag_writer read it;
--- a writer that names principals counts the documents and chunks of its acls, exactly.
+-- whether any count is an estimate. SECURITY DEFINER, with collections_v2's visibility: a
+-- session that names principals, or a restricted role (pgrag_reader, pgrag_app), counts the
+-- documents and chunks it may read, exactly; queued work (pending, failed) is shown to the
+-- owner and pgrag_writer only (NULL for restricted roles: it is the whole collection's).
 CREATE OR REPLACE FUNCTION pgrag.status()
 RETURNS TABLE (collection text, documents bigint, chunks bigint, pending bigint,
                failed bigint, active_model text, other_models text[], estimated boolean)
 LANGUAGE plpgsql
 STABLE
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
-    v_acls integer[] := pgrag.visible_acls();
+    v_acls  integer[] := pgrag.visible_acls();
+    v_queue boolean := pgrag.unrestricted_role();
 BEGIN
     RETURN QUERY
         SELECT c.name, n.documents, k.chunks, p.n, f.n,
@@ -105,17 +120,18 @@ BEGIN
                        JOIN pgrag.embedding_models o ON o.id = cm.model_id
                       WHERE cm.collection_id = c.id AND cm.model_id IS DISTINCT FROM c.model_id
                       ORDER BY cm.added_at, o.name),
-               n.estimated OR k.estimated OR p.estimated OR f.estimated
+               n.estimated OR k.estimated OR coalesce(p.estimated, false)
+                 OR coalesce(f.estimated, false)
           FROM pgrag.collections c
           LEFT JOIN pgrag.embedding_models m ON m.id = c.model_id
          CROSS JOIN LATERAL pgrag.document_count(c.id, v_acls) n
          CROSS JOIN LATERAL pgrag.chunk_count(c.id, v_acls) k
-         CROSS JOIN LATERAL pgrag.count_rows(format(
+          LEFT JOIN LATERAL (SELECT * FROM pgrag.count_rows(format(
                  'SELECT 1 FROM pgrag.embedding_queue WHERE collection_id = %s'
-                 ' AND last_error IS NULL', c.id)) p
-         CROSS JOIN LATERAL pgrag.count_rows(format(
+                 ' AND last_error IS NULL', c.id)) WHERE v_queue) p ON true
+          LEFT JOIN LATERAL (SELECT * FROM pgrag.count_rows(format(
                  'SELECT 1 FROM pgrag.embedding_queue WHERE collection_id = %s'
-                 ' AND last_error IS NOT NULL', c.id)) f
+                 ' AND last_error IS NOT NULL', c.id)) WHERE v_queue) f ON true
          ORDER BY c.name;
 END
 $fn$;

@@ -39,13 +39,17 @@ CREATE POLICY visible ON pgrag.acls
 
 -- The query log holds retrieved text. A restricted session sees its own role's entries that
 -- were asked with principals it holds now (so one user of a pgrag_app does not read another's);
--- unrestricted sessions see all.
+-- unrestricted sessions see all. A restricted session logs only into a collection it may read
+-- some document of (pgrag.collection_visible), so it cannot fill another tenant's log past its
+-- retention; it may not choose an entry's id, created_at or db_user (column privileges,
+-- sql/functions/grants.sql), so nothing it writes looks older or newer than it is.
 ALTER TABLE pgrag.queries ENABLE ROW LEVEL SECURITY;
 CREATE POLICY own ON pgrag.queries
     USING ((SELECT pgrag.unrestricted())
            OR (db_user = current_user AND principals <@ (SELECT pgrag.session_principals())))
     WITH CHECK ((SELECT pgrag.unrestricted())
-                OR (db_user = current_user AND principals <@ (SELECT pgrag.session_principals())));
+                OR (db_user = current_user AND principals <@ (SELECT pgrag.session_principals())
+                    AND pgrag.collection_visible(collection_id)));
 
 -- A role sees the mappings that apply to it (the owner, who manages them, sees all: not forced,
 -- since pgrag.session_principals itself reads this table).

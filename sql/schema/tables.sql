@@ -45,7 +45,8 @@ CREATE TABLE pgrag.collections (
     created_at    timestamptz NOT NULL DEFAULT now(),
     -- How long, and how many, of its questions pgrag.queries keeps (NULL: no limit);
     -- pgrag.prune_queries removes the rest (sql/functions/query_log.sql).
-    query_log_max_age  interval CHECK (query_log_max_age > interval '0'),
+    query_log_max_age  interval
+                       CHECK (query_log_max_age > interval '0' AND query_log_max_age <= interval '36500 days'),
     query_log_max_rows bigint CHECK (query_log_max_rows >= 0)
 );
 
@@ -150,6 +151,8 @@ CREATE TABLE pgrag.queries (
 );
 CREATE INDEX queries_created_idx ON pgrag.queries (created_at);
 CREATE INDEX queries_collection_created_idx ON pgrag.queries (collection_id, created_at);
+-- A row limit keeps the newest by id (the sequence: what no session can set), found here.
+CREATE INDEX queries_collection_id_idx ON pgrag.queries (collection_id, id);
 
 -- The BM25 keyword index (sql/functions/keyword.sql). One row per (collection, lexeme, chunk);
 -- no foreign key to chunks: the trigger removes a chunk's postings when the chunk goes, and a

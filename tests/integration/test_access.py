@@ -593,16 +593,22 @@ def test_the_query_log_takes_entries_from_restricted_roles_but_shows_them_nothin
     tenants: Tenants,
 ) -> None:
     """The log holds prompts (retrieved text): restricted roles add entries and get their id
-    back, and can neither read the text nor file an entry under principals they lack."""
+    back, and can neither read the text nor file an entry under principals they lack, nor
+    outside a collection they may read."""
     with psycopg.connect(tenants.app_dsn) as conn:
         with conn.transaction():
             conn.execute("SELECT set_config('pgrag.principals', 'tenant:acme', true)")
             (entry,) = conn.execute(
-                "INSERT INTO pgrag.queries (question, principals, prompt)"
-                " VALUES ('acme question', pgrag.session_principals(), 'acme passages')"
-                " RETURNING id"
+                "INSERT INTO pgrag.queries (collection_id, question, principals, prompt)"
+                " SELECT c.id, 'acme question', pgrag.session_principals(), 'acme passages'"
+                " FROM pgrag.collections c WHERE c.name = 't' RETURNING id"
             ).fetchone()
             assert entry > 0
+        with pytest.raises(psycopg.errors.InsufficientPrivilege), conn.transaction():
+            conn.execute(  # under no collection: no retention would ever remove it
+                "INSERT INTO pgrag.queries (question, principals)"
+                " VALUES ('acme question', pgrag.session_principals())"
+            )
         for statement in (
             "SELECT question FROM pgrag.queries",
             "SELECT count(*) FROM pgrag.queries WHERE prompt >= 'a'",

@@ -168,8 +168,41 @@ def test_an_unrestricted_session_gets_estimates_past_the_limit_marked_as_such(
         conn.execute("SET pgrag.principals = 'tenant:small'")
         assert _collection(conn) == (6, 6, False)
         conn.execute("RESET pgrag.principals")
-        conn.execute("SET pgrag.exact_count_limit = 'not a number'")  # the default, 100,000
+        conn.execute("SET pgrag.exact_count_limit = ''")  # empty: the default, 100,000
         assert _collection(conn) == (36, 36, False)
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "1e30", "12345678901234567890", "5 rows"])
+def test_an_exact_count_limit_that_is_not_a_row_count_is_refused_naming_it(
+    setup: Setup, value: str
+) -> None:
+    with psycopg.connect(setup.dsn) as conn:
+        conn.execute(sql.SQL("SET pgrag.exact_count_limit = {}").format(sql.Literal(value)))
+        for query in ("SELECT * FROM pgrag.collections_v2()", "SELECT * FROM pgrag.status()"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue) as err:
+                with conn.transaction():
+                    conn.execute(query)
+            assert "pgrag.exact_count_limit must be a whole number" in str(err.value)
+            assert repr(value) in str(err.value)
+
+
+def test_status_works_for_a_reader_and_counts_what_it_may_read(setup: Setup) -> None:
+    for dsn, documents in ((setup.small_dsn, 6), (setup.nobody_dsn, 2)):
+        with psycopg.connect(dsn) as conn:
+            (row,) = conn.execute(
+                "SELECT documents, chunks, pending, failed, estimated FROM pgrag.status()"
+                " WHERE collection = 'l'"
+            ).fetchall()
+        # The queue is the whole collection's: not shown to a restricted role.
+        assert row == (documents, documents, None, None, False)
+    out = CliRunner().invoke(cli, ["--dsn", setup.small_dsn, "status", "--json"])
+    assert out.exit_code == 0, out.output
+    (row,) = [r for r in json.loads(out.stdout) if r["collection"] == "l"]
+    assert (row["documents"], row["pending"]) == (6, None)
+    table = CliRunner().invoke(cli, ["--dsn", setup.small_dsn, "status"])
+    assert table.exit_code == 0, table.output
+    (line,) = [r for r in read_table(table.stdout) if r["COLLECTION"] == "l"]
+    assert line["DOCUMENTS"] == "6"
 
 
 def test_status_counts_exactly_up_to_the_limit_and_estimates_above(

@@ -32,7 +32,7 @@ from pgrag.db import schema as migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "migrations/RELEASED.sha256"
-RELEASES = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010")
+RELEASES = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
 TABLES = (
     "collections",
     "documents",
@@ -67,6 +67,8 @@ DEFINERS = {
     "sync_row_v1",
     "query_cache_get",
     "query_cache_put",
+    "status",
+    "collection_visible",  # the question log's policy calls it, as the role that logs
 }
 # Executable only by pgrag's roles (or, the engine, by no one but the owner).
 GUARDED = {
@@ -78,8 +80,9 @@ GUARDED = {
     "collections_v1": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "collections_v2": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "prune_queries": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
-    # pgrag status counts through these (as the owner or pgrag_writer); readers only through
-    # collections_v2, which runs them as the owner.
+    "status": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
+    # pgrag_writer may count through these; readers only through collections_v2 and status,
+    # which run them as the owner.
     "count_rows": ("pgrag_writer",),
     "document_count": ("pgrag_writer",),
     "chunk_count": ("pgrag_writer",),
@@ -440,10 +443,10 @@ def test_the_manifest_check_catches_edits_and_unlisted_files(tmp_path: Path) -> 
     assert _manifest_problems(root) == []
     with (root / "migrations/history/search_v1.sql").open("a") as fh:
         fh.write("-- a tweak\n")
-    (root / "migrations/versions/0012_next.py").write_text("# next\n")
+    (root / "migrations/versions/0013_next.py").write_text("# next\n")
     problems = "\n".join(_manifest_problems(root))
     assert "released file migrations/history/search_v1.sql was edited" in problems
-    assert "migrations/versions/0012_next.py is not in migrations/RELEASED.sha256" in problems
+    assert "migrations/versions/0013_next.py is not in migrations/RELEASED.sha256" in problems
 
 
 def test_history_is_what_the_old_migrations_ran() -> None:
@@ -512,8 +515,8 @@ def test_unknown_revision_is_a_one_line_error(dsn: str) -> None:
         (("downgrade", "nonsense"), "cannot downgrade to 'nonsense': not a revision pgrag knows"),
         (("upgrade", "head+1"), "cannot upgrade to 'head+1': not a revision pgrag knows"),
         (("upgrade", "-1"), "cannot upgrade to '-1': not a revision pgrag knows"),
-        (("upgrade", "0009"), "cannot upgrade to 0009: the database is at 0011, after it"),
-        (("downgrade", "-99"), "cannot downgrade 99 steps: the database is at 0011, 11 after base"),
+        (("upgrade", "0009"), "cannot upgrade to 0009: the database is at 0012, after it"),
+        (("downgrade", "-99"), "cannot downgrade 99 steps: the database is at 0012, 12 after base"),
     ):
         result = CliRunner().invoke(cli, ["--dsn", dsn, "db", *args])
         assert result.exit_code == 1, (args, result.output)
