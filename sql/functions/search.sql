@@ -150,10 +150,12 @@ DECLARE
     v_match         jsonb;
     v_settings      jsonb;
     v_timeout       float8;
+    v_deadline      float8;  -- epoch seconds; NULL: no time limit
     v_text          text;
     v_ms            float8;
     v_norm          float8;
     v_max           float8;
+    v_sq            float8;
 BEGIN
     -- Bounds every caller meets, before anything is read (docs/search.md#limits): each a
     -- one-line error naming the argument and its limit, never a raw PostgreSQL one.
@@ -183,8 +185,8 @@ BEGIN
         RAISE EXCEPTION 'temperature must be between 1e-300 and 1000000, got %', temperature
             USING ERRCODE = '22023';
     END IF;
-    IF fallback_chunks IS NOT NULL AND fallback_chunks NOT BETWEEN 0 AND 1000000 THEN
-        RAISE EXCEPTION 'fallback_chunks must be between 0 and 1000000 (0 or NULL: no fallback), got %',
+    IF fallback_chunks IS NOT NULL AND fallback_chunks NOT BETWEEN 0 AND 50000 THEN
+        RAISE EXCEPTION 'fallback_chunks must be between 0 and 50000 (0 or NULL: no fallback), got %',
             fallback_chunks USING ERRCODE = '22023';
     END IF;
 
@@ -344,8 +346,9 @@ BEGIN
         v_text_config := v_config_name::regconfig;
         v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
         v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match
-        IF v_ops THEN
-            -- The time limit, which every row tested against the filter checks: the
+        BEGIN
+            -- The time limit, which every row tested against the filter checks (and every
+            -- chunk the keyword fallback reads): the
             -- collection's (settings ->> 'search_timeout', which readers cannot change; 30 s
             -- when unset; 0: none), lowered by the session's pgrag.search_timeout if that is
             -- smaller (0 or unset: the collection's applies). Each is ms or a duration.
@@ -371,10 +374,13 @@ BEGIN
             END LOOP;
             v_timeout := CASE WHEN v_timeout = 'Infinity' THEN 0 ELSE v_timeout END;
             IF v_timeout > 0 THEN
-                v_match := v_match || jsonb_build_object('$deadline', jsonb_build_array(
-                    extract(epoch FROM clock_timestamp()) + v_timeout / 1000, v_timeout));
+                v_deadline := extract(epoch FROM clock_timestamp()) + v_timeout / 1000;
+                IF v_ops THEN
+                    v_match := v_match || jsonb_build_object('$deadline',
+                                                             jsonb_build_array(v_deadline, v_timeout));
+                END IF;
             END IF;
-        END IF;
+        END;
         -- Who is asking (the login role and pgrag.principals: sql/functions/access.sql); NULL
         -- is unrestricted. Every protected row this function reads is tested against it.
         -- (unrestricted first: it is the cheap test, and the common case for owners.)
@@ -410,6 +416,18 @@ BEGIN
             IF v_vtype = 'halfvec' AND v_max > 65504 THEN
                 RAISE EXCEPTION 'query_embedding has a value of magnitude %, beyond the 65504 this model''s halfvec index holds',
                     v_max USING ERRCODE = '22023';
+            END IF;
+            -- pgvector computes distances in single precision, on the type the index stores: a
+            -- vector whose squared length under- or overflows there (every component 1e-23,
+            -- or 1e38) gets NaN or constant distances although its double-precision norm is
+            -- fine. Its own arithmetic decides: q <#> q is minus q's squared length as the
+            -- distances see it, which must stay well inside float range.
+            EXECUTE format('SELECT -($1::%1$s OPERATOR(%2$I.<#>) $1::%1$s)::float8', v_vcast, v_schema)
+              INTO v_sq USING query_embedding;
+            IF NOT (v_sq >= 1e-30 AND v_sq <= 1e30) THEN
+                RAISE EXCEPTION 'query_embedding has length (norm) %, which the distances (single precision) cannot use: a search vector''s norm must be between 1e-15 and 1e15',
+                    v_norm USING ERRCODE = '22023',
+                    HINT = 'Normalise the vector (divide it by its norm), or check the embedder.';
             END IF;
         END IF;
         v_use_vector := query_embedding IS NOT NULL AND vector_weight > 0;
@@ -772,25 +790,30 @@ BEGIN
     -- v_collection_id, v_acls (who is asking), v_contain and v_ops (the filter).
     RETURN QUERY
     WITH words AS MATERIALIZED (
-             -- Each word as a case-insensitive whole-word pattern, every character that is not
-             -- a letter, digit or underscore escaped: the query's words are data, never regex.
-             SELECT row_number() OVER (ORDER BY u.lexeme)::int AS i,
-                    '\m' || regexp_replace(u.lexeme, '([^[:alnum:]_])', '\\\1', 'g') || '\M'
-                        AS pattern
+             -- The query's words as the 'simple' configuration reads them (lower-cased, not
+             -- stemmed, stop words kept): its first 100, a bounded scan.
+             SELECT row_number() OVER (ORDER BY u.lexeme)::int AS i, u.lexeme
                FROM (SELECT u.lexeme FROM unnest(to_tsvector('simple'::regconfig, query_text)) u
-                      ORDER BY u.lexeme LIMIT 100) u),  -- (its first 100 words: a bounded scan)
+                      ORDER BY u.lexeme LIMIT 100) u),
          -- The chunks read: the first fallback_chunks the caller may see and the filter admits,
-         -- each with the numbers of the words its section or text contains.
+         -- each with the numbers of the words its section or text contains, as whole words
+         -- ('simple' lexemes of the chunk: one parse of the chunk, whatever the words, never
+         -- a pattern per word). Each chunk read checks the search's time limit.
          sample AS MATERIALIZED (
              SELECT c.id,
-                    ARRAY(SELECT w.i FROM words w
-                           WHERE (coalesce(c.section, '') || ' ' || c.content) ~* w.pattern) AS found
+                    ARRAY(SELECT w.i FROM words w JOIN unnest(l.lexemes) x(lexeme) ON x.lexeme = w.lexeme)
+                        AS found
                FROM pgrag.chunks c
                JOIN pgrag.documents d ON d.id = c.document_id
+              CROSS JOIN LATERAL (
+                    SELECT tsvector_to_array(to_tsvector('simple'::regconfig,
+                               coalesce(c.section, '') || ' ' || c.content)) AS lexemes
+                    OFFSET 0) l  -- (parsed once per chunk, not once per word)
               WHERE c.collection_id = v_collection_id
                 AND (v_acls IS NULL OR c.acl_id = ANY (v_acls) AND d.acl_id = ANY (v_acls))
                 AND (v_contain = '{}'::jsonb OR d.metadata @> v_contain)
                 AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))
+                AND pgrag.search_in_time(v_deadline, v_timeout, 'reading chunks for the keyword fallback')
               LIMIT fallback_chunks),
          idf AS MATERIALIZED (
              SELECT w.i, ln(1 + (n.n - x.df + 0.5) / (x.df + 0.5)) AS idf
