@@ -18,11 +18,15 @@
 -- only ever compared as data: no SQL (and no jsonpath) is built from them.
 --
 -- Bounds (filter_check, before anything is read; each a one-line error naming it):
--- at most 1,000,000 bytes of JSON, 10,000 list values in all, 200 keys and operators in all,
--- and 32 levels of JSON nesting. Cost: a search compiles its filter once (filter_check):
--- each $in / $nin list of scalars becomes a lookup object, read in place, so a row is tested
--- against a list by one binary search (per element of an array field), never by a walk over
--- the list nor a copy of it; the
+-- at most 1,000,000 bytes of jsonb (pg_column_size: never rendered as text), 10,000 list
+-- values in all, 200 keys and operators in all, 100 distinct objects and lists in $in / $nin
+-- lists (other than one-value lists of a scalar), numbers of magnitude under 1e1000 with at
+-- most 1,000 decimal places, and 32 levels (objects and lists as written; a $and / $or's list
+-- is part of its operator, a scalar no level). Cost: a search compiles its filter once
+-- (filter_check): each $in / $nin list of scalars (and of one-value lists of a scalar, [3])
+-- becomes a lookup object, read in place, so a row is tested against a list by one binary
+-- search (per element of an array field), never by a walk over the list nor a copy of it;
+-- range bounds are read once (numbers as numerics in place, dates parsed at compile time); the
 -- plain entries are jsonb containment, answered by the GIN index on documents.metadata. A
 -- compiled filter may carry the search's deadline ("$deadline": [epoch seconds, limit in ms]),
 -- checked for every row tested (pgrag.search_timeout, in sql/functions/search.sql).

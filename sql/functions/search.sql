@@ -28,10 +28,12 @@
 -- fused keyword_depth (default max(4k, 40)).
 -- Fallback (fallback_chunks): when a search finds nothing although it has query text, because
 -- every word of it is a stop word ("Who was he?") or no chunk the caller may see has any of its
--- words ("What is PPP?"), the words are matched as typed, stop words included (whole words,
--- case-insensitive, not stemmed), in at most fallback_chunks of the collection's chunks the
--- caller may see (and the filter admits); a chunk scores the summed idf of the words it holds.
--- Its cost is bounded by that scan (about 10 ms per 1,000 chunks). NULL or 0 turns it off.
+-- words ("What is PPP?"), the words are matched as typed, stop words included (whole words as
+-- the 'simple' configuration parses them: case-insensitive, not stemmed), in at most
+-- fallback_chunks (50,000) of the collection's chunks the caller may see (and the filter
+-- admits); a chunk scores the summed idf of the words it holds. Its cost is bounded by that
+-- scan, one parse per chunk whatever the words, and by the time limit, checked per chunk.
+-- NULL or 0 turns it off.
 -- Vector arm: the model's partial HNSW index (vector or halfvec, as embedding_models.index_type
 -- says) with pgvector's iterative scans, ef_search = 2 x depth (at least 200), and an exact scan
 -- when the index returns too few rows. `model` names the embedding model the query vector was
@@ -55,11 +57,13 @@
 --
 -- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
 -- most 1,000,000, weights at most 1,000,000, temperature between 1e-300 and 1e6 (with the
--- ranges below); a filter as bounded in sql/functions/filter.sql; the fallback reads the first
--- 100 words of the query. Time: a filtered search stops with SQLSTATE 57014 once it has run
--- longer than its time limit while testing rows against its filter (the one cost a caller's
--- input could otherwise stretch without bound). The limit is a duration (milliseconds, or
--- such as '10s') of the collection, collections.settings ->>
+-- ranges below); a query vector's norm between 1e-15 and 1e15 in pgvector's single precision;
+-- a filter as bounded in sql/functions/filter.sql; the fallback reads the first
+-- 100 words of the query. Time: a search stops with SQLSTATE 57014 once it has run longer
+-- than its time limit while testing rows against its filter or reading chunks for the keyword
+-- fallback (the loops a caller's input could otherwise stretch without bound; a reader may SET
+-- statement_timeout = 0, so this limit is the one it cannot lift). The limit is a duration
+-- (milliseconds, or such as '10s') of the collection, collections.settings ->>
 -- 'search_timeout' (30s when unset, 0 for none), which a session may only lower, with the
 -- setting pgrag.search_timeout (SET, or ALTER ROLE alice SET pgrag.search_timeout = '5s').
 -- A function cannot set statement_timeout for the statement calling it
