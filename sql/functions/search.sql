@@ -155,6 +155,7 @@ DECLARE
     v_settings      jsonb;
     v_timeout       float8;
     v_deadline      float8;  -- epoch seconds; NULL: no time limit
+    v_watch         boolean := false;  -- check v_deadline per keyword posting read
     v_text          text;
     v_ms            float8;
     v_norm          float8;
@@ -537,6 +538,9 @@ BEGIN
                                    AND d.lexeme = u.lexeme COLLATE "C") x
                  WHERE x.df > 0;
             END IF;
+            -- A long query (more terms than pruning tracks) reads every posting of each term,
+            -- a read its text could stretch: each posting read then checks the time limit.
+            v_watch := v_deadline IS NOT NULL AND coalesce(cardinality(v_terms), 0) > 62;
             IF v_terms IS NULL THEN
                 v_use_keyword := false;  -- only stop words, or no chunk has any of the words
             ELSIF v_small THEN
@@ -668,7 +672,8 @@ BEGIN
                        FROM unnest(v_terms, v_idfs) AS t(lexeme, idf)
                        JOIN pgrag.keyword_postings p
                          ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
-                      WHERE v_acls IS NULL OR p.acl_id = ANY (v_acls)
+                      WHERE (v_acls IS NULL OR p.acl_id = ANY (v_acls))
+                        AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
                       GROUP BY p.chunk_id
                       ORDER BY s DESC, p.chunk_id
                       LIMIT v_kdepth),
@@ -705,6 +710,7 @@ BEGIN
                    JOIN pgrag.keyword_postings p
                      ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                   WHERE v_use_keyword AND NOT v_pruned AND NOT v_filtered AND NOT v_small
+                    AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
                     AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                   GROUP BY p.chunk_id
                   ORDER BY s DESC, p.chunk_id
@@ -723,12 +729,14 @@ BEGIN
                                  AND q.chunk_id = c.id
                               OFFSET 0) q  -- a probe per pair: not to be planned as a join
                           WHERE v_use_keyword AND v_small AND v_probe
+                            AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
                          UNION ALL
                          SELECT p.chunk_id, t.idf * p.impact
                            FROM terms t
                            JOIN pgrag.keyword_postings p
                              ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                           WHERE v_use_keyword AND v_small AND NOT v_probe
+                            AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
                             AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                             AND p.chunk_id IN (SELECT unnest(v_cand))) x
                   GROUP BY x.id
@@ -743,6 +751,7 @@ BEGIN
                    JOIN pgrag.chunks c ON c.id = p.chunk_id
                    JOIN pgrag.documents d ON d.id = c.document_id
                   WHERE v_use_keyword AND v_filtered AND NOT v_small AND d.metadata @> v_contain
+                    AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
                     AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                     AND (v_acls IS NULL OR d.acl_id = ANY (v_acls))
                     AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))

@@ -561,3 +561,22 @@ def test_python_refuses_filter_values_jsonb_cannot_hold(
             pgrag.search(db, "\udcff refund", collection="lim", mode="keyword")
     finally:
         db.close()
+
+
+def test_a_long_query_stops_at_the_time_limit(conn: psycopg.Connection[Any]) -> None:
+    """A query of more terms than pruning tracks (62) reads every posting of each: a read its
+    text stretches, so each posting read checks the time limit (here on the general path, which
+    a filter or a restricted caller takes)."""
+    text = "refund note processed business days " + " ".join(str(i) for i in range(60))  # 65 terms
+    query = "SELECT source FROM pgrag.search_v5('lim', %s, k => 5, filter => %s)"
+    for f in ({"team": "billing"}, {"n": {"$gte": 0}}):
+        assert len(conn.execute(query, (text, Jsonb(f))).fetchall()) == 5
+    few = conn.execute(query, ("refund note 1", Jsonb({"team": "sales"}))).fetchall()
+    conn.execute("SET pgrag.search_timeout = '0.001'")
+    try:
+        with pytest.raises(psycopg.errors.QueryCanceled, match="reading keyword postings"):
+            conn.execute(query, (text, Jsonb({"team": "billing"})))
+        # a short query is not watched per posting (containment filter: no row test either)
+        assert conn.execute(query, ("refund note 1", Jsonb({"team": "sales"}))).fetchall() == few
+    finally:
+        conn.execute("RESET pgrag.search_timeout")
