@@ -311,30 +311,13 @@ BEGIN
 END
 $fn$;
 
--- True while a search is within its time limit (deadline: epoch seconds; limit_ms: the limit,
--- for the message); past it, raises SQLSTATE 57014 saying what the search was doing. Every
--- loop of the search engine whose length a caller's input sets calls it once per row, so a
--- session's statement_timeout (which a reader can set to 0) is never the only bound.
-CREATE OR REPLACE FUNCTION pgrag.search_in_time(deadline float8, limit_ms float8, doing text)
-RETURNS boolean
-LANGUAGE plpgsql VOLATILE PARALLEL SAFE
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF deadline IS NOT NULL AND extract(epoch FROM clock_timestamp()) > deadline THEN
-        RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while %',
-            limit_ms, doing
-            USING ERRCODE = '57014',
-                  HINT = 'Narrow the search, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
-    END IF;
-    RETURN true;
-END
-$fn$;
-
 -- Does a document's metadata satisfy a filter, as filter_check compiled it (a filter not
 -- compiled is compiled first)? The program is run bottom-up, group by group, each group true
 -- when all its instructions hold; the last group is the filter. A lookup reads "$sets" in
--- place; a "$deadline" ([epoch seconds, the limit in ms]) raises once the clock is past it.
+-- place; a "$deadline" ([epoch seconds, the limit in ms]) raises once the clock is past it,
+-- saying what the search was doing ("$doing", else testing the filter). The search engine
+-- also calls it with an empty program ({"$groups": [[]], "$deadline": ..., "$doing": ...}),
+-- true for any row, as the time check of its other loops whose length a caller's input sets.
 CREATE OR REPLACE FUNCTION pgrag.filter_match(metadata jsonb, filter jsonb) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -352,9 +335,12 @@ DECLARE
     v_value  jsonb;
     v_cmp    integer;
 BEGIN
-    IF filter ? '$deadline' THEN
-        PERFORM pgrag.search_in_time((filter #>> '{$deadline,0}')::float8,
-                                     (filter #>> '{$deadline,1}')::float8, 'testing the filter');
+    IF filter ? '$deadline'
+       AND extract(epoch FROM clock_timestamp()) > (filter #>> '{$deadline,0}')::float8 THEN
+        RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while %',
+            filter #>> '{$deadline,1}', coalesce(filter ->> '$doing', 'testing the filter')
+            USING ERRCODE = '57014',
+                  HINT = 'Narrow the search, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
     END IF;
     IF NOT filter ? '$groups' THEN
         filter := pgrag.filter_check(filter);

@@ -156,6 +156,7 @@ DECLARE
     v_timeout       float8;
     v_deadline      float8;  -- epoch seconds; NULL: no time limit
     v_watch         boolean := false;  -- check v_deadline per keyword posting read
+    v_tick          jsonb;  -- the deadline as a program for filter_match (true for any row)
     v_text          text;
     v_ms            float8;
     v_norm          float8;
@@ -380,6 +381,10 @@ BEGIN
             v_timeout := CASE WHEN v_timeout = 'Infinity' THEN 0 ELSE v_timeout END;
             IF v_timeout > 0 THEN
                 v_deadline := extract(epoch FROM clock_timestamp()) + v_timeout / 1000;
+                -- the time check of the loops other than filter testing: an empty program
+                -- (true for every row) carrying the deadline, run by filter_match
+                v_tick := jsonb_build_object('$groups', '[[]]'::jsonb, '$sets', '{}'::jsonb,
+                                             '$deadline', jsonb_build_array(v_deadline, v_timeout));
                 IF v_ops THEN
                     v_match := v_match || jsonb_build_object('$deadline',
                                                              jsonb_build_array(v_deadline, v_timeout));
@@ -541,6 +546,7 @@ BEGIN
             -- A long query (more terms than pruning tracks) reads every posting of each term,
             -- a read its text could stretch: each posting read then checks the time limit.
             v_watch := v_deadline IS NOT NULL AND coalesce(cardinality(v_terms), 0) > 62;
+            v_tick := v_tick || '{"$doing": "reading keyword postings"}';
             IF v_terms IS NULL THEN
                 v_use_keyword := false;  -- only stop words, or no chunk has any of the words
             ELSIF v_small THEN
@@ -673,7 +679,7 @@ BEGIN
                        JOIN pgrag.keyword_postings p
                          ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                       WHERE (v_acls IS NULL OR p.acl_id = ANY (v_acls))
-                        AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
+                        AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                       GROUP BY p.chunk_id
                       ORDER BY s DESC, p.chunk_id
                       LIMIT v_kdepth),
@@ -710,7 +716,7 @@ BEGIN
                    JOIN pgrag.keyword_postings p
                      ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                   WHERE v_use_keyword AND NOT v_pruned AND NOT v_filtered AND NOT v_small
-                    AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
+                    AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                     AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                   GROUP BY p.chunk_id
                   ORDER BY s DESC, p.chunk_id
@@ -729,14 +735,14 @@ BEGIN
                                  AND q.chunk_id = c.id
                               OFFSET 0) q  -- a probe per pair: not to be planned as a join
                           WHERE v_use_keyword AND v_small AND v_probe
-                            AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
+                            AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', c.id), v_tick))
                          UNION ALL
                          SELECT p.chunk_id, t.idf * p.impact
                            FROM terms t
                            JOIN pgrag.keyword_postings p
                              ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                           WHERE v_use_keyword AND v_small AND NOT v_probe
-                            AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
+                            AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                             AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                             AND p.chunk_id IN (SELECT unnest(v_cand))) x
                   GROUP BY x.id
@@ -751,7 +757,7 @@ BEGIN
                    JOIN pgrag.chunks c ON c.id = p.chunk_id
                    JOIN pgrag.documents d ON d.id = c.document_id
                   WHERE v_use_keyword AND v_filtered AND NOT v_small AND d.metadata @> v_contain
-                    AND (NOT v_watch OR pgrag.search_in_time(v_deadline, v_timeout, 'reading keyword postings'))
+                    AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                     AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                     AND (v_acls IS NULL OR d.acl_id = ANY (v_acls))
                     AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))
@@ -799,6 +805,7 @@ BEGIN
        OR keyword_weight = 0 THEN
         RETURN;
     END IF;
+    v_tick := v_tick || '{"$doing": "reading chunks for the keyword fallback"}';
     -- The fallback. The general path has checked every argument and the collection, and set
     -- v_collection_id, v_acls (who is asking), v_contain and v_ops (the filter).
     RETURN QUERY
@@ -826,7 +833,7 @@ BEGIN
                 AND (v_acls IS NULL OR c.acl_id = ANY (v_acls) AND d.acl_id = ANY (v_acls))
                 AND (v_contain = '{}'::jsonb OR d.metadata @> v_contain)
                 AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))
-                AND pgrag.search_in_time(v_deadline, v_timeout, 'reading chunks for the keyword fallback')
+                AND (v_deadline IS NULL OR pgrag.filter_match(d.metadata, v_tick))
               LIMIT fallback_chunks),
          idf AS MATERIALIZED (
              SELECT w.i, ln(1 + (n.n - x.df + 0.5) / (x.df + 0.5)) AS idf
