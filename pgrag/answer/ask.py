@@ -49,7 +49,7 @@ from pgrag.retrieval.confidence import (
     retrieval_confidence,
     threshold_for,
 )
-from pgrag.retrieval.search import search
+from pgrag.retrieval.search import check_text, search
 from pgrag.retrieval.sections import widen
 from pgrag.text.tokens import generator_counter
 
@@ -99,6 +99,7 @@ def ask(
         raise InputError(
             'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
         )
+    check_text(question, "the question")
     if budget_tokens < 1:
         raise InputError(f"budget_tokens must be at least 1, got {budget_tokens}")
     if context not in ("chunk", "section"):

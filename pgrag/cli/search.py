@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
@@ -21,7 +20,7 @@ from pgrag.cli.options import (
     tuning_options,
 )
 from pgrag.cli.output import echo, escape, write
-from pgrag.errors import PgragError
+from pgrag.retrieval.filter_values import parse_filter_json
 from pgrag.retrieval.rerank import reranker_from_settings
 from pgrag.retrieval.search import search as run_search
 from pgrag.retrieval.search import search_sql
@@ -127,14 +126,4 @@ def search(
 
 
 def _parse_filter(raw: str | None) -> dict[str, Any] | None:
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except json.JSONDecodeError as err:
-        raise PgragError(
-            f'--filter is not valid JSON ({err.msg}); e.g. \'{{"team": "billing"}}\''
-        ) from err
-    if not isinstance(value, dict):
-        raise PgragError('--filter must be a JSON object, e.g. \'{"team": "billing"}\'')
-    return value
+    return None if raw is None else parse_filter_json(raw, "--filter")

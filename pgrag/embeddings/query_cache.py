@@ -110,19 +110,31 @@ def _store(
 
 
 def _searchable(vector: Any) -> bool:
+    """Whether pgvector's distances to ``vector`` mean anything: it computes them in single
+    precision, so the squared length in float32 must be well inside that range (a vector of
+    1e-23s has a fine double-precision norm but a float32 squared length of 0, and 1e38s one
+    of infinity: NaN or constant distances). The bounds are sql/functions/search.sql's."""
     import numpy as np
 
-    norm = float(np.linalg.norm(np.asarray(vector, dtype=np.float64)))
-    return norm > 0 and np.isfinite(norm)
+    v32 = np.asarray(vector, dtype=np.float32)
+    with np.errstate(all="ignore"):
+        squared = float(np.sum(v32 * v32, dtype=np.float32))
+    return bool(np.isfinite(squared)) and SQUARED_MIN <= squared <= SQUARED_MAX
+
+
+SQUARED_MIN, SQUARED_MAX = 1e-30, 1e30  # a norm between 1e-15 and 1e15
 
 
 def check_query_vector(vector: Any, model: str) -> None:
-    """Refuse a query vector with no direction (all zeros) or a non-finite length: every
-    distance to it is NaN, so a search would rank by chunk id and sound confident."""
+    """Refuse a query vector with no direction (all zeros), a non-finite length, or one whose
+    single-precision squared length under- or overflows: every distance to it would be NaN or
+    the same, so a search would rank by chunk id and sound confident."""
     if not _searchable(vector):
         raise InputError(
-            f"embedding model {model!r} returned a zero or non-finite vector for the query;"
-            " it cannot be searched with (check the embedder, or search with mode='keyword')"
+            f"embedding model {model!r} returned a zero, non-finite or unusable vector for the"
+            " query (a search vector's norm must be between 1e-15 and 1e15, in single"
+            " precision); it cannot be searched with (check the embedder, or search with"
+            " mode='keyword')"
         )
 
 

@@ -19,6 +19,7 @@ from pgrag.db.connect import transaction
 from pgrag.embeddings.models import query_model
 from pgrag.embeddings.query_cache import embed_query
 from pgrag.errors import CollectionNotFound, DatabaseError, InputError, PgragError
+from pgrag.retrieval.filter_values import check_filter_values
 from pgrag.retrieval.rerank import mmr as mmr_order
 from pgrag.retrieval.rerank import rerank
 
@@ -138,6 +139,10 @@ def search_sql(
     as them (``pgrag.principals``), as :func:`search` does."""
     from psycopg import sql
 
+    check_text(query, "the search query")
+    if filter is not None:
+        check_filter_values(filter, "filter")
+
     values: dict[str, sql.Composable] = {
         "collection": sql.Literal(collection),
         "query": sql.Literal(None if mode == "vector" else query),
@@ -159,6 +164,23 @@ def search_sql(
     names = sql.Literal(",".join(access.check_principals(principals) or ["public"]))
     read_as = sql.SQL(Q.read_as).format(names=names).as_string(None)
     return f"BEGIN;\n{read_as};\n{statement}\nCOMMIT;"
+
+
+def check_text(text: str, what: str) -> None:
+    """Refuse text that is not valid Unicode (bytes a terminal passed through undecoded, such
+    as ``$'\\xff'``, or a lone surrogate): it cannot be hashed, embedded or sent to
+    PostgreSQL."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InputError(
+            f"{what} is not valid UTF-8 text (character {err.start + 1} cannot be encoded):"
+            " retype it, or convert it with iconv -t UTF-8"
+        ) from None
+    if "\x00" in text:
+        raise InputError(
+            f"{what} contains a NUL character, which PostgreSQL cannot store: remove it"
+        )
 
 
 def collection_model(db: Database, collection: str) -> tuple[str, int] | None:
@@ -206,6 +228,7 @@ def search(
         raise InputError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
     if not query or not query.strip():
         raise InputError("the search query is empty; pass some words to search for")
+    check_text(query, "the search query")
     if len(query) > MAX_QUERY_CHARS:
         raise InputError(
             f"the search query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}:"
@@ -215,6 +238,8 @@ def search(
         raise InputError(f"k must be between 1 and 1000, got {k}")
     if filter is not None and not isinstance(filter, dict):
         raise InputError(f"filter must be a dict such as {{'team': 'billing'}}, got {filter!r}")
+    if filter is not None:
+        check_filter_values(filter, "filter")
     if mmr is not None and not 0.0 <= mmr <= 1.0:
         raise InputError(f"mmr must be between 0 and 1 (1 = relevance only), got {mmr}")
     from psycopg.types.json import Jsonb

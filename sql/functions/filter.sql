@@ -18,11 +18,15 @@
 -- only ever compared as data: no SQL (and no jsonpath) is built from them.
 --
 -- Bounds (filter_check, before anything is read; each a one-line error naming it):
--- at most 1,000,000 bytes of JSON, 10,000 list values in all, 200 keys and operators in all,
--- and 32 levels of JSON nesting. Cost: a search compiles its filter once (filter_check):
--- each $in / $nin list of scalars becomes a lookup object, read in place, so a row is tested
--- against a list by one binary search (per element of an array field), never by a walk over
--- the list nor a copy of it; the
+-- at most 1,000,000 bytes of jsonb (pg_column_size: never rendered as text), 10,000 list
+-- values in all, 200 keys and operators in all, 100 distinct objects and lists in $in / $nin
+-- lists (other than one-value lists of a scalar), numbers of magnitude under 1e1000 with at
+-- most 1,000 decimal places, and 32 levels (objects and lists as written; a $and / $or's list
+-- is part of its operator, a scalar no level). Cost: a search compiles its filter once
+-- (filter_check): each $in / $nin list of scalars (and of one-value lists of a scalar, [3])
+-- becomes a lookup object, read in place, so a row is tested against a list by one binary
+-- search (per element of an array field), never by a walk over the list nor a copy of it;
+-- range bounds are read once (numbers as numerics in place, dates parsed at compile time); the
 -- plain entries are jsonb containment, answered by the GIN index on documents.metadata. A
 -- compiled filter may carry the search's deadline ("$deadline": [epoch seconds, limit in ms]),
 -- checked for every row tested (pgrag.search_timeout, in sql/functions/search.sql).
@@ -63,7 +67,7 @@ BEGIN
         RETURN NULL;
     ELSIF jsonb_typeof(bound) = 'number' THEN
         IF jsonb_typeof(value) <> 'number' THEN RETURN NULL; END IF;
-        RETURN sign((value #>> '{}')::numeric - (bound #>> '{}')::numeric)::int;
+        RETURN sign(value::numeric - bound::numeric)::int;
     ELSIF jsonb_typeof(value) <> 'string' THEN
         RETURN NULL;
     END IF;
@@ -110,36 +114,54 @@ DECLARE
     v_depth   integer;
     v_values  bigint;
     v_keys    bigint;
+    v_huge    boolean;
+    v_rest    jsonb;
 BEGIN
     IF filter IS NULL THEN
         filter := '{}';
     END IF;
     IF path = 'filter' THEN  -- the bounds, once, for the whole filter
-        v_bytes := octet_length(filter::text);
+        -- Its size as stored (jsonb), never rendered: a number's text can be far longer than
+        -- the number (1e131000), so no bound may depend on writing the filter out.
+        v_bytes := pg_column_size(filter);
         IF v_bytes > 1000000 THEN
             RAISE EXCEPTION 'filter is % bytes of JSON; the limit is 1000000: filter on fewer values (or on a coarser key)',
                 v_bytes USING ERRCODE = '54000';
         END IF;
+        -- Levels are the objects and lists the filter is written in, the value of a key being
+        -- one level below it; a $and / $or's list is part of its operator (no level of its
+        -- own), and a scalar is no level: {"n": 1} is 1 level, {"$not": {"n": 1}} 2,
+        -- {"$and": [{"n": 1}]} 2, {"n": {"$in": [1]}} 3.
         WITH RECURSIVE node(v, depth) AS (
             SELECT filter, 1
             UNION ALL
-            SELECT c.v, node.depth + 1
+            SELECT c.v, node.depth + CASE WHEN jsonb_typeof(c.v) NOT IN ('object', 'array') THEN 0
+                                          WHEN c.k IN ('$and', '$or') AND jsonb_typeof(c.v) = 'array' THEN 0
+                                          ELSE 1 END
               FROM node
              CROSS JOIN LATERAL (
-                   SELECT e.value AS v
+                   SELECT e.key AS k, e.value AS v
                      FROM jsonb_each(CASE WHEN jsonb_typeof(node.v) = 'object' THEN node.v END) e
                    UNION ALL
-                   SELECT e.value
+                   SELECT NULL, e.value
                      FROM jsonb_array_elements(CASE WHEN jsonb_typeof(node.v) = 'array' THEN node.v END) e) c
              WHERE node.depth <= 32)
         SELECT max(n.depth),
                sum(CASE WHEN jsonb_typeof(n.v) = 'array' THEN jsonb_array_length(n.v) ELSE 0 END),
                sum(CASE WHEN jsonb_typeof(n.v) = 'object'
-                        THEN (SELECT count(*) FROM jsonb_object_keys(n.v)) ELSE 0 END)
-          INTO v_depth, v_values, v_keys
+                        THEN (SELECT count(*) FROM jsonb_object_keys(n.v)) ELSE 0 END),
+               -- numbers past what a filter needs: their text (and any arithmetic on them)
+               -- can cost a megabyte each; compared as numerics, never rendered
+               bool_or(jsonb_typeof(n.v) = 'number'
+                       AND (abs(n.v::numeric) >= 1e1000 OR scale(n.v::numeric) > 1000))
+          INTO v_depth, v_values, v_keys, v_huge
           FROM node n;
         IF v_depth > 32 THEN
             RAISE EXCEPTION 'filter is nested more than 32 levels deep (the limit): flatten its $and / $or / $not'
+                USING ERRCODE = '54000';
+        END IF;
+        IF v_huge THEN
+            RAISE EXCEPTION 'filter has a number beyond the limits (magnitude under 1e1000, at most 1000 decimal places): compare with a smaller number'
                 USING ERRCODE = '54000';
         END IF;
         IF v_values > 10000 THEN
@@ -186,21 +208,33 @@ BEGIN
                             USING ERRCODE = '22023';
                     END IF;
                     IF v_op <> '$all' THEN  -- compiled: a lookup, not a list to walk per row
+                        -- Scalars are keys of the set; a one-value list of a scalar ([3]: an
+                        -- array field holding 3) a key marked 'a'; other objects and lists stay
+                        -- in "rest", each once, tested by containment (bounded below).
                         v_arg := jsonb_build_object(
                             'set', coalesce(
                                 (SELECT jsonb_object_agg(x.k, true)
                                    FROM (SELECT DISTINCT
-                                                CASE jsonb_typeof(a.value)
-                                                    WHEN 'string' THEN 's' || (a.value #>> '{}')
-                                                    WHEN 'number' THEN 'n' || trim_scale((a.value #>> '{}')::numeric)::text
-                                                    WHEN 'boolean' THEN 'b' || (a.value #>> '{}')
-                                                    WHEN 'null' THEN 'z'
-                                                END AS k
-                                           FROM jsonb_array_elements(v_arg) a) x
+                                                CASE WHEN jsonb_typeof(a.value) = 'array' THEN 'a' ELSE '' END
+                                                || CASE jsonb_typeof(s.v)
+                                                       WHEN 'string' THEN 's' || (s.v #>> '{}')
+                                                       WHEN 'number' THEN 'n' || trim_scale(s.v::numeric)::text
+                                                       WHEN 'boolean' THEN 'b' || (s.v #>> '{}')
+                                                       WHEN 'null' THEN 'z'
+                                                   END AS k
+                                           FROM jsonb_array_elements(v_arg) a
+                                          CROSS JOIN LATERAL (
+                                                SELECT CASE WHEN jsonb_typeof(a.value) <> 'array' THEN a.value
+                                                            WHEN jsonb_array_length(a.value) = 1 THEN a.value -> 0
+                                                       END AS v) s) x
                                   WHERE x.k IS NOT NULL), '{}'),
                             'rest', coalesce(
-                                (SELECT jsonb_agg(a.value) FROM jsonb_array_elements(v_arg) a
-                                  WHERE jsonb_typeof(a.value) IN ('object', 'array')), '[]'));
+                                (SELECT jsonb_agg(DISTINCT a.value) FROM jsonb_array_elements(v_arg) a
+                                  WHERE jsonb_typeof(a.value) = 'object'
+                                     OR jsonb_typeof(a.value) = 'array'
+                                        AND NOT (jsonb_array_length(a.value) = 1
+                                                 AND jsonb_typeof(a.value -> 0) NOT IN ('object', 'array'))),
+                                '[]'));
                     END IF;
                 ELSIF v_op IN ('$gt', '$gte', '$lt', '$lte') THEN
                     IF jsonb_typeof(v_arg) NOT IN ('number', 'string') THEN
@@ -227,6 +261,10 @@ BEGIN
                 v_group := v_group || jsonb_build_array(
                     jsonb_build_object('op', v_op, 'key', v_key)
                     || CASE WHEN v_op IN ('$in', '$nin') THEN v_arg  -- {"set": ..., "rest": ...}
+                            -- a date bound, parsed once: "t", its epoch seconds (exact)
+                            WHEN v_op IN ('$gt', '$gte', '$lt', '$lte') AND jsonb_typeof(v_arg) = 'string'
+                            THEN jsonb_build_object('arg', v_arg, 't',
+                                     extract(epoch FROM pgrag.metadata_time(v_arg #>> '{}')))
                             ELSE jsonb_build_object('arg', v_arg) END);
             END LOOP;
         ELSE
@@ -246,6 +284,15 @@ BEGIN
     v_prior := v_prior || jsonb_build_array(v_group);
     IF path <> 'filter' THEN
         RETURN jsonb_build_object('g', v_prior);
+    END IF;
+    -- The lists' objects and lists that are not lookups are tested one by one per row: few.
+    SELECT coalesce(sum(jsonb_array_length(i.v -> 'rest')), 0) INTO v_values
+      FROM jsonb_array_elements(v_prior) g(v)
+     CROSS JOIN LATERAL jsonb_array_elements(g.v) i(v)
+     WHERE i.v ? 'rest';
+    IF v_values > 100 THEN
+        RAISE EXCEPTION 'filter has % distinct objects and lists in its $in / $nin lists; the limit is 100 (scalars and one-value lists such as [3] are looked up, not counted): list scalars instead',
+            v_values USING ERRCODE = '54000';
     END IF;
     -- The whole filter: every lookup moves to "$sets", which a row's test reads in place (by
     -- containment: a binary search, no copy), leaving small instructions in "$groups".
@@ -267,7 +314,10 @@ $fn$;
 -- Does a document's metadata satisfy a filter, as filter_check compiled it (a filter not
 -- compiled is compiled first)? The program is run bottom-up, group by group, each group true
 -- when all its instructions hold; the last group is the filter. A lookup reads "$sets" in
--- place; a "$deadline" ([epoch seconds, the limit in ms]) raises once the clock is past it.
+-- place; a "$deadline" ([epoch seconds, the limit in ms]) raises once the clock is past it,
+-- saying what the search was doing ("$doing", else testing the filter). The search engine
+-- also calls it with an empty program ({"$groups": [[]], "$deadline": ..., "$doing": ...}),
+-- true for any row, as the time check of its other loops whose length a caller's input sets.
 CREATE OR REPLACE FUNCTION pgrag.filter_match(metadata jsonb, filter jsonb) RETURNS boolean
 LANGUAGE plpgsql STABLE PARALLEL SAFE
 SET search_path = pg_catalog, pg_temp
@@ -287,10 +337,10 @@ DECLARE
 BEGIN
     IF filter ? '$deadline'
        AND extract(epoch FROM clock_timestamp()) > (filter #>> '{$deadline,0}')::float8 THEN
-        RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while testing the filter',
-            filter #>> '{$deadline,1}'
+        RAISE EXCEPTION 'search stopped by its time limit of % ms (pgrag.search_timeout) while %',
+            filter #>> '{$deadline,1}', coalesce(filter ->> '$doing', 'testing the filter')
             USING ERRCODE = '57014',
-                  HINT = 'Narrow the filter, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
+                  HINT = 'Narrow the search, or raise the limit: SET pgrag.search_timeout = ''2min'' (0: none); see docs/search.md#limits.';
     END IF;
     IF NOT filter ? '$groups' THEN
         filter := pgrag.filter_check(filter);
@@ -320,23 +370,27 @@ BEGIN
                 -- and arrays ("rest") are tested by containment, as they always were.
                 v_hit := CASE jsonb_typeof(v_value)
                              WHEN 'array' THEN EXISTS (
-                                 SELECT 1 FROM jsonb_array_elements(v_value) x
+                                 SELECT 1
+                                   FROM jsonb_array_elements(v_value) x
+                                  CROSS JOIN LATERAL (
+                                        SELECT CASE jsonb_typeof(x.value)
+                                                   WHEN 'string' THEN 's' || (x.value #>> '{}')
+                                                   WHEN 'number' THEN 'n' || trim_scale(x.value::numeric)::text
+                                                   WHEN 'boolean' THEN 'b' || (x.value #>> '{}')
+                                                   ELSE 'z'
+                                               END AS k) y
                                   WHERE jsonb_typeof(x.value) NOT IN ('object', 'array')
-                                    AND filter @> jsonb_build_object('$sets', jsonb_build_object(
-                                            v_ins ->> 'set', jsonb_build_object(
-                                                CASE jsonb_typeof(x.value)
-                                                    WHEN 'string' THEN 's' || (x.value #>> '{}')
-                                                    WHEN 'number' THEN 'n' || trim_scale((x.value #>> '{}')::numeric)::text
-                                                    WHEN 'boolean' THEN 'b' || (x.value #>> '{}')
-                                                    ELSE 'z'
-                                                END, true))))
+                                    AND (filter @> jsonb_build_object('$sets', jsonb_build_object(
+                                             v_ins ->> 'set', jsonb_build_object(y.k, true)))
+                                         OR filter @> jsonb_build_object('$sets', jsonb_build_object(
+                                             v_ins ->> 'set', jsonb_build_object('a' || y.k, true)))))
                              WHEN 'object' THEN false
                              ELSE v_value IS NOT NULL
                                   AND filter @> jsonb_build_object('$sets', jsonb_build_object(
                                           v_ins ->> 'set', jsonb_build_object(
                                               CASE jsonb_typeof(v_value)
                                                   WHEN 'string' THEN 's' || (v_value #>> '{}')
-                                                  WHEN 'number' THEN 'n' || trim_scale((v_value #>> '{}')::numeric)::text
+                                                  WHEN 'number' THEN 'n' || trim_scale(v_value::numeric)::text
                                                   WHEN 'boolean' THEN 'b' || (v_value #>> '{}')
                                                   ELSE 'z'
                                               END, true)))
@@ -351,7 +405,17 @@ BEGIN
             ELSIF v_op = '$exists' THEN
                 v_hit := (v_value IS NOT NULL) = (v_arg = 'true'::jsonb);
             ELSE
-                v_cmp := pgrag.filter_compare(v_value, v_arg);
+                -- compared as filter_compare does, with the bound as compiled: a number read
+                -- as a numeric in place, a date's epoch seconds parsed once ("t")
+                v_cmp := CASE WHEN v_value IS NULL THEN NULL
+                              WHEN jsonb_typeof(v_arg) = 'number' THEN
+                                  CASE WHEN jsonb_typeof(v_value) = 'number'
+                                       THEN sign(v_value::numeric - v_arg::numeric)::int END
+                              WHEN jsonb_typeof(v_value) <> 'string' THEN NULL
+                              WHEN v_ins ? 't' AND v_ins -> 't' <> 'null' THEN
+                                  sign(extract(epoch FROM pgrag.metadata_time(v_value #>> '{}'))
+                                       - (v_ins -> 't')::numeric)::int
+                              ELSE pgrag.filter_compare(v_value, v_arg) END;
                 v_hit := v_cmp IS NOT NULL
                          AND CASE v_op WHEN '$gt' THEN v_cmp > 0 WHEN '$gte' THEN v_cmp >= 0
                                        WHEN '$lt' THEN v_cmp < 0 ELSE v_cmp <= 0 END;

@@ -28,10 +28,12 @@
 -- fused keyword_depth (default max(4k, 40)).
 -- Fallback (fallback_chunks): when a search finds nothing although it has query text, because
 -- every word of it is a stop word ("Who was he?") or no chunk the caller may see has any of its
--- words ("What is PPP?"), the words are matched as typed, stop words included (whole words,
--- case-insensitive, not stemmed), in at most fallback_chunks of the collection's chunks the
--- caller may see (and the filter admits); a chunk scores the summed idf of the words it holds.
--- Its cost is bounded by that scan (about 10 ms per 1,000 chunks). NULL or 0 turns it off.
+-- words ("What is PPP?"), the words are matched as typed, stop words included (whole words as
+-- the 'simple' configuration parses them: case-insensitive, not stemmed), in at most
+-- fallback_chunks (50,000) of the collection's chunks the caller may see (and the filter
+-- admits); a chunk scores the summed idf of the words it holds. Its cost is bounded by that
+-- scan, one parse per chunk whatever the words, and by the time limit, checked per chunk.
+-- NULL or 0 turns it off.
 -- Vector arm: the model's partial HNSW index (vector or halfvec, as embedding_models.index_type
 -- says) with pgvector's iterative scans, ef_search = 2 x depth (at least 200), and an exact scan
 -- when the index returns too few rows. `model` names the embedding model the query vector was
@@ -55,11 +57,13 @@
 --
 -- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
 -- most 1,000,000, weights at most 1,000,000, temperature between 1e-300 and 1e6 (with the
--- ranges below); a filter as bounded in sql/functions/filter.sql; the fallback reads the first
--- 100 words of the query. Time: a filtered search stops with SQLSTATE 57014 once it has run
--- longer than its time limit while testing rows against its filter (the one cost a caller's
--- input could otherwise stretch without bound). The limit is a duration (milliseconds, or
--- such as '10s') of the collection, collections.settings ->>
+-- ranges below); a query vector's norm between 1e-15 and 1e15 in pgvector's single precision;
+-- a filter as bounded in sql/functions/filter.sql; the fallback reads the first
+-- 100 words of the query. Time: a search stops with SQLSTATE 57014 once it has run longer
+-- than its time limit while testing rows against its filter or reading chunks for the keyword
+-- fallback (the loops a caller's input could otherwise stretch without bound; a reader may SET
+-- statement_timeout = 0, so this limit is the one it cannot lift). The limit is a duration
+-- (milliseconds, or such as '10s') of the collection, collections.settings ->>
 -- 'search_timeout' (30s when unset, 0 for none), which a session may only lower, with the
 -- setting pgrag.search_timeout (SET, or ALTER ROLE alice SET pgrag.search_timeout = '5s').
 -- A function cannot set statement_timeout for the statement calling it
@@ -150,10 +154,14 @@ DECLARE
     v_match         jsonb;
     v_settings      jsonb;
     v_timeout       float8;
+    v_deadline      float8;  -- epoch seconds; NULL: no time limit
+    v_watch         boolean := false;  -- check v_deadline per keyword posting read
+    v_tick          jsonb;  -- the deadline as a program for filter_match (true for any row)
     v_text          text;
     v_ms            float8;
     v_norm          float8;
     v_max           float8;
+    v_sq            float8;
 BEGIN
     -- Bounds every caller meets, before anything is read (docs/search.md#limits): each a
     -- one-line error naming the argument and its limit, never a raw PostgreSQL one.
@@ -183,8 +191,8 @@ BEGIN
         RAISE EXCEPTION 'temperature must be between 1e-300 and 1000000, got %', temperature
             USING ERRCODE = '22023';
     END IF;
-    IF fallback_chunks IS NOT NULL AND fallback_chunks NOT BETWEEN 0 AND 1000000 THEN
-        RAISE EXCEPTION 'fallback_chunks must be between 0 and 1000000 (0 or NULL: no fallback), got %',
+    IF fallback_chunks IS NOT NULL AND fallback_chunks NOT BETWEEN 0 AND 50000 THEN
+        RAISE EXCEPTION 'fallback_chunks must be between 0 and 50000 (0 or NULL: no fallback), got %',
             fallback_chunks USING ERRCODE = '22023';
     END IF;
 
@@ -344,8 +352,9 @@ BEGIN
         v_text_config := v_config_name::regconfig;
         v_filtered := filter IS NOT NULL AND filter <> '{}'::jsonb;
         v_ops := v_filtered AND filter <> v_contain;  -- more than containment: filter_match
-        IF v_ops THEN
-            -- The time limit, which every row tested against the filter checks: the
+        BEGIN
+            -- The time limit, which every row tested against the filter checks (and every
+            -- chunk the keyword fallback reads): the
             -- collection's (settings ->> 'search_timeout', which readers cannot change; 30 s
             -- when unset; 0: none), lowered by the session's pgrag.search_timeout if that is
             -- smaller (0 or unset: the collection's applies). Each is ms or a duration.
@@ -371,10 +380,17 @@ BEGIN
             END LOOP;
             v_timeout := CASE WHEN v_timeout = 'Infinity' THEN 0 ELSE v_timeout END;
             IF v_timeout > 0 THEN
-                v_match := v_match || jsonb_build_object('$deadline', jsonb_build_array(
-                    extract(epoch FROM clock_timestamp()) + v_timeout / 1000, v_timeout));
+                v_deadline := extract(epoch FROM clock_timestamp()) + v_timeout / 1000;
+                -- the time check of the loops other than filter testing: an empty program
+                -- (true for every row) carrying the deadline, run by filter_match
+                v_tick := jsonb_build_object('$groups', '[[]]'::jsonb, '$sets', '{}'::jsonb,
+                                             '$deadline', jsonb_build_array(v_deadline, v_timeout));
+                IF v_ops THEN
+                    v_match := v_match || jsonb_build_object('$deadline',
+                                                             jsonb_build_array(v_deadline, v_timeout));
+                END IF;
             END IF;
-        END IF;
+        END;
         -- Who is asking (the login role and pgrag.principals: sql/functions/access.sql); NULL
         -- is unrestricted. Every protected row this function reads is tested against it.
         -- (unrestricted first: it is the cheap test, and the common case for owners.)
@@ -410,6 +426,18 @@ BEGIN
             IF v_vtype = 'halfvec' AND v_max > 65504 THEN
                 RAISE EXCEPTION 'query_embedding has a value of magnitude %, beyond the 65504 this model''s halfvec index holds',
                     v_max USING ERRCODE = '22023';
+            END IF;
+            -- pgvector computes distances in single precision, on the type the index stores: a
+            -- vector whose squared length under- or overflows there (every component 1e-23,
+            -- or 1e38) gets NaN or constant distances although its double-precision norm is
+            -- fine. Its own arithmetic decides: q <#> q is minus q's squared length as the
+            -- distances see it, which must stay well inside float range.
+            EXECUTE format('SELECT -($1::%1$s OPERATOR(%2$I.<#>) $1::%1$s)::float8', v_vcast, v_schema)
+              INTO v_sq USING query_embedding;
+            IF NOT (v_sq >= 1e-30 AND v_sq <= 1e30) THEN
+                RAISE EXCEPTION 'query_embedding has length (norm) %, which the distances (single precision) cannot use: a search vector''s norm must be between 1e-15 and 1e15',
+                    v_norm USING ERRCODE = '22023',
+                    HINT = 'Normalise the vector (divide it by its norm), or check the embedder.';
             END IF;
         END IF;
         v_use_vector := query_embedding IS NOT NULL AND vector_weight > 0;
@@ -515,6 +543,10 @@ BEGIN
                                    AND d.lexeme = u.lexeme COLLATE "C") x
                  WHERE x.df > 0;
             END IF;
+            -- A long query (more terms than pruning tracks) reads every posting of each term,
+            -- a read its text could stretch: each posting read then checks the time limit.
+            v_watch := v_deadline IS NOT NULL AND coalesce(cardinality(v_terms), 0) > 62;
+            v_tick := v_tick || '{"$doing": "reading keyword postings"}';
             IF v_terms IS NULL THEN
                 v_use_keyword := false;  -- only stop words, or no chunk has any of the words
             ELSIF v_small THEN
@@ -646,7 +678,8 @@ BEGIN
                        FROM unnest(v_terms, v_idfs) AS t(lexeme, idf)
                        JOIN pgrag.keyword_postings p
                          ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
-                      WHERE v_acls IS NULL OR p.acl_id = ANY (v_acls)
+                      WHERE (v_acls IS NULL OR p.acl_id = ANY (v_acls))
+                        AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                       GROUP BY p.chunk_id
                       ORDER BY s DESC, p.chunk_id
                       LIMIT v_kdepth),
@@ -683,6 +716,7 @@ BEGIN
                    JOIN pgrag.keyword_postings p
                      ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                   WHERE v_use_keyword AND NOT v_pruned AND NOT v_filtered AND NOT v_small
+                    AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                     AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                   GROUP BY p.chunk_id
                   ORDER BY s DESC, p.chunk_id
@@ -701,12 +735,14 @@ BEGIN
                                  AND q.chunk_id = c.id
                               OFFSET 0) q  -- a probe per pair: not to be planned as a join
                           WHERE v_use_keyword AND v_small AND v_probe
+                            AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', c.id), v_tick))
                          UNION ALL
                          SELECT p.chunk_id, t.idf * p.impact
                            FROM terms t
                            JOIN pgrag.keyword_postings p
                              ON p.collection_id = v_collection_id AND p.lexeme = t.lexeme
                           WHERE v_use_keyword AND v_small AND NOT v_probe
+                            AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                             AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                             AND p.chunk_id IN (SELECT unnest(v_cand))) x
                   GROUP BY x.id
@@ -721,6 +757,7 @@ BEGIN
                    JOIN pgrag.chunks c ON c.id = p.chunk_id
                    JOIN pgrag.documents d ON d.id = c.document_id
                   WHERE v_use_keyword AND v_filtered AND NOT v_small AND d.metadata @> v_contain
+                    AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                     AND (v_acls IS NULL OR p.acl_id = ANY (v_acls))
                     AND (v_acls IS NULL OR d.acl_id = ANY (v_acls))
                     AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))
@@ -768,29 +805,35 @@ BEGIN
        OR keyword_weight = 0 THEN
         RETURN;
     END IF;
+    v_tick := v_tick || '{"$doing": "reading chunks for the keyword fallback"}';
     -- The fallback. The general path has checked every argument and the collection, and set
     -- v_collection_id, v_acls (who is asking), v_contain and v_ops (the filter).
     RETURN QUERY
     WITH words AS MATERIALIZED (
-             -- Each word as a case-insensitive whole-word pattern, every character that is not
-             -- a letter, digit or underscore escaped: the query's words are data, never regex.
-             SELECT row_number() OVER (ORDER BY u.lexeme)::int AS i,
-                    '\m' || regexp_replace(u.lexeme, '([^[:alnum:]_])', '\\\1', 'g') || '\M'
-                        AS pattern
+             -- The query's words as the 'simple' configuration reads them (lower-cased, not
+             -- stemmed, stop words kept): its first 100, a bounded scan.
+             SELECT row_number() OVER (ORDER BY u.lexeme)::int AS i, u.lexeme
                FROM (SELECT u.lexeme FROM unnest(to_tsvector('simple'::regconfig, query_text)) u
-                      ORDER BY u.lexeme LIMIT 100) u),  -- (its first 100 words: a bounded scan)
+                      ORDER BY u.lexeme LIMIT 100) u),
          -- The chunks read: the first fallback_chunks the caller may see and the filter admits,
-         -- each with the numbers of the words its section or text contains.
+         -- each with the numbers of the words its section or text contains, as whole words
+         -- ('simple' lexemes of the chunk: one parse of the chunk, whatever the words, never
+         -- a pattern per word). Each chunk read checks the search's time limit.
          sample AS MATERIALIZED (
              SELECT c.id,
-                    ARRAY(SELECT w.i FROM words w
-                           WHERE (coalesce(c.section, '') || ' ' || c.content) ~* w.pattern) AS found
+                    ARRAY(SELECT w.i FROM words w JOIN unnest(l.lexemes) x(lexeme) ON x.lexeme = w.lexeme)
+                        AS found
                FROM pgrag.chunks c
                JOIN pgrag.documents d ON d.id = c.document_id
+              CROSS JOIN LATERAL (
+                    SELECT tsvector_to_array(to_tsvector('simple'::regconfig,
+                               coalesce(c.section, '') || ' ' || c.content)) AS lexemes
+                    OFFSET 0) l  -- (parsed once per chunk, not once per word)
               WHERE c.collection_id = v_collection_id
                 AND (v_acls IS NULL OR c.acl_id = ANY (v_acls) AND d.acl_id = ANY (v_acls))
                 AND (v_contain = '{}'::jsonb OR d.metadata @> v_contain)
                 AND (NOT v_ops OR pgrag.filter_match(d.metadata, v_match))
+                AND (v_deadline IS NULL OR pgrag.filter_match(d.metadata, v_tick))
               LIMIT fallback_chunks),
          idf AS MATERIALIZED (
              SELECT w.i, ln(1 + (n.n - x.df + 0.5) / (x.df + 0.5)) AS idf

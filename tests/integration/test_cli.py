@@ -115,6 +115,33 @@ def test_search_filter(loaded: str) -> None:
     assert_one_error_line(not_object, "error: --filter must be a JSON object")
 
 
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ('{"tag": "\\u0000"}', "NUL character"),
+        ('{"tag": "\\ud800"}', "not valid Unicode"),
+        ('{"n": NaN}', "NaN, which is not JSON"),
+        ('{"n": {"$gt": Infinity}}', "Infinity, which is not JSON"),
+        ('{"n": 1e99999}', "beyond double precision"),
+        ('{"n": -1e-99999}', "beyond double precision"),  # would silently be 0
+        ("{" + '"$not": {' * 2000 + '"n": 1' + "}" * 2001, "more than 32 levels deep"),
+        ("{" + '"$not": {' * 40 + '"n": 1' + "}" * 41, "more than 32 levels deep"),
+    ],
+    ids=["nul", "surrogate", "nan", "infinity", "overflow", "underflow", "deep", "deeper-than-32"],
+)
+def test_search_filter_json_postgres_cannot_take(loaded: str, raw: str, message: str) -> None:
+    result = run(loaded, "search", "refund", "-c", "docs", "--filter", raw)
+    assert message in assert_one_error_line(result, "error: --filter ")
+
+
+@pytest.mark.parametrize("command", ["search", "ask"])
+def test_a_query_that_is_not_utf8_is_one_line(loaded: str, command: str) -> None:
+    """What a shell passes for $'\\xff refund' reaches Python as a surrogate escape."""
+    result = run(loaded, command, "\udcff refund", "-c", "docs")
+    what = "the search query" if command == "search" else "the question"
+    assert "is not valid UTF-8" in assert_one_error_line(result, f"error: {what} ")
+
+
 def test_search_plain_output(loaded: str) -> None:
     result = ok(loaded, "search", "refund", "-c", "docs", "--k", "2")
     assert result.stdout.startswith("1. ")

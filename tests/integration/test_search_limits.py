@@ -104,6 +104,9 @@ FILTERS: list[dict[str, Any]] = [
     {"n": {"$in": []}},
     {"n": {"$nin": [1, "1", None]}},
     {"n": {"$nin": [[1], {"a": 1}]}},
+    {"n": {"$in": [[1], [3], {}, {}, ["x"], [None]]}},
+    {"n": {"$nin": [[1.0], [[1, 2]], [2, 1], {"a": 1}, {"a": 1}]}},
+    {"n": {"$in": [[True], [[1, 2]]]}},
     {"tags": {"$in": ["us", "eu"]}},
     {"tags": {"$nin": ["us"]}},
     {"tags": {"$all": ["gdpr", "eu"]}},
@@ -185,7 +188,7 @@ def test_a_10000_value_in_list_returns_exactly_its_documents(
         ({f"k{i}": {"$ne": i} for i in range(101)}, "filter has 202 keys and operators"),
         (
             {"n": {"$in": ["x" * 1100000]}},
-            "filter is 1100020 bytes of JSON; the limit is 1000000",
+            r"filter is 11000\d\d bytes of JSON; the limit is 1000000",
         ),
     ],
     ids=["values", "values-spread", "keys", "bytes"],
@@ -200,8 +203,8 @@ def test_an_oversized_filter_is_a_one_line_error(
 
 def test_a_deeply_nested_filter_is_a_one_line_error(conn: psycopg.Connection[Any]) -> None:
     def nested(levels: int) -> dict[str, Any]:
-        f: dict[str, Any] = {"n": 1}  # two levels: the object and its value
-        for _ in range(levels - 2):
+        f: dict[str, Any] = {"n": 1}  # one level: an object (its scalar value is none)
+        for _ in range(levels - 1):
             f = {"$not": f}
         return f
 
@@ -211,7 +214,7 @@ def test_a_deeply_nested_filter_is_a_one_line_error(conn: psycopg.Connection[Any
         )
     rows = conn.execute(  # 30 $not (an even number) around {"n": 1}: that document alone
         "SELECT source FROM pgrag.search_v5('lim', 'refund', k => 100, filter => %s)",
-        (Jsonb(nested(32)),),
+        (Jsonb(nested(31)),),
     ).fetchall()
     assert rows == [("note-01.txt",)]
 
@@ -303,6 +306,10 @@ def test_python_refuses_a_zero_query_embedding(limits_dsn: str, embedder: Any) -
         ("'lim', 'refund', temperature => 1e308", "temperature must be between"),
         ("'lim', 'refund', postings_per_term => -2147483648", "postings_per_term"),
         ("'lim', 'refund', fallback_chunks => 2147483647", "fallback_chunks"),
+        (
+            "'lim', 'refund', fallback_chunks => 1000000",
+            "fallback_chunks must be between 0 and 50000",
+        ),
     ],
 )
 def test_extreme_arguments_are_one_line_errors_naming_them(
@@ -375,3 +382,201 @@ def test_python_sessions_stop_a_query_whose_client_went_away(limits_dsn: str) ->
         assert shown == ("5s",)
     finally:
         db.close()
+
+
+# -- review findings on items 3, 6 and 7 -----------------------------------------------------
+
+
+def test_the_keyword_fallback_stops_at_the_time_limit(conn: psycopg.Connection[Any]) -> None:
+    """The fallback reads up to fallback_chunks chunks for any query text: it checks the same
+    deadline as filter testing (a reader may SET statement_timeout = 0)."""
+    query = "SELECT source FROM pgrag.search_v5('lim', %s, k => 5)"
+    # only stop words: the keyword arm finds nothing, the fallback matches them as typed
+    assert len(conn.execute(query, ("are",)).fetchall()) == 5
+    assert conn.execute(query, ("zzqxv " * 3,)).fetchall() == []
+    conn.execute("SET statement_timeout = 0")
+    conn.execute("SET pgrag.search_timeout = '0.001'")
+    try:
+        for text in ("are", " ".join(f"{c * 190}" for c in "bcdfghjklm")):
+            with pytest.raises(psycopg.errors.QueryCanceled, match="keyword fallback"):
+                conn.execute(query, (text,))
+        # a search the keyword arm answers never reaches the fallback
+        assert conn.execute(query, ("refund",)).fetchall()
+    finally:
+        conn.execute("RESET pgrag.search_timeout")
+    assert len(conn.execute(query, ("are",)).fetchall()) == 5
+
+
+def test_the_fallback_matches_whole_words_as_typed(conn: psycopg.Connection[Any]) -> None:
+    rows = conn.execute(
+        "SELECT source, keyword_score FROM pgrag.search_v5('lim', 'Are', k => 100)"
+    ).fetchall()
+    assert len(rows) == len(DOCS)  # every note has "are" (a stop word, matched as a word)
+    assert conn.execute("SELECT * FROM pgrag.search_v5('lim', 'ar', k => 100)").fetchall() == []
+
+
+def test_in_lists_of_objects_and_lists_are_compiled(conn: psycopg.Connection[Any]) -> None:
+    compiled = conn.execute(
+        "SELECT pgrag.filter_check(%s)",
+        (Jsonb({"tags": {"$in": [{}] * 9996 + [[str(i)] for i in range(1, 3)]}}),),
+    ).fetchone()[0]  # type: ignore[index]
+    (ins,) = compiled["$groups"][0]
+    assert ins["rest"] == [{}]  # 9,996 equal objects tested once, not once each per row
+    assert sorted(compiled["$sets"][ins["set"]]) == ["as1", "as2"]  # [x]: a lookup
+    got = _sources(
+        conn,
+        "SELECT source FROM pgrag.search_v5('lim', 'refund', k => 100, filter => %s)",
+        (Jsonb({"tags": {"$in": [[str(i)] for i in range(1, 5000)]}}),),  # 9,998 values
+    )
+    assert sorted(got) == sorted(f"note-{i:02d}.txt" for i in range(60) if i % 5 in (1, 2, 3, 4))
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="101 distinct objects and lists"):
+        conn.execute(
+            "SELECT * FROM pgrag.search_v5('lim', 'refund', filter => %s)",
+            (Jsonb({"tags": {"$in": [[i, i] for i in range(101)]}}),),
+        )
+
+
+def test_range_bounds_are_parsed_once_and_agree(conn: psycopg.Connection[Any]) -> None:
+    compiled = conn.execute(
+        "SELECT pgrag.filter_check(%s)", (Jsonb({"d": {"$gte": "2024-03-01T10:00:00+01:00"}}),)
+    ).fetchone()[0]  # type: ignore[index]
+    assert compiled["$groups"][0][0]["t"] == 1709283600  # epoch seconds, parsed at compile time
+    for bound, admitted in ((30.5, 29), (-1, 60), (59, 0), (1e-300, 59)):
+        got = _sources(
+            conn,
+            "SELECT source FROM pgrag.search_v5('lim', 'refund', k => 100, filter => %s)",
+            (Jsonb({"n": {"$gt": bound}}),),
+        )
+        assert len(got) == admitted, bound
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"n": {"$gt": 1e131000}}',
+        '{"n": {"$in": [' + ",".join(["1e131000"] * 9000) + "]}}",
+        '{"n": {"$lt": 1e-1001}}',
+        '{"n": {"$eq": 0.' + "0" * 1000 + "1}}",
+        '{"n": {"$gt": 1e100000}}',
+    ],
+    ids=["huge", "many-huge", "tiny", "long", "bound"],
+)
+def test_absurd_numbers_in_a_filter_are_one_line_errors(
+    conn: psycopg.Connection[Any], text: str
+) -> None:
+    with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="number beyond the limits"):
+        conn.execute("SELECT * FROM pgrag.search_v5('lim', 'refund', filter => %s::jsonb)", (text,))
+    ok = '{"n": {"$lt": 1e999, "$gt": 1e-1000}}'
+    assert (
+        len(
+            conn.execute(
+                "SELECT * FROM pgrag.search_v5('lim', 'refund', k => 100, filter => %s::jsonb)",
+                (ok,),
+            ).fetchall()
+        )
+        == 59
+    )
+
+
+def test_nesting_counts_the_levels_written(conn: psycopg.Connection[Any]) -> None:
+    def nots(count: int) -> dict[str, Any]:
+        f: dict[str, Any] = {"n": 1}
+        for _ in range(count):
+            f = {"$not": f}
+        return f
+
+    def ands(count: int) -> dict[str, Any]:
+        f: dict[str, Any] = {"n": 1}
+        for _ in range(count):
+            f = {"$and": [f]}
+        return f
+
+    query = "SELECT source FROM pgrag.search_v5('lim', 'refund', k => 100, filter => %s)"
+    assert _sources(conn, query, (Jsonb(nots(30)),)) == ["note-01.txt"]  # 31 levels
+    assert len(_sources(conn, query, (Jsonb(nots(31)),))) == 59  # 32 levels: the limit
+    assert _sources(conn, query, (Jsonb(ands(31)),)) == ["note-01.txt"]
+    for too_deep in (nots(32), ands(32)):
+        with pytest.raises(psycopg.errors.ProgramLimitExceeded, match="more than 32 levels"):
+            conn.execute(query, (Jsonb(too_deep),))
+
+
+def _fill(conn: psycopg.Connection[Any], value: float, first: float | None = None) -> str:
+    dims = conn.execute("SELECT dimension FROM pgrag.embedding_models LIMIT 1").fetchone()
+    assert dims is not None
+    values = [value] * dims[0]
+    if first is not None:
+        values = [first] + [0.0] * (dims[0] - 1)
+    return "[" + ",".join(repr(v) for v in values) + "]"
+
+
+def test_vectors_single_precision_cannot_measure_are_refused(conn: psycopg.Connection[Any]) -> None:
+    for vector in (_fill(conn, 0, first=1e-45), _fill(conn, 1e-23), _fill(conn, 1e38)):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="norm|halfvec"):
+            conn.execute("SELECT * FROM pgrag.search_v5('lim', NULL, %s::vector)", (vector,))
+    # small and large but measurable: searched, with real distances
+    for value in (1e-10, 1e10):
+        rows = conn.execute(
+            "SELECT vector_distance FROM pgrag.search_v5('lim', NULL, %s::vector, k => 5)",
+            (_fill(conn, value),),
+        ).fetchall()
+        assert len(rows) == 5 and all(r[0] == r[0] for r in rows)  # not NaN
+
+
+def test_python_refuses_a_vector_single_precision_cannot_measure(
+    limits_dsn: str, embedder: Any
+) -> None:
+    class Tiny:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(embedder, name)
+
+        def embed(self, texts: list[str]) -> Any:
+            return np.full((len(texts), embedder.dimension), 1e-23, dtype=np.float32)
+
+    db = pgrag.connect(limits_dsn, embedder=Tiny())  # type: ignore[arg-type]
+    db.query_cache = False
+    try:
+        with pytest.raises(InputError, match="single precision"):
+            pgrag.search(db, "refund tiny", collection="lim", k=3)
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize(
+    ("f", "message"),
+    [
+        ({"tag": "\x00"}, "NUL character"),
+        ({"tag": "\ud800"}, "not valid Unicode"),
+        ({"n": float("nan")}, "JSON cannot hold"),
+        ({"n": {"$gt": float("inf")}}, "JSON cannot hold"),
+    ],
+)
+def test_python_refuses_filter_values_jsonb_cannot_hold(
+    limits_dsn: str, f: dict[str, Any], message: str
+) -> None:
+    db = pgrag.connect(limits_dsn)
+    try:
+        with pytest.raises(InputError, match=message):
+            pgrag.search(db, "refund", collection="lim", mode="keyword", filter=f)
+        with pytest.raises(InputError, match="the search query is not valid UTF-8"):
+            pgrag.search(db, "\udcff refund", collection="lim", mode="keyword")
+    finally:
+        db.close()
+
+
+def test_a_long_query_stops_at_the_time_limit(conn: psycopg.Connection[Any]) -> None:
+    """A query of more terms than pruning tracks (62) reads every posting of each: a read its
+    text stretches, so each posting read checks the time limit (here on the general path, which
+    a filter or a restricted caller takes)."""
+    text = "refund note processed business days " + " ".join(str(i) for i in range(60))  # 65 terms
+    query = "SELECT source FROM pgrag.search_v5('lim', %s, k => 5, filter => %s)"
+    for f in ({"team": "billing"}, {"n": {"$gte": 0}}):
+        assert len(conn.execute(query, (text, Jsonb(f))).fetchall()) == 5
+    few = conn.execute(query, ("refund note 1", Jsonb({"team": "sales"}))).fetchall()
+    conn.execute("SET pgrag.search_timeout = '0.001'")
+    try:
+        with pytest.raises(psycopg.errors.QueryCanceled, match="reading keyword postings"):
+            conn.execute(query, (text, Jsonb({"team": "billing"})))
+        # a short query is not watched per posting (containment filter: no row test either)
+        assert conn.execute(query, ("refund note 1", Jsonb({"team": "sales"}))).fetchall() == few
+    finally:
+        conn.execute("RESET pgrag.search_timeout")
