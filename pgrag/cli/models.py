@@ -204,9 +204,14 @@ def worker(ctx: click.Context, once: bool, batch_size: int, poll: float, lease: 
     from pgrag.db.waits import reporting_waits
 
     db = database(ctx)
-    with reporting_waits(db, lambda line: click.echo(line, err=True)):
+
+    def say(line: str) -> None:
+        click.echo(line, err=True)
+
+    with reporting_waits(db, say):
         total = run(
             db,
+            on_wait=say,
             batch_size=batch_size,
             once=once,
             poll=poll,

@@ -1,20 +1,20 @@
 -- name: health
 -- Each model a collection uses (not retired), its HNSW index and that index's state: ok
--- (valid), building (someone holds the model's build lock, pgrag.ensure_model_index's), missing,
--- invalid (left by an interrupted CREATE INDEX CONCURRENTLY), or none (over the dimensions
--- HNSW indexes: searched exactly, by design). The index's oid, NULL when missing.
+-- (valid, and what pgrag.model_index_ddl builds), building (someone holds the model's build
+-- lock, pgrag.ensure_model_index's), missing, invalid (left by an interrupted CREATE INDEX
+-- CONCURRENTLY), wrong (valid, but another access method, operator class, expression or
+-- predicate: searches cannot use it), or none (over the dimensions HNSW indexes: searched
+-- exactly, by design); pgrag.model_index_state judges it. The index's oid, NULL when missing.
 SELECT m.id, m.name, 'chunk_embeddings_hnsw_' || m.id,
-       CASE WHEN pgrag.model_index_ddl(m.id) IS NULL THEN 'none'
-            WHEN i.indisvalid THEN 'ok'
+       CASE WHEN s.state IN ('ok', 'none') THEN s.state
             WHEN EXISTS (SELECT 1 FROM pg_locks l
                           WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
                             AND l.classid = hashtext('pgrag.model_index')::oid
                             AND l.objid = m.id::oid) THEN 'building'
-            WHEN i.indexrelid IS NULL THEN 'missing'
-            ELSE 'invalid' END,
-       i.indexrelid::bigint
+            ELSE s.state END,
+       to_regclass('pgrag.chunk_embeddings_hnsw_' || m.id)::oid::bigint
   FROM pgrag.embedding_models m
-  LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.chunk_embeddings_hnsw_' || m.id)
+ CROSS JOIN LATERAL (SELECT pgrag.model_index_state(m.id) AS state) s
  WHERE EXISTS (SELECT 1 FROM pgrag.collection_models cm
                 WHERE cm.model_id = m.id AND cm.status <> 'retired')
     OR m.id = ANY (%(models)s)
@@ -46,9 +46,14 @@ SELECT pg_advisory_unlock(hashtext('pgrag.model_index'), %(model_id)s);
 -- The build lock until this transaction ends, if no one holds it; whether it was taken.
 SELECT pg_try_advisory_xact_lock(hashtext('pgrag.model_index'), %(model_id)s);
 
--- name: index_valid
--- Whether the index exists (a row) and is valid.
-SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
+-- name: index_state
+-- What the model's index is now (pgrag.model_index_state: ok, missing, invalid, wrong, none).
+SELECT pgrag.model_index_state(%(model_id)s);
+
+-- name: lock_timeout
+-- Give up on any lock (and, for CREATE INDEX CONCURRENTLY, on older transactions) that is not
+-- free within the given milliseconds, for this session.
+SET lock_timeout = {ms};
 
 -- name: build_memory
 -- Memory for building an HNSW index in this session.
