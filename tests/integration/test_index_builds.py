@@ -256,3 +256,28 @@ def test_an_index_built_otherwise_is_reported_wrong_and_built_again(
     db.conn.commit()
     assert built == (True,)
     assert _state(db, model_id) == "ok"
+
+
+def test_db_repair_says_what_it_waits_for(
+    db: Database, model_id: int, old_reader: psycopg.Connection[Any]
+) -> None:
+    from pgrag.db import repair
+
+    told = threading.Event()
+    lines: list[str] = []
+
+    def on_wait(line: str) -> None:
+        lines.append(line)
+        if f"(pid {old_reader.info.backend_pid})" in line:
+            told.set()
+
+    worker, result = _in_thread(lambda: repair.repair_database(db.dsn, on_wait=on_wait))
+    try:
+        assert told.wait(SAFETY), lines
+        assert worker.is_alive()  # still waiting: the line came while it waited
+    finally:
+        old_reader.rollback()
+    worker.join(SAFETY)
+    done, left = result[0]
+    assert any(line.startswith(f"built pgrag.chunk_embeddings_hnsw_{model_id}") for line in done)
+    assert lines[0].startswith("waiting for ") and "a lock on pgrag." in lines[0], lines
