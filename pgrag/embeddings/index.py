@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 Q = queries.load(__name__)
 
 # What health() reports of an index: wrong is a valid index of the name that is not what
-# pgrag.model_index_ddl builds (pgrag.model_index_state), which searches cannot use.
+# pgrag.model_index_ddl builds, which searches cannot use.
 OK, BUILDING, MISSING, INVALID, WRONG, NONE = (
     "ok",
     "building",
@@ -53,8 +53,22 @@ class IndexHealth:
 def health(db: Database, models: Iterable[int] = ()) -> list[IndexHealth]:
     """The index of each model a collection uses (and of ``models``), by model id."""
     with transaction(db) as conn:
-        rows = conn.execute(Q.health, {"models": list(models)}).fetchall()
-    return [IndexHealth(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+        return _health(conn, models)
+
+
+def _health(conn: Any, models: Iterable[int] = (), *, own_build: bool = False) -> list[IndexHealth]:
+    """:func:`health` on ``conn``; with ``own_build``, from the session that holds the build
+    lock (which is then no sign of someone else's build)."""
+    return [
+        IndexHealth(
+            int(r[0]),
+            r[1],
+            r[2],
+            BUILDING if r[4] and not own_build and r[3] not in (OK, NONE) else r[3],
+            r[5],
+        )
+        for r in conn.execute(Q.health, {"models": list(models)}).fetchall()
+    ]
 
 
 def ensure(
@@ -131,19 +145,18 @@ def _build_concurrently(
     from pgrag.db.waits import watching
 
     index = f"chunk_embeddings_hnsw_{int(model_id)}"
-    qualified = f"pgrag.{index}"
     drop = sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index))
     seen: list[str] = []
 
     def waiting(line: str) -> None:
         seen.append(line)
         if on_wait is not None:
-            on_wait(f"building index {qualified}: {line}")
+            on_wait(f"building index {index}: {line}")
 
     def gave_up(why: str) -> bool:
         if on_warning is not None:
             on_warning(
-                f"index {qualified}",
+                f"index {index}",
                 f"not built: {why}; searches of its model read every vector until the next"
                 " ingest that writes, `pgrag worker` or `pgrag db repair` builds it",
             )
@@ -167,8 +180,14 @@ def _build_concurrently(
                     return False
                 conn.execute(sql.SQL(Q.lock_timeout).format(ms=sql.Literal(GIVE_UP * 1000)))
             try:
-                again = conn.execute(Q.index_state, {"model_id": model_id}).fetchone()
-                state = again[0] if again else NONE
+                state = next(
+                    (
+                        h.state
+                        for h in _health(conn, [model_id], own_build=True)
+                        if h.model_id == model_id
+                    ),
+                    NONE,
+                )
                 if state in (OK, NONE):
                     return False  # built meanwhile (or never to be)
                 ddl = conn.execute(Q.model_index_ddl, {"model_id": model_id}).fetchone()
@@ -207,7 +226,7 @@ def _build_concurrently(
             else:
                 why = describe_error(err)
             if wait:
-                raise DatabaseError(f"building index {qualified} failed: {why}") from err
+                raise DatabaseError(f"building index {index} failed: {why}") from err
             return gave_up(why)
     return True
 

@@ -89,7 +89,7 @@ def ingest(
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
     continue. ``on_warning(path, reason)`` for each file a directory walk leaves out with a
     reason (a dangling symbolic link: status "skipped", not a failure), and with
-    ``("index pgrag.chunk_embeddings_hnsw_N", reason)`` for a missing model index whose build
+    ``("index chunk_embeddings_hnsw_N", reason)`` for a missing model index whose build
     it gave up (it would have waited for another session's transaction). ``on_wait(message)``
     is called when a statement (or the index build) has waited a moment for a lock another
     session holds (once per holder), saying who holds it and on what. ``on_plan(total)``

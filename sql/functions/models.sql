@@ -137,45 +137,8 @@ BEGIN
 END
 $fn$;
 
--- What a model's HNSW index, chunk_embeddings_hnsw_<ID>, is: none (the model gets no index: it
--- is searched exactly), missing, invalid (left by an interrupted CREATE INDEX CONCURRENTLY),
--- wrong (a valid index of that name that is not what model_index_ddl builds: another table,
--- access method, operator class, expression or predicate, so searches cannot use it), or ok.
--- The storage options (m, ef_construction) are for pgrag db check to judge: such an index
--- serves searches. pgrag db check (pgrag.db.drift) names the difference.
-CREATE OR REPLACE FUNCTION pgrag.model_index_state(p_model_id integer) RETURNS text
-LANGUAGE sql
-STABLE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-SELECT CASE WHEN pgrag.model_index_ddl(m.id) IS NULL THEN 'none'
-            WHEN i.indexrelid IS NULL THEN 'missing'
-            WHEN NOT i.indisvalid THEN 'invalid'
-            WHEN i.indrelid <> 'pgrag.chunk_embeddings'::regclass
-              OR i.indnatts <> 1
-              OR a.amname IS DISTINCT FROM 'hnsw'
-              OR o.opcname::text IS DISTINCT FROM
-                 m.index_type || CASE m.distance WHEN 'cosine' THEN '_cosine_ops'
-                                                 WHEN 'l2' THEN '_l2_ops' ELSE '_ip_ops' END
-              OR strpos(coalesce(pg_get_indexdef(i.indexrelid, 1, true), ''),
-                        m.index_type || '(' || m.dimension || ')') = 0
-              OR pg_get_expr(i.indpred, i.indrelid) IS DISTINCT FROM '(model_id = ' || m.id || ')'
-            THEN 'wrong'
-            ELSE 'ok' END
-  FROM pgrag.embedding_models m
-  LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.chunk_embeddings_hnsw_' || m.id)
-  LEFT JOIN pg_class x ON x.oid = i.indexrelid
-  LEFT JOIN pg_am a ON a.oid = x.relam
-  LEFT JOIN pg_opclass o ON o.oid = i.indclass[0]
- WHERE m.id = p_model_id
-$fn$;
-
-COMMENT ON FUNCTION pgrag.model_index_state(integer) IS
-    'The state of an embedding model''s HNSW index: none, missing, invalid, wrong or ok.';
-
 -- Creates a model's partial HNSW index, chunk_embeddings_hnsw_<ID>, if it is missing, invalid or
--- wrong (model_index_state); true when it built one. USING hnsw ((embedding::vector(DIM)) <opclass>) WHERE model_id = ID,
+-- not what model_index_ddl builds; true when it built one. USING hnsw ((embedding::vector(DIM)) <opclass>) WHERE model_id = ID,
 -- or halfvec(DIM) for a model indexed at half precision (embedding_models.index_type; up to
 -- 4,000 dimensions), with m = 16 and ef_construction = 128: on 200k clustered 384-d vectors
 -- recall@10 against exact search then reaches 0.98 at ef_search 160 where pgvector's default
@@ -195,16 +158,41 @@ AS $fn$
 DECLARE
     v_ddl   text := pgrag.model_index_ddl(p_model_id);
     v_index text := 'chunk_embeddings_hnsw_' || p_model_id;
+    v_ok    boolean;
 BEGIN
-    IF v_ddl IS NULL OR pgrag.model_index_state(p_model_id) = 'ok' THEN
+    IF v_ddl IS NULL THEN
         RETURN false;
     END IF;
-    -- One build per model at a time (pgrag builds CONCURRENTLY under the same lock, as a
-    -- session lock): an index another session is still building is invalid too.
-    PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
-    IF pgrag.model_index_state(p_model_id) = 'ok' THEN
-        RETURN false;
-    END IF;
+    FOR v_pass IN 1..2 LOOP
+        -- Valid, and what model_index_ddl builds (the table, hnsw, the model's operator class,
+        -- expression and predicate; as pgrag.embeddings.index's health query and pgrag db check
+        -- judge it): anything else is an index searches cannot use.
+        SELECT coalesce(i.indisvalid, false)
+               AND i.indrelid = 'pgrag.chunk_embeddings'::regclass
+               AND i.indnatts = 1
+               AND a.amname = 'hnsw'
+               AND o.opcname::text = m.index_type || CASE m.distance WHEN 'cosine' THEN '_cosine_ops'
+                                                                     WHEN 'l2' THEN '_l2_ops'
+                                                                     ELSE '_ip_ops' END
+               AND strpos(coalesce(pg_get_indexdef(i.indexrelid, 1, true), ''),
+                          m.index_type || '(' || m.dimension || ')') > 0
+               AND pg_get_expr(i.indpred, i.indrelid) IS NOT DISTINCT FROM
+                   '(model_id = ' || m.id || ')'
+          INTO v_ok
+          FROM pgrag.embedding_models m
+          LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.' || v_index)
+          LEFT JOIN pg_class x ON x.oid = i.indexrelid
+          LEFT JOIN pg_am a ON a.oid = x.relam
+          LEFT JOIN pg_opclass o ON o.oid = i.indclass[0]
+         WHERE m.id = p_model_id;
+        IF coalesce(v_ok, false) THEN
+            RETURN false;
+        END IF;
+        EXIT WHEN v_pass = 2;
+        -- One build per model at a time (pgrag builds CONCURRENTLY under the same lock, as a
+        -- session lock): an index another session is still building is invalid too.
+        PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
+    END LOOP;
     -- An invalid one, left by an interrupted CREATE INDEX CONCURRENTLY, and a wrong one (not
     -- what model_index_ddl builds: searches cannot use it) are built again.
     EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', v_index);

@@ -117,7 +117,7 @@ def test_a_build_that_would_wait_for_an_old_transaction_is_given_up_with_a_warni
         old_reader.rollback()
     assert not isinstance(result[0], BaseException), result
     assert result[0].chunks_written == 1  # the load went on
-    name = f"pgrag.chunk_embeddings_hnsw_{model_id}"
+    name = f"chunk_embeddings_hnsw_{model_id}"
     said = [w for w in waits if w.startswith(f"building index {name}: waiting for ")]
     assert any(f"(pid {reader_pid})" in w for w in said), waits
     assert any("older than the index build" in w for w in said), waits
@@ -169,7 +169,7 @@ def _terminate_build_once_it_waits(dsn: str) -> threading.Thread:
 def test_a_build_whose_backend_is_terminated_is_one_line_and_left_for_the_next_run(
     db: Database, model_id: int, old_reader: psycopg.Connection[Any]
 ) -> None:
-    name = f"pgrag.chunk_embeddings_hnsw_{model_id}"
+    name = f"chunk_embeddings_hnsw_{model_id}"
     # Waited for (pgrag models reembed): a one-line error naming the build.
     killer = _terminate_build_once_it_waits(db.dsn)
     with pytest.raises(DatabaseError) as caught:
