@@ -34,10 +34,12 @@ STATUS = {
 }
 # What happens next to an index that is not in use (pgrag.embeddings.index.health).
 _INDEX_HINT = {
-    "missing": ": searches read every vector; the next ingest, `pgrag worker` or"
+    "missing": ": searches read every vector; the next ingest that writes, `pgrag worker` or"
     " `pgrag db repair` builds it",
-    "invalid": " (an interrupted build): the next ingest, `pgrag worker` or `pgrag db repair`"
-    " builds it again",
+    "invalid": " (an interrupted build): the next ingest that writes, `pgrag worker` or"
+    " `pgrag db repair` builds it again",
+    "wrong": " (not built as pgrag builds it, so searches cannot use it; `pgrag db check` says"
+    " how): the next ingest that writes, `pgrag worker` or `pgrag db repair` builds it again",
     "building": ": another session is building it; searches use it once it is done",
 }
 

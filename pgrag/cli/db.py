@@ -106,7 +106,9 @@ def db_repair(ctx: click.Context, force: bool) -> None:
     """Restore what `pgrag db check` finds, in one transaction: functions, policies and
     row-level security, triggers, indexes, constraints and privileges as this release installs
     them; drop what pgrag did not create in its schema; queue chunks without vectors."""
-    done, left = repair.repair_database(_dsn(ctx), force=force)
+    done, left = repair.repair_database(
+        _dsn(ctx), force=force, on_wait=lambda line: echo(line, err=True, layout=False)
+    )
     if not done and not left:
         echo("nothing differs from this release: nothing to repair")
         return

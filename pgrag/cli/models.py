@@ -213,9 +213,14 @@ def worker(ctx: click.Context, once: bool, batch_size: int, poll: float, lease: 
     from pgrag.db.waits import reporting_waits
 
     db = database(ctx)
-    with reporting_waits(db, lambda line: echo(line, err=True, layout=False)):
+
+    def say(line: str) -> None:
+        echo(line, err=True, layout=False)
+
+    with reporting_waits(db, say):
         total = run(
             db,
+            on_wait=say,
             batch_size=batch_size,
             once=once,
             poll=poll,

@@ -58,8 +58,33 @@ class Database:
         self.close()
 
 
-def describe_error(err: Any) -> str:
-    """One line from a psycopg error: the server's message and its hint."""
+# SQLSTATEs of a server ending the session: an administrator's pg_terminate_backend, a
+# shutdown, a crash of another backend (class 08: the connection itself).
+_ENDED = ("57P01", "57P02", "57P03")
+
+
+def connection_lost(err: Any) -> bool:
+    """Whether a psycopg error is the server (or the network) ending the connection."""
+    import psycopg
+
+    if not isinstance(err, psycopg.OperationalError):
+        return False
+    state = getattr(err, "sqlstate", None)
+    return state is None or state.startswith("08") or state in _ENDED
+
+
+def describe_error(err: Any, *, unfinished: bool = False) -> str:
+    """One line from a psycopg error: the server's message and its hint. A connection the
+    server ended is said so (with ``unfinished``: nothing of the transaction it was in was
+    written)."""
+    if connection_lost(err):
+        diag = getattr(err, "diag", None)
+        why = getattr(diag, "message_primary", None) or "it closed the connection unexpectedly"
+        done = " in the middle of a transaction: nothing of it was written" if unfinished else ""
+        return (
+            f"the server ended the connection ({why}){done}; run the command again once the"
+            " server accepts connections"
+        )
     diag = getattr(err, "diag", None)
     primary = getattr(diag, "message_primary", None) or " ".join(str(err).split())
     hint = getattr(diag, "message_hint", None)
@@ -72,11 +97,17 @@ def transaction(db: Database) -> Iterator[Any]:
     stays usable) and comes out as a one-line :class:`pgrag.DatabaseError`."""
     import psycopg
 
+    committing = False
     try:
         with db.conn.transaction():
             yield db.conn
+            committing = True  # (an error from here on is the COMMIT's)
     except psycopg.Error as err:
-        raise DatabaseError(describe_error(err)) from err
+        # A session the server ends in a transaction is rolled back, COMMIT or not, when the
+        # server says why (a COMMIT it was processing would have been answered); a connection
+        # that broke without a word during COMMIT leaves its outcome unknown.
+        said = getattr(err, "sqlstate", None) in _ENDED
+        raise DatabaseError(describe_error(err, unfinished=said or not committing)) from err
 
 
 def _register_vector(conn: psycopg.Connection[Any]) -> None:

@@ -41,11 +41,21 @@ _OBJECTS = {"r": "TABLES", "S": "SEQUENCES", "f": "FUNCTIONS", "T": "TYPES", "n"
 _OPTION = re.compile(r"^[a-z_][a-z0-9_.]*$")
 
 
-def repair_database(dsn: str, *, force: bool = False) -> tuple[list[str], list[drift.Drift]]:
+def repair_database(
+    dsn: str, *, force: bool = False, on_wait: Callable[[str], None] | None = None
+) -> tuple[list[str], list[drift.Drift]]:
     """:func:`repair` on ``dsn`` in one transaction, under the migration lock and with pgrag's
     tables locked; returns what it did and what still differs afterwards (what no repair can
-    restore). A database where nothing differs is left alone: no lock, nothing re-applied."""
-    with open_connection(dsn) as conn, schema.locked(dsn):
+    restore). A database where nothing differs is left alone: no lock, nothing re-applied.
+    ``on_wait(line)`` says what it waits for when a lock is held by another session (after
+    about 2 s, naming the session)."""
+    from pgrag.db.waits import watching
+
+    with (
+        open_connection(dsn) as conn,
+        watching(dsn, conn.info.backend_pid, on_wait),
+        schema.locked(dsn),
+    ):
         who = schema.running(conn)
         try:
             if not drift.check(conn):

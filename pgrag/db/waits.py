@@ -36,13 +36,25 @@ def reporting_waits(
     if on_wait is None:
         yield
         return
-    pid = db.conn.info.backend_pid
+    with watching(db.dsn, db.conn.info.backend_pid, on_wait, after=after):
+        yield
+
+
+@contextmanager
+def watching(
+    dsn: str, pid: int, on_wait: Callable[[str], None] | None, *, after: float = 2.0
+) -> Iterator[None]:
+    """:func:`reporting_waits` for any backend ``pid`` of the database at ``dsn`` (such as a
+    connection of its own that builds an index)."""
+    if on_wait is None:
+        yield
+        return
     stop = threading.Event()
 
     def watch() -> None:
         told: set[tuple[int, str]] = set()
         try:
-            with open_connection(db.dsn, autocommit=True) as conn:
+            with open_connection(dsn, autocommit=True) as conn:
                 while not stop.wait(after):
                     for holder, who, what, query in conn.execute(
                         Q.blockers, {"pid": pid}

@@ -1,6 +1,7 @@
 -- name: blockers
 -- The sessions a backend waits for, who each is, and what the backend waits to lock: a
--- table, a row, rows a transaction wrote and has not committed, or a model's index build.
+-- table, a row, rows a transaction wrote and has not committed, a model's index build, or (for
+-- a CREATE INDEX CONCURRENTLY) a transaction that began before it.
 SELECT b.pid,
        coalesce(nullif(a.application_name, ''), 'a session')
          || coalesce(' as ' || a.usename::text, '')
@@ -15,6 +16,9 @@ SELECT b.pid,
                   WHEN 'relation' THEN 'a lock on ' || l.relation::regclass::text
                   WHEN 'tuple' THEN 'a row of ' || l.relation::regclass::text
                   WHEN 'transactionid' THEN 'rows it changed and has not committed'
+                  -- (CREATE INDEX CONCURRENTLY waits for every older transaction to end,
+                  -- even a read-only one.)
+                  WHEN 'virtualxid' THEN 'a transaction older than the index build'
                   WHEN 'advisory' THEN
                       CASE WHEN l.classid = hashtext('pgrag.model_index')::oid AND l.objsubid = 2
                            THEN 'the build of embedding model ' || l.objid || '''s index'

@@ -11,22 +11,34 @@ shows each one's state."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgrag.db import queries
 from pgrag.db.connect import transaction
 from pgrag.db.dsn import open_connection
-from pgrag.errors import DatabaseError
+from pgrag.errors import DatabaseError, PgragError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from pgrag.db.connect import Database
 
 Q = queries.load(__name__)
 
-# What health() reports of an index.
-OK, BUILDING, MISSING, INVALID, NONE = "ok", "building", "missing", "invalid", "none"
+# What health() reports of an index: wrong is a valid index of the name that is not what
+# pgrag.model_index_ddl builds, which searches cannot use.
+OK, BUILDING, MISSING, INVALID, WRONG, NONE = (
+    "ok",
+    "building",
+    "missing",
+    "invalid",
+    "wrong",
+    "none",
+)
+# Seconds a build nobody waits for (ingest, worker) may queue behind another session before it
+# gives up: CREATE INDEX CONCURRENTLY waits for every transaction older than it, even a
+# read-only one, and lock_timeout bounds that wait too.
+GIVE_UP = 5
 
 
 @dataclass(frozen=True)
@@ -34,26 +46,54 @@ class IndexHealth:
     model_id: int
     model: str
     index: str  # its name in schema pgrag
-    state: str  # ok, building, missing, invalid, or none (the model is searched exactly)
+    state: str  # ok, building, missing, invalid, wrong, or none (the model is searched exactly)
     oid: int | None  # None when missing
 
 
 def health(db: Database, models: Iterable[int] = ()) -> list[IndexHealth]:
     """The index of each model a collection uses (and of ``models``), by model id."""
     with transaction(db) as conn:
-        rows = conn.execute(Q.health, {"models": list(models)}).fetchall()
-    return [IndexHealth(int(r[0]), r[1], r[2], r[3], r[4]) for r in rows]
+        return _health(conn, models)
 
 
-def ensure(db: Database, model_id: int, *, wait: bool = False) -> bool:
-    """Build the model's index if it is missing or invalid; True when this call built it.
+def _health(conn: Any, models: Iterable[int] = (), *, own_build: bool = False) -> list[IndexHealth]:
+    """:func:`health` on ``conn``; with ``own_build``, from the session that holds the build
+    lock (which is then no sign of someone else's build)."""
+    return [
+        IndexHealth(
+            int(r[0]),
+            r[1],
+            r[2],
+            BUILDING if r[4] and not own_build and r[3] not in (OK, NONE) else r[3],
+            r[5],
+        )
+        for r in conn.execute(Q.health, {"models": list(models)}).fetchall()
+    ]
+
+
+def ensure(
+    db: Database,
+    model_id: int,
+    *,
+    wait: bool = False,
+    on_wait: Callable[[str], None] | None = None,
+    on_warning: Callable[[str, str], None] | None = None,
+) -> bool:
+    """Build the model's index if it is missing, invalid or wrong; True when this call built it.
 
     A role that owns pgrag.chunk_embeddings builds it ``CONCURRENTLY`` on a connection of its
     own, so writers to every collection go on meanwhile; another (pgrag_writer) builds it with
     ``pgrag.ensure_model_index`` in a transaction, which writers wait for. A valid index is left
-    alone, so this costs one catalog read. Without ``wait``, a build someone else is running is
-    left to them, and a writer's build is given up if the table is busy (the call returns at
-    once, False)."""
+    alone, so this costs one catalog read. ``on_wait(line)`` says what a build waits for (after
+    about 2 s), naming the session.
+
+    With ``wait`` (``pgrag models reembed``) it waits for a build another session runs and for
+    every transaction the build must outlast; a build that fails raises a one-line
+    :class:`DatabaseError` naming the index. Without it (ingest, worker) a build someone else
+    is running is left to them, and a build that would wait for another session over
+    :data:`GIVE_UP` seconds, or that fails (its connection ended by the server), is given up:
+    ``on_warning(index, reason)`` says so, the index is left missing (or invalid, for the next
+    run to build; searches of the model read every vector meanwhile) and it returns False."""
     state = next((h.state for h in health(db, [model_id]) if h.model_id == model_id), NONE)
     if state in (OK, NONE) or (state == BUILDING and not wait):
         return False
@@ -61,7 +101,7 @@ def ensure(db: Database, model_id: int, *, wait: bool = False) -> bool:
         row = conn.execute(Q.owns_vectors).fetchone()
     if not (row and row[0]):
         return _build_in_transaction(db, model_id, wait)
-    return _build_concurrently(db, model_id, wait)
+    return _build_concurrently(db, model_id, wait, on_wait, on_warning)
 
 
 def _build_in_transaction(db: Database, model_id: int, wait: bool) -> bool:
@@ -87,49 +127,121 @@ def _build_in_transaction(db: Database, model_id: int, wait: bool) -> bool:
     return bool(built and built[0])
 
 
-def _build_concurrently(db: Database, model_id: int, wait: bool) -> bool:
+def _lost(conn: Any) -> bool:
+    return bool(conn.closed or conn.broken)
+
+
+def _build_concurrently(
+    db: Database,
+    model_id: int,
+    wait: bool,
+    on_wait: Callable[[str], None] | None,
+    on_warning: Callable[[str, str], None] | None,
+) -> bool:
     import psycopg
     from psycopg import sql
 
+    from pgrag.db.connect import describe_error
+    from pgrag.db.waits import watching
+
     index = f"chunk_embeddings_hnsw_{int(model_id)}"
     drop = sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index))
-    with open_connection(db.dsn, autocommit=True) as conn:
-        # One build per model at a time (ensure_model_index takes the same lock): an index
-        # another session is still building is invalid too, and must not be dropped.
+    seen: list[str] = []
+
+    def waiting(line: str) -> None:
+        seen.append(line)
+        if on_wait is not None:
+            on_wait(f"building index {index}: {line}")
+
+    def gave_up(why: str) -> bool:
+        if on_warning is not None:
+            on_warning(
+                f"index {index}",
+                f"not built: {why}; searches of its model read every vector until the next"
+                " ingest that writes, `pgrag worker` or `pgrag db repair` builds it",
+            )
+        return False
+
+    try:
+        conn = open_connection(db.dsn, autocommit=True)
+    except PgragError as err:
         if wait:
-            conn.execute(Q.lock_build, {"model_id": model_id})
-        else:
-            got = conn.execute(Q.try_lock_build, {"model_id": model_id}).fetchone()
-            if not (got and got[0]):
-                return False
+            raise
+        return gave_up(str(err))
+    with conn:
         try:
-            again = conn.execute(Q.index_valid, {"index": f"pgrag.{index}"}).fetchone()
-            if again is not None and again[0]:
-                return False  # built meanwhile
-            ddl = conn.execute(Q.model_index_ddl, {"model_id": model_id}).fetchone()
-            if ddl is None or ddl[0] is None:
-                return False
-            conn.execute(Q.build_memory)
-            if again is not None:  # a concurrent build that was killed left it invalid
-                conn.execute(drop)
+            # One build per model at a time (ensure_model_index takes the same lock): an index
+            # another session is still building is invalid too, and must not be dropped.
+            if wait:
+                conn.execute(Q.lock_build, {"model_id": model_id})
+            else:
+                got = conn.execute(Q.try_lock_build, {"model_id": model_id}).fetchone()
+                if not (got and got[0]):
+                    return False
+                conn.execute(sql.SQL(Q.lock_timeout).format(ms=sql.Literal(GIVE_UP * 1000)))
             try:
-                conn.execute(ddl[0])  # the DDL pgrag.model_index_ddl returned
-            except psycopg.Error:
-                # A failed concurrent build leaves an invalid index behind: drop it, so that
-                # the next run builds it again rather than skipping it as present.
-                conn.execute(drop)
-                raise
-            conn.execute(Q.analyze_embeddings)
-        finally:
-            conn.execute(Q.unlock_build, {"model_id": model_id})
+                state = next(
+                    (
+                        h.state
+                        for h in _health(conn, [model_id], own_build=True)
+                        if h.model_id == model_id
+                    ),
+                    NONE,
+                )
+                if state in (OK, NONE):
+                    return False  # built meanwhile (or never to be)
+                ddl = conn.execute(Q.model_index_ddl, {"model_id": model_id}).fetchone()
+                if ddl is None or ddl[0] is None:
+                    return False
+                conn.execute(Q.build_memory)
+                with watching(db.dsn, conn.info.backend_pid, waiting):
+                    if state != MISSING:
+                        # Left invalid by a killed build, or not what searches can use.
+                        conn.execute(drop)
+                    try:
+                        conn.execute(ddl[0])  # the DDL pgrag.model_index_ddl returned
+                    except psycopg.Error:
+                        # A failed concurrent build leaves an invalid index behind: drop it
+                        # (when the connection still works), so that the next run builds it
+                        # again rather than skipping it as present.
+                        if not _lost(conn):
+                            try:
+                                conn.execute(drop)
+                            except psycopg.Error:
+                                pass  # left invalid: the next run drops and builds it
+                        raise
+                conn.execute(Q.analyze_embeddings)
+            finally:
+                if not _lost(conn):
+                    conn.execute(Q.unlock_build, {"model_id": model_id})
+        except psycopg.Error as err:
+            if _lost(conn):
+                why = (
+                    f"the server ended the connection that built it ({describe_error(err)});"
+                    " the invalid index it left is built again by the next run"
+                )
+            elif isinstance(err, psycopg.errors.LockNotAvailable):
+                holder = seen[-1] if seen else "waiting for another session's transaction"
+                why = f"the build gave up after {GIVE_UP} s {holder}"
+            else:
+                why = describe_error(err)
+            if wait:
+                raise DatabaseError(f"building index {index} failed: {why}") from err
+            return gave_up(why)
     return True
 
 
-def ensure_all(db: Database) -> list[str]:
-    """Build every missing or invalid index of a model a collection uses (not waiting for a
-    build someone else runs); the names of those built."""
+def ensure_all(
+    db: Database,
+    *,
+    on_wait: Callable[[str], None] | None = None,
+    on_warning: Callable[[str, str], None] | None = None,
+) -> list[str]:
+    """Build every missing, invalid or wrong index of a model a collection uses (not waiting
+    for a build someone else runs, nor for long on other sessions); the names of those built."""
     return [
         h.index
         for h in health(db)
-        if h.state in (MISSING, INVALID) and ensure(db, h.model_id, wait=False)
+        if h.state in (MISSING, INVALID, WRONG)
+        and ensure(db, h.model_id, wait=False, on_wait=on_wait, on_warning=on_warning)
     ]

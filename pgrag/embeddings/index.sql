@@ -1,20 +1,36 @@
 -- name: health
--- Each model a collection uses (not retired), its HNSW index and that index's state: ok
--- (valid), building (someone holds the model's build lock, pgrag.ensure_model_index's), missing,
--- invalid (left by an interrupted CREATE INDEX CONCURRENTLY), or none (over the dimensions
--- HNSW indexes: searched exactly, by design). The index's oid, NULL when missing.
+-- Each model a collection uses (not retired), its HNSW index, that index's state and whether
+-- someone holds the model's build lock (pgrag.ensure_model_index's), and the index's oid
+-- (NULL when missing). The state: ok (valid, and what pgrag.model_index_ddl builds), missing,
+-- invalid (left by an interrupted CREATE INDEX CONCURRENTLY), wrong (valid, but on another
+-- table or with another access method, operator class, expression or predicate: searches
+-- cannot use it; judged as pgrag.ensure_model_index and pgrag db check judge it), or none
+-- (over the dimensions HNSW indexes: searched exactly, by design).
 SELECT m.id, m.name, 'chunk_embeddings_hnsw_' || m.id,
        CASE WHEN pgrag.model_index_ddl(m.id) IS NULL THEN 'none'
-            WHEN i.indisvalid THEN 'ok'
-            WHEN EXISTS (SELECT 1 FROM pg_locks l
-                          WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-                            AND l.classid = hashtext('pgrag.model_index')::oid
-                            AND l.objid = m.id::oid) THEN 'building'
             WHEN i.indexrelid IS NULL THEN 'missing'
-            ELSE 'invalid' END,
+            WHEN NOT i.indisvalid THEN 'invalid'
+            WHEN i.indrelid <> 'pgrag.chunk_embeddings'::regclass
+              OR i.indnatts <> 1
+              OR a.amname IS DISTINCT FROM 'hnsw'
+              OR o.opcname::text IS DISTINCT FROM
+                 m.index_type || CASE m.distance WHEN 'cosine' THEN '_cosine_ops'
+                                                 WHEN 'l2' THEN '_l2_ops' ELSE '_ip_ops' END
+              OR strpos(coalesce(pg_get_indexdef(i.indexrelid, 1, true), ''),
+                        m.index_type || '(' || m.dimension || ')') = 0
+              OR pg_get_expr(i.indpred, i.indrelid) IS DISTINCT FROM '(model_id = ' || m.id || ')'
+            THEN 'wrong'
+            ELSE 'ok' END,
+       EXISTS (SELECT 1 FROM pg_locks l
+                WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                  AND l.classid = hashtext('pgrag.model_index')::oid
+                  AND l.objid = m.id::oid),
        i.indexrelid::bigint
   FROM pgrag.embedding_models m
   LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.chunk_embeddings_hnsw_' || m.id)
+  LEFT JOIN pg_class x ON x.oid = i.indexrelid
+  LEFT JOIN pg_am a ON a.oid = x.relam
+  LEFT JOIN pg_opclass o ON o.oid = i.indclass[0]
  WHERE EXISTS (SELECT 1 FROM pgrag.collection_models cm
                 WHERE cm.model_id = m.id AND cm.status <> 'retired')
     OR m.id = ANY (%(models)s)
@@ -46,9 +62,10 @@ SELECT pg_advisory_unlock(hashtext('pgrag.model_index'), %(model_id)s);
 -- The build lock until this transaction ends, if no one holds it; whether it was taken.
 SELECT pg_try_advisory_xact_lock(hashtext('pgrag.model_index'), %(model_id)s);
 
--- name: index_valid
--- Whether the index exists (a row) and is valid.
-SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%(index)s);
+-- name: lock_timeout
+-- Give up on any lock (and, for CREATE INDEX CONCURRENTLY, on older transactions) that is not
+-- free within the given milliseconds, for this session.
+SET lock_timeout = {ms};
 
 -- name: build_memory
 -- Memory for building an HNSW index in this session.

@@ -231,17 +231,27 @@ def run(
     should_stop: Callable[[], bool] = lambda: False,
     on_batch: Callable[[WorkReport], None] | None = None,
     embedders: Callable[[Model], Embedder] | None = None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> WorkReport:
     """Drain the queue; with ``once``, return when no due item is left, else keep polling
     every ``poll`` seconds until ``should_stop()``. After a quiet spell the keyword statistics
-    of the collections it touched are folded (``keyword_maintain_v2``)."""
+    of the collections it touched are folded (``keyword_maintain_v2``). ``on_wait(line)`` hears
+    what an index build waits for, and a ``warning: ...`` line when it gives one up."""
     from pgrag.embeddings import index
 
     total = WorkReport()
     touched: set[int] = set()
     # The vectors it writes go into each model's HNSW index: one left missing or invalid (a
     # killed build) is built first.
-    index.ensure_all(db)
+    # (It does not wait for long on another session's transaction: a build it gives up is
+    # left to the next run, and the vectors go in meanwhile.)
+    index.ensure_all(
+        db,
+        on_wait=on_wait,
+        on_warning=None
+        if on_wait is None
+        else lambda what, why: on_wait(f"warning: {what}: {why}"),
+    )
     if not once:  # woken by new items (embedding_enqueue notifies), else every `poll` s
         with db.conn.transaction():
             db.conn.execute(Q.listen_queue)

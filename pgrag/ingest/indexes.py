@@ -1,9 +1,10 @@
 """Keeping the indexes right around writes. A model's HNSW index stays in place while an
 ingest writes (every collection of the model searches with it; pgvector inserts into a live
-graph): one that is missing or invalid is built before the load
+graph): one that is missing, invalid or wrong is built after a load that wrote something
 (:func:`pgrag.embeddings.index.ensure`, CONCURRENTLY where the role may, never waiting for
-another session's build). Keyword statistics are folded after every write, and a bulk load
-refreshes the planner's statistics without waiting for a VACUUM or an index build."""
+another session's build nor for long on another session's transaction). Keyword statistics
+are folded after every write, and a bulk load refreshes the planner's statistics without
+waiting for a VACUUM or an index build."""
 
 from __future__ import annotations
 
@@ -14,15 +15,24 @@ from pgrag.db.connect import transaction
 from pgrag.embeddings import index
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pgrag.db.connect import Database
 
 Q = queries.load(__name__)
 
 
-def ensure_model_index(db: Database, model_id: int) -> bool:
-    """Build the model's HNSW index if it is missing or invalid (a catalog read when it is
-    valid; nothing when another session is building it). True when built."""
-    return index.ensure(db, model_id, wait=False)
+def ensure_model_index(
+    db: Database,
+    model_id: int,
+    *,
+    on_wait: Callable[[str], None] | None = None,
+    on_warning: Callable[[str, str], None] | None = None,
+) -> bool:
+    """Build the model's HNSW index if it is missing, invalid or wrong (a catalog read when it
+    is right; nothing when another session is building it; given up, with ``on_warning``,
+    when it would wait for another session's transaction). True when built."""
+    return index.ensure(db, model_id, wait=False, on_wait=on_wait, on_warning=on_warning)
 
 
 def analyze(db: Database) -> None:

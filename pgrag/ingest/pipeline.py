@@ -9,8 +9,9 @@
    COPY: a document is replaced whole or not at all, so search never sees it half-written, and
    a killed ingest leaves only whole documents behind (running it again finishes the rest).
 4. Maintain (:mod:`~pgrag.ingest.indexes`): the model's HNSW index stays in place throughout
-   (every collection of the model searches with it); one found missing or invalid is built
-   first. Keyword statistics are folded.
+   (every collection of the model searches with it); one found missing, invalid or wrong is
+   built after a load that wrote something (never by a no-op ingest), and given up with a
+   warning rather than wait for another session's transaction. Keyword statistics are folded.
 
 Ingests into different collections do not wait for each other; ingests into one collection
 wait only for the documents they both write (each document's row is locked while its batch
@@ -87,13 +88,15 @@ def ingest(
 
     ``on_error(path, reason)`` is called for each file that cannot be ingested; the others
     continue. ``on_warning(path, reason)`` for each file a directory walk leaves out with a
-    reason (a dangling symbolic link: status "skipped", not a failure). ``on_wait(message)``
-    is called when a statement has waited a moment for a lock another session holds (once per
-    holder), saying who holds it and on what. ``on_plan(total)`` receives the number of chunks
-    to write, then ``progress(n)`` is called as chunks are embedded and written (within a large
-    file too, a batch at a time), and ``on_batch(done, total)`` with the documents written so
-    far. The collection is created
-    when the first document is written (not by an ingest that writes nothing).
+    reason (a dangling symbolic link: status "skipped", not a failure), and with
+    ``("index chunk_embeddings_hnsw_N", reason)`` for a missing model index whose build
+    it gave up (it would have waited for another session's transaction). ``on_wait(message)``
+    is called when a statement (or the index build) has waited a moment for a lock another
+    session holds (once per holder), saying who holds it and on what. ``on_plan(total)``
+    receives the number of chunks to write, then ``progress(n)`` is called as chunks are
+    embedded and written (within a large file too, a batch at a time), and ``on_batch(done,
+    total)`` with the documents written so far. The collection is created when the first
+    document is written (not by an ingest that writes nothing).
     """
     roots = [Path(p) for p in paths]
     seen = Seen()
@@ -133,10 +136,12 @@ def ingest_documents(
     allow: Sequence[str] | None = None,
     dry_run: bool = False,
     on_wait: Callable[[str], None] | None = None,
+    on_warning: Callable[[str, str], None] | None = None,
 ) -> IngestReport:
     """Ingest documents given as text (build them with :func:`pgrag.ingest.loaders.from_text`),
     with the same guarantees as :func:`ingest`: unchanged ones are skipped, changed ones
-    replaced whole, in transactions of whole documents; ``allow`` as for :func:`ingest`."""
+    replaced whole, in transactions of whole documents; ``allow``, ``on_wait`` and
+    ``on_warning`` as for :func:`ingest`."""
     return _ingest(
         db,
         ((d.label, d) for d in documents),
@@ -150,6 +155,7 @@ def ingest_documents(
         allow=allow,
         dry_run=dry_run,
         on_wait=on_wait,
+        on_warning=on_warning,
     )
 
 
@@ -183,6 +189,7 @@ def _ingest(
             allow=allow,
             dry_run=dry_run,
             on_warning=on_warning,
+            on_wait=on_wait,
         )
 
 
@@ -200,6 +207,7 @@ def _run(
     allow: Sequence[str] | None,
     dry_run: bool,
     on_warning: Callable[[str, str], None] | None,
+    on_wait: Callable[[str], None] | None = None,
 ) -> IngestReport:
     check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
@@ -211,9 +219,6 @@ def _run(
         if active is not None:
             embedder = active[1]
         check_model(db, coll, embedder)
-        # Missing (dropped by an older release's bulk load that was killed) or invalid (an
-        # interrupted CREATE INDEX CONCURRENTLY): built now, before writing into it.
-        ensure_model_index(db, coll.model_id)
     report = IngestReport(collection=collection, dry_run=dry_run)
     docs, access = plan(db, coll, embedder, items, report, on_error, principals, on_warning)
     if dry_run:
@@ -234,7 +239,6 @@ def _run(
     new_collection = coll is None
     if coll is None:
         coll = ensure_collection(db, collection, embedder)
-        ensure_model_index(db, coll.model_id)
     # (The index is not dropped for a bulk load: searches of every collection of the model
     # use it. A bulk load refreshes the planner's statistics afterwards.)
     bulk = total >= bulk_threshold
@@ -256,6 +260,17 @@ def _run(
     if bulk:
         analyze(db)
     maintain_keyword_index(db, collection, analyze=bulk or new_collection)
+    # A missing index (an older release dropped it for a bulk load and was killed), an invalid
+    # one (an interrupted CREATE INDEX CONCURRENTLY) or a wrong one is built after the load
+    # (loading into a table without it is faster), only by an ingest that wrote something: a
+    # no-op ingest never waits for a build. The build gives up, with a warning, rather than
+    # wait for another session's transaction (searches read every vector meanwhile).
+    ensure_model_index(
+        db,
+        coll.model_id,
+        on_wait=on_wait,
+        on_warning=on_warning,
+    )
     report.files.sort(key=lambda f: f.path)
     return report
 

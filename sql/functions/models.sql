@@ -143,8 +143,8 @@ BEGIN
 END
 $fn$;
 
--- Creates a model's partial HNSW index, chunk_embeddings_hnsw_<ID>, if it is missing or invalid;
--- true when it built one. USING hnsw ((embedding::vector(DIM)) <opclass>) WHERE model_id = ID,
+-- Creates a model's partial HNSW index, chunk_embeddings_hnsw_<ID>, if it is missing, invalid or
+-- not what model_index_ddl builds; true when it built one. USING hnsw ((embedding::vector(DIM)) <opclass>) WHERE model_id = ID,
 -- or halfvec(DIM) for a model indexed at half precision (embedding_models.index_type; up to
 -- 4,000 dimensions), with m = 16 and ef_construction = 128: on 200k clustered 384-d vectors
 -- recall@10 against exact search then reaches 0.98 at ef_search 160 where pgvector's default
@@ -164,20 +164,43 @@ AS $fn$
 DECLARE
     v_ddl   text := pgrag.model_index_ddl(p_model_id);
     v_index text := 'chunk_embeddings_hnsw_' || p_model_id;
+    v_ok    boolean;
 BEGIN
-    IF v_ddl IS NULL OR EXISTS (SELECT 1 FROM pg_index i
-                                 WHERE i.indexrelid = to_regclass('pgrag.' || v_index)
-                                   AND i.indisvalid) THEN
+    IF v_ddl IS NULL THEN
         RETURN false;
     END IF;
-    -- One build per model at a time (pgrag builds CONCURRENTLY under the same lock, as a
-    -- session lock): an index another session is still building is invalid too.
-    PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
-    IF EXISTS (SELECT 1 FROM pg_index i
-                WHERE i.indexrelid = to_regclass('pgrag.' || v_index) AND i.indisvalid) THEN
-        RETURN false;
-    END IF;
-    -- An invalid one, left by an interrupted CREATE INDEX CONCURRENTLY, is built again.
+    FOR v_pass IN 1..2 LOOP
+        -- Valid, and what model_index_ddl builds (the table, hnsw, the model's operator class,
+        -- expression and predicate; as pgrag.embeddings.index's health query and pgrag db check
+        -- judge it): anything else is an index searches cannot use.
+        SELECT coalesce(i.indisvalid, false)
+               AND i.indrelid = 'pgrag.chunk_embeddings'::regclass
+               AND i.indnatts = 1
+               AND a.amname = 'hnsw'
+               AND o.opcname::text = m.index_type || CASE m.distance WHEN 'cosine' THEN '_cosine_ops'
+                                                                     WHEN 'l2' THEN '_l2_ops'
+                                                                     ELSE '_ip_ops' END
+               AND strpos(coalesce(pg_get_indexdef(i.indexrelid, 1, true), ''),
+                          m.index_type || '(' || m.dimension || ')') > 0
+               AND pg_get_expr(i.indpred, i.indrelid) IS NOT DISTINCT FROM
+                   '(model_id = ' || m.id || ')'
+          INTO v_ok
+          FROM pgrag.embedding_models m
+          LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.' || v_index)
+          LEFT JOIN pg_class x ON x.oid = i.indexrelid
+          LEFT JOIN pg_am a ON a.oid = x.relam
+          LEFT JOIN pg_opclass o ON o.oid = i.indclass[0]
+         WHERE m.id = p_model_id;
+        IF coalesce(v_ok, false) THEN
+            RETURN false;
+        END IF;
+        EXIT WHEN v_pass = 2;
+        -- One build per model at a time (pgrag builds CONCURRENTLY under the same lock, as a
+        -- session lock): an index another session is still building is invalid too.
+        PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
+    END LOOP;
+    -- An invalid one, left by an interrupted CREATE INDEX CONCURRENTLY, and a wrong one (not
+    -- what model_index_ddl builds: searches cannot use it) are built again.
     EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', v_index);
     EXECUTE v_ddl;
     RETURN true;
@@ -185,7 +208,7 @@ END
 $fn$;
 
 COMMENT ON FUNCTION pgrag.ensure_model_index(integer) IS
-    'Create the partial HNSW index of an embedding model (vector or halfvec) if it is missing; true when created.';
+    'Create the partial HNSW index of an embedding model (vector or halfvec) if it is missing, invalid or not built as model_index_ddl builds it; true when created.';
 
 -- The chunks of a collection that have no vector of a model, counted up to p_limit.
 CREATE OR REPLACE FUNCTION pgrag.model_missing(p_collection_id integer, p_model_id integer,

@@ -155,17 +155,23 @@ def test_explicit_unsupported_and_missing_paths(dsn: str, tmp_path: Path, corpus
     assert "3 added" in result.stderr
 
 
-def test_a_missing_model_index_is_rebuilt_by_the_next_ingest(db: Database, corpus: Path) -> None:
+def test_a_missing_model_index_is_rebuilt_by_the_next_ingest_that_writes(
+    db: Database, corpus: Path
+) -> None:
     # What an older release's bulk load, killed between DROP INDEX and the rebuild, left.
     pgrag.ingest(db, [corpus])
     model_id = db.conn.execute("SELECT model_id FROM pgrag.collections").fetchone()[0]
     index = f"chunk_embeddings_hnsw_{model_id}"
     db.conn.execute(f"DROP INDEX pgrag.{index}")
     db.conn.commit()
-    report = pgrag.ingest(db, [corpus])  # nothing changed, nothing written...
+    exists = "SELECT to_regclass(%s) IS NOT NULL"
+    report = pgrag.ingest(db, [corpus])  # nothing changed, nothing written: no build
     assert report.chunks_written == 0
-    exists = db.conn.execute("SELECT to_regclass(%s) IS NOT NULL", (f"pgrag.{index}",)).fetchone()
-    assert exists[0], "...but the index is back"
+    assert db.conn.execute(exists, (f"pgrag.{index}",)).fetchone() == (False,)
+    db.conn.rollback()
+    (corpus / "new.md").write_text("# New\n\nA new note about parcels.\n")
+    assert pgrag.ingest(db, [corpus]).chunks_written == 1  # something written...
+    assert db.conn.execute(exists, (f"pgrag.{index}",)).fetchone() == (True,), "...index back"
 
 
 def test_an_ingest_that_writes_nothing_creates_no_collection(db: Database, tmp_path: Path) -> None:

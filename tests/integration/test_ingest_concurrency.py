@@ -106,10 +106,12 @@ def test_status_reports_missing_invalid_and_building_indexes_and_they_are_built_
     with psycopg.connect(db.dsn, autocommit=True) as builder:
         builder.execute("SELECT pg_advisory_lock(hashtext('pgrag.model_index'), %s)", (model_id,))
         assert _state(db, model_id) == "building"
-        assert pgrag.ingest(db, [corpus], collection="y").chunks_written == 0
+        assert _write_one(db, "y", "while-building") == 1
         assert _model_index(db.dsn, "y")[2] is None
-    # The next ingest (nothing to write) builds it.
+    # An ingest with nothing to write leaves it to one that writes (it never waits on a build).
     assert pgrag.ingest(db, [corpus], collection="y").chunks_written == 0
+    assert _model_index(db.dsn, "y")[2] is None
+    assert _write_one(db, "y", "after-building") == 1
     _, _, rebuilt, valid = _model_index(db.dsn, "y")
     assert rebuilt is not None and valid and _state(db, model_id) == "ok"
 
@@ -123,6 +125,12 @@ def test_status_reports_missing_invalid_and_building_indexes_and_they_are_built_
     _, _, again, valid = _model_index(db.dsn, "y")
     assert again not in (None, rebuilt) and valid and _state(db, model_id) == "ok"
     assert index.ensure(db, model_id) is False  # valid: left alone
+
+
+def _write_one(db: Database, collection: str, name: str) -> int:
+    """Ingest one new document; the chunks written."""
+    doc = from_text(name, f"A note called {name} about the refund window of parcels.")
+    return pgrag.ingest_documents(db, [doc], collection=collection).chunks_written
 
 
 def _pause_in_write(stop_in: threading.Thread | None = None) -> tuple[Any, threading.Event]:
@@ -283,15 +291,13 @@ def test_a_writer_builds_a_missing_index_only_when_no_writer_would_wait_for_it(
             other_writer.execute("LOCK TABLE pgrag.chunk_embeddings IN ROW EXCLUSIVE MODE")
             # The build (in a transaction, for this role) would queue behind it and hold every
             # writer back: the ingest goes on without it.
-            ingest, result = _thread(
-                "writer", lambda: pgrag.ingest(writer_db, [corpus], collection="y")
-            )
+            ingest, result = _thread("writer", lambda: _write_one(writer_db, "y", "busy"))
             ingest.start()
             ingest.join(SAFETY)
             assert not ingest.is_alive(), "the writer's ingest waited to build the index"
-            assert result[0].chunks_written == 0, result
+            assert result[0] == 1, result
             assert _model_index(db.dsn, "y")[2] is None
-        assert pgrag.ingest(writer_db, [corpus], collection="y").chunks_written == 0
+        assert _write_one(writer_db, "y", "table-free") == 1
         assert _model_index(db.dsn, "y")[3] is True  # built once the table was free
     finally:
         writer_db.close()
