@@ -14,6 +14,7 @@ import click
 from pgrag.answer.scoring import score_answers
 from pgrag.cli.options import (
     budget_option,
+    checked_collection,
     collection_option,
     database,
     emit_json,
@@ -65,7 +66,12 @@ def stage_progress() -> Iterator[Callable[[str, int, int], None]]:
 @eval_group.command("retrieval")
 @click.argument("dataset", type=click.Path(exists=True, path_type=str))
 @click.option("--split", default="test", show_default=True, help="BEIR qrels split.")
-@click.option("--collection", "-c", help="Collection to use (default: eval-DATASET).")
+@click.option(
+    "--collection",
+    "-c",
+    help="Collection to use (default: eval-DATASET).",
+    callback=checked_collection,
+)
 @click.option("--queries", "n_queries", type=click.IntRange(min=1), help="Sample N queries.")
 @click.option(
     "--arm",
@@ -174,7 +180,10 @@ def eval_retrieval(
     help="Record the calibrated threshold on the collection's model, where `ask` reads it.",
 )
 @click.option(
-    "--collection", "-c", help="Collection to index into (default: eval-answers-DATASET-…)."
+    "--collection",
+    "-c",
+    help="Collection to index into (default: eval-answers-DATASET-…).",
+    callback=checked_collection,
 )
 @click.option("--cases", "with_cases", is_flag=True, help="With --json: every question too.")
 @json_option

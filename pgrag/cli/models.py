@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from pgrag.cli.options import (
+    checked_collection,
     collection_option,
     database,
     emit_json,
@@ -40,7 +41,13 @@ def models() -> None:
 
 
 @models.command("list")
-@click.option("--collection", "-c", default=None, help="Only this collection's models.")
+@click.option(
+    "--collection",
+    "-c",
+    default=None,
+    help="Only this collection's models.",
+    callback=checked_collection,
+)
 @json_option
 @click.pass_context
 def models_list(ctx: click.Context, collection: str | None, as_json: bool) -> None:

@@ -145,7 +145,23 @@ def place(title: str | None, section: str | None) -> str:
 def _default_collection(ctx: click.Context, param: click.Parameter, value: str) -> str:
     # Unset on the command line: PGRAG_COLLECTION, as the invocation's Settings read it.
     if ctx.get_parameter_source("collection") is ParameterSource.DEFAULT:
-        return state(ctx).settings.collection
+        value = state(ctx).settings.collection
+    return str(checked_collection(ctx, param, value))
+
+
+def checked_collection(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A ``--collection`` callback: a name no collection can have (one that is not UTF-8, as a
+    shell passes ``$'\\xff'``, say) is a usage error naming the option, before anything
+    connects. None (the option not given) passes."""
+    if value is None:
+        return None
+    from pgrag.collections import check_name  # (it reaches psycopg: not for --help)
+    from pgrag.errors import InputError
+
+    try:
+        check_name(value)
+    except InputError as err:
+        raise click.BadParameter(str(err), ctx, param) from None
     return value
 
 

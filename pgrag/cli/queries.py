@@ -7,7 +7,14 @@ from typing import Any
 import click
 
 from pgrag.answer.retention import MAX_ROWS, get_retention, parse_age, prune, set_retention
-from pgrag.cli.options import collection_option, database, emit_json, json_option, plural
+from pgrag.cli.options import (
+    checked_collection,
+    collection_option,
+    database,
+    emit_json,
+    json_option,
+    plural,
+)
 from pgrag.cli.output import echo
 from pgrag.errors import InputError
 
@@ -69,7 +76,13 @@ def retention(
 
 
 @queries.command("prune")
-@click.option("--collection", "-c", default=None, help="Only this collection (default: all).")
+@click.option(
+    "--collection",
+    "-c",
+    default=None,
+    help="Only this collection (default: all).",
+    callback=checked_collection,
+)
 @json_option
 @click.pass_context
 def prune_command(ctx: click.Context, collection: str | None, as_json: bool) -> None:

@@ -22,6 +22,7 @@ Q = queries.load(__name__)
 
 def describe(pid: int, who: str, what: str, query: str | None) -> str:
     """One line: ``waiting for pgrag (pid 123) holding rows it changed ...``."""
+    query = (query or "").strip().rstrip(";").strip()  # (its own ";" would double the next)
     last = f"; its statement: {query}" if query else ""
     return f"waiting for {who} (pid {pid}) holding {what}{last}"
 

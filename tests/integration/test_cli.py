@@ -538,10 +538,12 @@ def test_ask_escapes_the_draft_streamed_to_a_terminal(
 
 
 def test_errors_quoting_user_input_are_escaped(loaded: str) -> None:
+    # A name no collection can have is a usage error naming -c, escaped as it was typed.
     result = run(loaded, "search", "x", "-c", f"no{OSC_TITLE}\nsuch")
-    line = assert_one_error_line(result, "error: ")
+    assert result.exit_code == 2
     assert_nothing_raw(result.stderr)
-    assert "\\x1b]0;pwned\\x07" in line
+    assert "'--collection' / '-c': invalid collection name" in result.stderr
+    assert "\\x1b]0;pwned\\x07" in result.stderr
     # A path that does not exist, a filter operator that does not: the message names them.
     for args in (
         ("ingest", f"/nonexistent/no{OSC_TITLE}.md", "-c", "x"),

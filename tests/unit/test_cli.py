@@ -61,3 +61,35 @@ def test_help_lists_every_command() -> None:
     listed = out.stdout.split("Commands:", 1)[1].split()
     for command in COMMANDS:
         assert command in listed, f"{command} missing from --help:\n{out.stdout}"
+
+
+def test_a_collection_name_no_collection_can_have_is_one_line_before_any_connection() -> None:
+    # A name that is not UTF-8 (as a shell passes $'m\xffain') reached psycopg's encoder and
+    # ended in a traceback; no collection can be called that, so -c refuses it as it parses.
+    for command in (
+        ["search", "x"],
+        ["ask", "x"],
+        ["acl", "show"],
+        ["queries", "prune"],
+        ["models", "list"],
+    ):
+        done = subprocess.run(
+            [sys.executable, "-m", "pgrag.cli", "--dsn", "host=/nonexistent", *command, "-c"]
+            + [b"m\xffain".decode("utf-8", "surrogateescape")],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            cwd=REPO,
+        )
+        assert done.returncode == 2, (command, done.stderr)
+        assert "Traceback" not in done.stderr, done.stderr
+        assert "invalid collection name" in done.stderr, done.stderr
+        assert "Invalid value for '--collection'" in done.stderr, done.stderr
+
+
+def test_a_waiting_line_does_not_double_the_statements_semicolon() -> None:
+    from pgrag.db.waits import describe
+
+    line = describe(42, "psql as bob", "a lock", "LOCK TABLE pgrag.chunks; ")
+    assert line.endswith("its statement: LOCK TABLE pgrag.chunks")
+    assert describe(42, "psql", "a lock", None).endswith("holding a lock")
