@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgrag.collections import (
     Collection,
@@ -163,34 +163,12 @@ def _ingest(
     db: Database,
     items: Iterable[tuple[str, LoadedFile | InputError]],
     *,
-    collection: str,
-    on_error: Callable[[str, str], None] | None,
-    progress: Callable[[int], None] | None,
-    on_plan: Callable[[int], None] | None,
-    batch_chunks: int,
-    on_batch: Callable[[int, int], None] | None = None,
-    bulk_threshold: int,
-    allow: Sequence[str] | None,
-    dry_run: bool = False,
     on_wait: Callable[[str], None] | None = None,
-    on_warning: Callable[[str, str], None] | None = None,
+    **options: Any,
 ) -> IngestReport:
+    """:func:`_run` (whose arguments ``options`` are) with its lock waits reported."""
     with reporting_waits(db, on_wait):
-        return _run(
-            db,
-            items,
-            collection=collection,
-            on_error=on_error,
-            progress=progress,
-            on_plan=on_plan,
-            batch_chunks=batch_chunks,
-            on_batch=on_batch,
-            bulk_threshold=bulk_threshold,
-            allow=allow,
-            dry_run=dry_run,
-            on_warning=on_warning,
-            on_wait=on_wait,
-        )
+        return _run(db, items, on_wait=on_wait, **options)
 
 
 def _run(
