@@ -65,6 +65,7 @@ FUNCTION_FILES = (
     "cache",
     "status",
     "query_log",
+    "keys",
     "search",
     "grants",
 )
