@@ -4,6 +4,12 @@ SELECT count(*) FROM pgrag.queries WHERE checks IS NOT NULL;
 -- name: count_api_keys
 SELECT count(*) FROM pgrag.api_keys;
 
+-- name: count_conversations
+SELECT count(*) FROM pgrag.conversations;
+
+-- name: count_conversation_turns
+SELECT count(*) FROM pgrag.conversation_turns;
+
 -- name: count_thresholds
 SELECT count(*) FROM pgrag.embedding_models WHERE min_confidence IS NOT NULL;
 
@@ -241,6 +247,36 @@ SELECT k.id, k.name, k.key_hash, k.principals, k.scopes, k.created_at, k.expires
   FROM pgrag_saved.rows s
  CROSS JOIN LATERAL jsonb_populate_record(NULL::pgrag.api_keys, s.data) k
  WHERE s.kind = 'api_keys'
+ON CONFLICT DO NOTHING;
+
+-- name: save_conversations
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'conversations', to_jsonb(v) FROM pgrag.conversations v;
+
+-- name: save_conversation_turns
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'conversation_turns', to_jsonb(t) FROM pgrag.conversation_turns t;
+
+-- name: restore_conversations
+-- Every conversation as it was, unless its collection is gone or its id was taken meanwhile.
+INSERT INTO pgrag.conversations (id, owner, collection_id, title, created_at, updated_at)
+SELECT v.id, v.owner, v.collection_id, v.title, v.created_at, v.updated_at
+  FROM pgrag_saved.rows s
+ CROSS JOIN LATERAL jsonb_populate_record(NULL::pgrag.conversations, s.data) v
+ WHERE s.kind = 'conversations'
+   AND EXISTS (SELECT 1 FROM pgrag.collections c WHERE c.id = v.collection_id)
+ON CONFLICT DO NOTHING;
+
+-- name: restore_conversation_turns
+-- The turns of the conversations put back (after restore_conversations).
+INSERT INTO pgrag.conversation_turns (conversation_id, turn, role, content, standalone_query,
+                                      sources, query_id, created_at)
+SELECT t.conversation_id, t.turn, t.role, t.content, t.standalone_query, t.sources, t.query_id,
+       t.created_at
+  FROM pgrag_saved.rows s
+ CROSS JOIN LATERAL jsonb_populate_record(NULL::pgrag.conversation_turns, s.data) t
+ WHERE s.kind = 'conversation_turns'
+   AND EXISTS (SELECT 1 FROM pgrag.conversations v WHERE v.id = t.conversation_id)
 ON CONFLICT DO NOTHING;
 
 -- name: forget_restored

@@ -66,6 +66,7 @@ FUNCTION_FILES = (
     "status",
     "query_log",
     "keys",
+    "conversations",
     "search",
     "grants",
 )

@@ -11,7 +11,9 @@
 -- row-level security could test its text through side channels); pgrag_writer writes the tables
 -- (under row-level security when it names principals), runs the worker and attaches sync
 -- triggers; pgrag_app alone verifies the API keys of `pgrag serve` (api_key_v1), and no
--- restricted role has any privilege on pgrag.api_keys. Returns the roles granted.
+-- restricted role has any privilege on pgrag.api_keys; every role reads and writes its own
+-- conversations through the conversation_*_v1 entry points and none is granted their tables
+-- (sql/functions/conversations.sql). Returns the roles granted.
 CREATE OR REPLACE FUNCTION pgrag.grant_roles() RETURNS text[]
 LANGUAGE plpgsql
 SECURITY INVOKER
@@ -28,12 +30,17 @@ DECLARE
                                         'section_chunks_v1', 'query_cache_get',
                                         'query_cache_put', 'sync_row_v1', 'ensure_model_index',
                                         'prune_queries', 'count_rows', 'document_count',
-                                        'chunk_count', 'status', 'api_key_v1'];
+                                        'chunk_count', 'status', 'api_key_v1',
+                                        'conversation_start_v1', 'conversation_v1',
+                                        'conversations_v1', 'conversation_turns_v1',
+                                        'conversation_append_v1', 'conversation_delete_v1'];
     -- What every pgrag role may execute, and what pgrag_writer alone may.
     c_entries  CONSTANT text[] := ARRAY['search_v3', 'search_v4', 'search_v5', 'documents_v1',
                                         'collections_v1', 'collections_v2', 'section_chunks_v1',
                                         'query_cache_get', 'query_cache_put', 'prune_queries',
-                                        'status'];
+                                        'status', 'conversation_start_v1', 'conversation_v1',
+                                        'conversations_v1', 'conversation_turns_v1',
+                                        'conversation_append_v1', 'conversation_delete_v1'];
     c_writing  CONSTANT text[] := ARRAY['sync_row_v1', 'ensure_model_index', 'count_rows',
                                         'document_count', 'chunk_count'];
     -- What pgrag_app alone may: verify the API key a request to `pgrag serve` presents.

@@ -58,3 +58,18 @@ CREATE POLICY own ON pgrag.role_principals
     USING (EXISTS (SELECT 1 FROM pg_catalog.pg_roles r
                     WHERE r.rolname = role_name
                       AND pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')));
+
+-- Conversations: a session sees its caller's (pgrag.session_caller(), which a pgrag_app session
+-- names per transaction and any other restricted role cannot choose). No restricted role is
+-- granted the tables (they use the entry points of sql/functions/conversations.sql); this holds
+-- for every role that is, pgrag_writer included.
+ALTER TABLE pgrag.conversations ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own ON pgrag.conversations
+    USING (owner = (SELECT pgrag.session_caller()))
+    WITH CHECK (owner = (SELECT pgrag.session_caller()));
+ALTER TABLE pgrag.conversation_turns ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own ON pgrag.conversation_turns
+    USING (EXISTS (SELECT 1 FROM pgrag.conversations c
+                    WHERE c.id = conversation_id AND c.owner = (SELECT pgrag.session_caller())))
+    WITH CHECK (EXISTS (SELECT 1 FROM pgrag.conversations c
+                         WHERE c.id = conversation_id AND c.owner = (SELECT pgrag.session_caller())));

@@ -267,3 +267,38 @@ CREATE TABLE pgrag.api_keys (
     revoked_at   timestamptz,
     last_used_at timestamptz
 );
+
+-- Conversations (pgrag/answer/conversation.py): a caller's questions and answers in order, so
+-- a follow-up is rewritten with what came before and a chunk keeps its citation number. owner
+-- is the caller (pgrag.session_caller(), sql/functions/conversations.sql); restricted roles
+-- reach their own through the SECURITY DEFINER entry points there, and row-level security
+-- shows any other session only its caller's (sql/schema/policies.sql).
+CREATE TABLE pgrag.conversations (
+    id            uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+    owner         text NOT NULL
+                  CONSTRAINT conversations_owner_check CHECK (char_length(owner) BETWEEN 1 AND 512),
+    collection_id integer NOT NULL REFERENCES pgrag.collections (id) ON DELETE CASCADE,
+    title         text CONSTRAINT conversations_title_check CHECK (char_length(title) <= 200),
+    created_at    timestamptz NOT NULL DEFAULT now(),
+    updated_at    timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX conversations_owner_idx ON pgrag.conversations (owner, updated_at DESC);
+CREATE INDEX conversations_collection_idx ON pgrag.conversations (collection_id);
+
+-- One turn each: the user's question as asked (and the standalone query it was rewritten to,
+-- which was searched and logged), or the assistant's answer with the numbered sources its
+-- prompt held ([{n, chunk_id, document_id, source, title}]) and its entry in the question log
+-- (no foreign key: the log's retention removes entries, the conversation keeps the number).
+CREATE TABLE pgrag.conversation_turns (
+    conversation_id  uuid NOT NULL REFERENCES pgrag.conversations (id) ON DELETE CASCADE,
+    turn             integer NOT NULL CONSTRAINT conversation_turns_turn_check CHECK (turn >= 1),
+    role             text NOT NULL
+                     CONSTRAINT conversation_turns_role_check CHECK (role IN ('user', 'assistant')),
+    content          text NOT NULL,
+    standalone_query text,
+    sources          jsonb NOT NULL DEFAULT '[]'
+                     CONSTRAINT conversation_turns_sources_check CHECK (jsonb_typeof(sources) = 'array'),
+    query_id         bigint,
+    created_at       timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (conversation_id, turn)
+);

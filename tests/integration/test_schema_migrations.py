@@ -63,6 +63,8 @@ TABLES = (
     "embedding_queue",
     "query_embedding_cache",
     "api_keys",
+    "conversations",
+    "conversation_turns",
 )
 # SECURITY DEFINER: they apply the session's own access (docs/application.md), or create an
 # index or a row for a role that may not (ensure_model_index, sync_row_v1, the query cache).
@@ -84,6 +86,13 @@ DEFINERS = {
     "status",
     "collection_visible",  # the question log's policy calls it, as the role that logs
     "api_key_v1",  # reads pgrag.api_keys, which no restricted role may
+    # a caller's own conversations, which no restricted role may read directly
+    "conversation_start_v1",
+    "conversation_v1",
+    "conversations_v1",
+    "conversation_turns_v1",
+    "conversation_append_v1",
+    "conversation_delete_v1",
 }
 # Executable only by pgrag's roles (or, the engine, by no one but the owner).
 GUARDED = {
@@ -107,6 +116,17 @@ GUARDED = {
     "sync_row_v1": ("pgrag_writer",),
     "ensure_model_index": ("pgrag_writer",),
     "api_key_v1": ("pgrag_app",),
+    **{
+        name: ("pgrag_reader", "pgrag_app", "pgrag_writer")
+        for name in (
+            "conversation_start_v1",
+            "conversation_v1",
+            "conversations_v1",
+            "conversation_turns_v1",
+            "conversation_append_v1",
+            "conversation_delete_v1",
+        )
+    },
 }
 
 
@@ -396,6 +416,12 @@ def test_every_function_has_a_fixed_search_path_and_definers_are_the_known_ones(
         "activate_model_v1",
         "retire_model_v1",
         "api_key_v1",
+        "conversation_start_v1",
+        "conversation_v1",
+        "conversations_v1",
+        "conversation_turns_v1",
+        "conversation_append_v1",
+        "conversation_delete_v1",
     }
 
 
