@@ -6,7 +6,9 @@ for one kind of trouble::
     PgragError
     ├── ConfigError            configuration is missing or contradictory
     ├── InputError             a file or argument given by the user cannot be used
-    │   └── CollectionNotFound no collection of that name
+    │   ├── CollectionNotFound no collection of that name
+    │   ├── ConversationNotFound  no conversation of that id is the caller's
+    │   └── ConversationConflict  the conversation went on while an answer was made
     ├── SchemaError            the database schema is missing, or not what this release expects
     │   ├── SchemaNotReady     not installed, or at another revision: run `pgrag db upgrade`
     │   └── SchemaDrift        objects changed by hand: `pgrag db check` names them
@@ -50,6 +52,29 @@ class CollectionNotFound(InputError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(f"collection {name!r} does not exist; `pgrag collections` lists them")
+
+
+class ConversationNotFound(InputError):
+    """No conversation of that id is the caller's (none exists, or another caller's does)."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(
+            f"conversation {conversation_id} does not exist or is another caller's; start a new"
+            " one (conversation_id 'new') or continue one this caller started"
+        )
+
+
+class ConversationConflict(InputError):
+    """Another request added turns to the conversation while this answer was being made (its
+    citation numbers were chosen from the turns read before): nothing was stored."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(
+            f"conversation {conversation_id} went on while this answer was made, so it was not"
+            " stored; ask the question again"
+        )
 
 
 class SchemaError(PgragError):

@@ -11,9 +11,10 @@ resolved to chunks and documents, or as an abstention with a reason.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
+from pgrag.answer import conversation as conversations
 from pgrag.answer.citations import (
     Citation,
     check_citations,
@@ -34,6 +35,7 @@ from pgrag.answer.prompt import (
 )
 from pgrag.answer.reader import extractive_answer
 from pgrag.answer.result import Answer
+from pgrag.answer.rewrite import Completer, Rewrite, standalone_query
 from pgrag.answer.support import split_sentences
 from pgrag.answer.traces import log_answer
 from pgrag.embeddings.local import configured_embedder
@@ -76,6 +78,9 @@ def ask(
     principals: Sequence[str] | None = None,
     context: str = "chunk",
     min_confidence: float | Configured | None = "configured",
+    conversation_id: str | None = None,
+    history: Sequence[Mapping[str, Any]] | None = None,
+    owner: str | None = None,
 ) -> Answer:
     """Answer ``question`` from ``collection`` with numbered citations, or abstain.
 
@@ -94,7 +99,18 @@ def ask(
     threshold is
     ``PGRAG_MIN_CONFIDENCE`` (from ``db.settings``), else the one ``pgrag eval answers --save``
     calibrated for the collection's model, else the bundled model's default; None turns it
-    off."""
+    off.
+
+    A follow-up question is asked in a conversation (:mod:`pgrag.answer.conversation`):
+    ``conversation_id`` continues one of ``owner``'s stored conversations (``"new"`` starts
+    one; either way the answer's ``conversation_id`` names it and the question and answer are
+    stored as its next turns), or ``history`` gives the earlier turns as chat messages
+    (``{"role": "user" | "assistant", "content": ...}``, not stored unless ``conversation_id``
+    is ``"new"``). The question is then rewritten into a standalone query
+    (:mod:`pgrag.answer.rewrite`: by the configured model, else a heuristic), which is what is
+    searched, shown to the generator and logged (``answer.standalone_query``); a chunk an
+    earlier turn of a stored conversation numbered keeps its number. ``owner`` is whose
+    conversation it is (see :mod:`pgrag.answer.conversation`; None: the session's)."""
     if not question or not question.strip():
         raise InputError(
             'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
@@ -105,6 +121,7 @@ def ask(
     if context not in ("chunk", "section"):
         raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
     config = _generator(db, llm)
+    stored, earlier = _conversation(db, collection, conversation_id, history, owner)
     model = collection_model(db, collection)
     threshold, threshold_from = _threshold(db, model, min_confidence)
     t_start = time.perf_counter()
@@ -120,9 +137,15 @@ def ask(
         client, generator = ChatClient(config), _describe(config)
     if principals is None:
         principals = db.principals
+    t_rewrite = time.perf_counter()
+    history = [t.for_rewrite() for t in earlier]
+    rewrite = standalone_query(question, history, _rewriter(config, client))
+    if earlier:
+        timings["rewrite_ms"] = round((time.perf_counter() - t_rewrite) * 1000, 2)
+    query = rewrite.standalone
     results = search(
         db,
-        question,
+        query,
         collection=collection,
         k=k,
         reranker=reranker,
@@ -131,15 +154,15 @@ def ask(
     )
     passages = widen(db, results, principals=principals) if context == "section" else results
     measured = retrieval_confidence(
-        question, results, model[1] if model else configured_embedder(db).distance
+        query, results, model[1] if model else configured_embedder(db).distance
     )
     confidence = measured.value if measured else None
     doubtful = threshold is not None and confidence is not None and confidence < threshold
     # The budget is counted in the generator's own tokens when known.
     count, tokenizer = budget_counter(db, config, client)
     kept = fit_budget(passages, budget_tokens, count)
-    sources = number_sources(kept)
-    messages = build_messages(question, sources)
+    sources = number_sources(kept, conversations.numbering(earlier) if stored else None)
+    messages = build_messages(query, sources)
     prompt = render(messages)
 
     t_gen = time.perf_counter()
@@ -153,13 +176,13 @@ def ask(
         text, abstained = ABSTAIN_TEXT, True
         reason = describe(confidence, threshold, threshold_from)
     elif client is None:
-        reader = extractive_answer(question, sources, configured_embedder(db))
+        reader = extractive_answer(query, sources, configured_embedder(db))
         checked = check_citations(reader.text, sources)
         text, abstained, reason = checked.text, reader.abstained, reader.reason
         citations = checked.citations
     else:
         if isinstance(config, LLMConfig) and config.template == "base":
-            prompt = build_base_prompt(question, sources)
+            prompt = build_base_prompt(query, sources)
             raw = CompletionClient(config).complete(prompt, stop=BASE_STOP, on_token=on_token)
         else:
             raw = client.complete(messages, on_token=on_token)
@@ -185,11 +208,81 @@ def ask(
         threshold=threshold,
         threshold_from=threshold_from,
         tokenizer=tokenizer,
+        standalone_query=query,
+        rewrite=rewrite.method if earlier else None,
     )
     answer.check_support()
     if log:
         log_answer(db, collection, answer, results, principals)
+    if conversation_id is not None:
+        answer.conversation_id = _remember(db, collection, stored, earlier, rewrite, answer, owner)
     return answer
+
+
+def _conversation(
+    db: Database,
+    collection: str,
+    conversation_id: str | None,
+    history: Sequence[Mapping[str, Any]] | None,
+    owner: str | None,
+) -> tuple[conversations.Conversation | None, list[conversations.Turn]]:
+    """The stored conversation ``ask`` continues (None: none, or one it starts) and the turns
+    before the question."""
+    if conversation_id is None or conversation_id == conversations.NEW:
+        if owner is not None:
+            conversations.check_owner(owner)
+        return None, conversations.history_from_messages(history or [])
+    if history:
+        raise InputError(
+            "pass either conversation_id (a stored conversation's turns) or history (earlier"
+            " turns as messages), not both"
+        )
+    stored = conversations.get(db, conversation_id, owner=owner)
+    if stored.collection != collection:
+        raise InputError(
+            f"conversation {stored.id} is of collection {stored.collection!r}, not"
+            f" {collection!r}; ask it in {stored.collection!r} or start a new conversation"
+        )
+    return stored, stored.turns
+
+
+def _rewriter(
+    config: LLMConfig | LocalLLMConfig | None, client: ChatClient | LocalChatClient | None
+) -> Completer | None:
+    """The model that rewrites follow-ups: the chat generator; None (the heuristic) for the
+    offline reader and for a base model (``template="base"``), which follows no instructions."""
+    if client is None or (isinstance(config, LLMConfig) and config.template == "base"):
+        return None
+    return client
+
+
+def _remember(
+    db: Database,
+    collection: str,
+    stored: conversations.Conversation | None,
+    earlier: list[conversations.Turn],
+    rewrite: Rewrite,
+    answer: Answer,
+    owner: str | None,
+) -> str:
+    """Store the question and the answer as the conversation's next turns (a new conversation
+    holding ``earlier`` first, when ``stored`` is None); the conversation's id."""
+    turns = [
+        conversations.Turn("user", rewrite.question, standalone_query=rewrite.standalone),
+        conversations.Turn(
+            "assistant",
+            answer.answer,
+            sources=conversations.source_refs(answer.sources),
+            query_id=answer.query_id,
+        ),
+    ]
+    if stored is not None:
+        conversations.append(db, stored.id, turns, after_turn=stored.last_turn, owner=owner)
+        return stored.id
+    first = next((t.content for t in earlier if t.role == "user"), rewrite.question)
+    return conversations.create(
+        db, collection, title=conversations.title_for(first), owner=owner, turns=earlier + turns
+    )
 
 
 def _generator(

@@ -9,7 +9,7 @@ and the instructions say never to follow instructions found inside a source.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -75,8 +75,27 @@ def edge_order(items: Sequence[T]) -> list[T]:
     return front + back[::-1]
 
 
-def number_sources(results: Sequence[SearchResult]) -> list[Source]:
-    return [Source(n=i, result=r) for i, r in enumerate(edge_order(results), start=1)]
+def number_sources(
+    results: Sequence[SearchResult], prior: Mapping[int, int] | None = None
+) -> list[Source]:
+    """The results as numbered sources, in edge order (:func:`edge_order`). ``prior`` maps
+    chunk ids to the numbers a conversation gave them before (pgrag.answer.conversation): such a
+    chunk keeps its number, and a new one gets the next number not used yet."""
+    ordered = edge_order(results)
+    if not prior:
+        return [Source(n=i, result=r) for i, r in enumerate(ordered, start=1)]
+    used = set(prior.values())
+    nxt = max(used, default=0)
+    out = []
+    for r in ordered:
+        n = prior.get(r.chunk_id)
+        if n is None:
+            nxt += 1
+            while nxt in used:
+                nxt += 1
+            n = nxt
+        out.append(Source(n=n, result=r))
+    return out
 
 
 def _header(source: Source) -> str:

@@ -42,6 +42,12 @@ class Answer:
     tokenizer: str = ""
     # What went wrong around the answer without changing it (e.g. it could not be logged).
     warnings: list[str] = field(default_factory=list)
+    # What was searched, put in the prompt and logged: the question, or the standalone query a
+    # follow-up was rewritten into (pgrag.answer.rewrite); how ("heuristic", "llm",
+    # "unchanged"; None: no earlier turns); and the stored conversation the answer is a turn of.
+    standalone_query: str | None = None
+    rewrite: str | None = None
+    conversation_id: str | None = None
 
     @property
     def uncited(self) -> list[str]:
@@ -77,6 +83,9 @@ class Answer:
             "threshold_from": self.threshold_from,
             "tokenizer": self.tokenizer,
             "warnings": self.warnings,
+            "standalone_query": self.standalone_query,
+            "rewrite": self.rewrite,
+            "conversation_id": self.conversation_id,
         }
 
     def checks(self) -> dict[str, Any]:
@@ -90,4 +99,9 @@ class Answer:
             "sentences": self.sentences,
             "faithfulness": self.faithfulness,
             "tokenizer": self.tokenizer,
+            **(
+                {"rewrite": {"question": self.question, "method": self.rewrite}}
+                if self.rewrite is not None
+                else {}
+            ),
         }

@@ -151,7 +151,9 @@ def record_answer(
             Q.record_answer,
             {
                 "collection": collection,
-                "q": _no_nul(answer.question),
+                # (a follow-up: the standalone query it was searched as; checks.rewrite keeps
+                # the question as asked)
+                "q": _no_nul(answer.standalone_query or answer.question),
                 "retrieved": Jsonb(retrieved),
                 "prompt": _no_nul(answer.prompt),  # an agentic prompt holds the model's turns
                 "generator": answer.generator,
