@@ -155,6 +155,7 @@ def downgrade() -> None:
         DROP FUNCTION IF EXISTS pgrag.conversation_turns_v1(uuid);
         DROP FUNCTION IF EXISTS pgrag.conversation_append_v1(uuid, integer, jsonb);
         DROP FUNCTION IF EXISTS pgrag.conversation_delete_v1(uuid);
+        DROP FUNCTION IF EXISTS pgrag.conversation_match_v1(text, jsonb);
         DROP TABLE pgrag.conversation_turns;
         DROP TABLE pgrag.conversations;
         DROP FUNCTION pgrag.session_caller();

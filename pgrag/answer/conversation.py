@@ -310,6 +310,23 @@ def list_conversations(
     return [{**dict(zip(keys, r, strict=True)), "id": str(r[0])} for r in rows]
 
 
+def find(
+    db: Database, collection: str, turns: Sequence[Turn], *, owner: str | None = None
+) -> str | None:
+    """The id of ``owner``'s conversation in ``collection`` whose turns are exactly ``turns``
+    (roles and texts, oldest first; among its 100 most recently continued), or None. A chat
+    client that resends the whole history continues the conversation it had this way."""
+    from psycopg.types.json import Jsonb
+
+    if not turns:
+        return None
+    transcript = Jsonb([{"role": t.role, "content": t.content} for t in turns])
+    with _translated(None), transaction(db) as conn:
+        act_as(conn, owner)
+        row = conn.execute(Q.match, {"collection": collection, "transcript": transcript}).fetchone()
+    return str(row[0]) if row and row[0] is not None else None
+
+
 def delete(db: Database, conversation_id: str, *, owner: str | None = None) -> bool:
     """Delete one of ``owner``'s conversations; whether there was one."""
     cid = check_id(conversation_id)

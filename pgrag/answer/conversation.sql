@@ -32,3 +32,7 @@ SELECT id, collection, title, turns, created_at, updated_at
 -- name: delete
 -- Delete one of the caller's conversations; whether there was one.
 SELECT pgrag.conversation_delete_v1(%(id)s);
+
+-- name: match
+-- The caller's conversation in a collection whose turns are exactly these (NULL: none).
+SELECT pgrag.conversation_match_v1(%(collection)s, %(transcript)s);

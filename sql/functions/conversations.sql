@@ -195,6 +195,34 @@ BEGIN
 END
 $fn$;
 
+-- The caller's conversation in a collection whose turns are exactly `transcript` (a jsonb array
+-- of {role, content}, oldest first), among its 100 most recently continued there; NULL if none.
+-- A chat client that sends the whole history with every request (as OpenAI's API has it)
+-- continues the conversation it had, without knowing its id.
+CREATE OR REPLACE FUNCTION pgrag.conversation_match_v1(collection text, transcript jsonb)
+RETURNS uuid
+LANGUAGE sql STABLE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT r.id
+      FROM (SELECT v.id, v.updated_at FROM pgrag.conversations v
+              JOIN pgrag.collections c ON c.id = v.collection_id
+             WHERE v.owner = pgrag.session_caller() AND c.name = conversation_match_v1.collection
+             ORDER BY v.updated_at DESC LIMIT 100) r
+     WHERE jsonb_typeof(transcript) = 'array'
+       AND (SELECT count(*) FROM pgrag.conversation_turns t WHERE t.conversation_id = r.id)
+           = jsonb_array_length(transcript)
+       AND NOT EXISTS (
+           SELECT 1 FROM pgrag.conversation_turns t
+             JOIN jsonb_array_elements(transcript) WITH ORDINALITY AS e(m, ord) ON e.ord = t.turn
+            WHERE t.conversation_id = r.id
+              AND (t.role IS DISTINCT FROM e.m ->> 'role'
+                   OR btrim(t.content) IS DISTINCT FROM btrim(e.m ->> 'content')))
+     ORDER BY r.updated_at DESC
+     LIMIT 1
+$fn$;
+
 -- Delete one of the caller's conversations and its turns; whether there was one.
 CREATE OR REPLACE FUNCTION pgrag.conversation_delete_v1(conversation uuid) RETURNS boolean
 LANGUAGE plpgsql VOLATILE

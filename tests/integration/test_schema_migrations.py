@@ -93,6 +93,7 @@ DEFINERS = {
     "conversation_turns_v1",
     "conversation_append_v1",
     "conversation_delete_v1",
+    "conversation_match_v1",
 }
 # Executable only by pgrag's roles (or, the engine, by no one but the owner).
 GUARDED = {
@@ -125,6 +126,7 @@ GUARDED = {
             "conversation_turns_v1",
             "conversation_append_v1",
             "conversation_delete_v1",
+            "conversation_match_v1",
         )
     },
 }
@@ -422,6 +424,7 @@ def test_every_function_has_a_fixed_search_path_and_definers_are_the_known_ones(
         "conversation_turns_v1",
         "conversation_append_v1",
         "conversation_delete_v1",
+        "conversation_match_v1",
     }
 
 
