@@ -138,8 +138,8 @@ def ask(
     if principals is None:
         principals = db.principals
     t_rewrite = time.perf_counter()
-    history = [t.for_rewrite() for t in earlier]
-    rewrite = standalone_query(question, history, _rewriter(config, client))
+    before = [t.for_rewrite() for t in earlier]
+    rewrite = standalone_query(question, before, _rewriter(config, client))
     if earlier:
         timings["rewrite_ms"] = round((time.perf_counter() - t_rewrite) * 1000, 2)
     query = rewrite.standalone

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pgrag.errors import CollectionNotFound, DatabaseError, InputError, PgragError, SchemaError
+from pgrag.errors import (
+    CollectionNotFound,
+    ConversationConflict,
+    ConversationNotFound,
+    DatabaseError,
+    InputError,
+    PgragError,
+    SchemaError,
+)
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -25,8 +33,10 @@ def status_of(err: BaseException) -> tuple[int, str]:
         return 401, "authentication_error"
     if isinstance(err, Forbidden):
         return 403, "permission_error"
-    if isinstance(err, CollectionNotFound):
+    if isinstance(err, CollectionNotFound | ConversationNotFound):
         return 404, "not_found_error"
+    if isinstance(err, ConversationConflict):
+        return 409, "conflict_error"
     if isinstance(err, InputError):
         return 400, "invalid_request_error"
     if isinstance(err, SchemaError | Unavailable):
