@@ -457,3 +457,27 @@ def test_row_level_security_shows_a_granted_role_only_its_own(
             granted.execute("SELECT count(*) FROM pgrag.conversations")
         granted.rollback()
     assert conversation.get(docs, alice.id, owner="key:alice").turns == []
+
+
+def test_a_downgrade_past_0013_keeps_them_for_the_next_upgrade(docs: Database, dsn: str) -> None:
+    from pgrag.db import schema as migrate
+
+    first = pgrag.ask(
+        docs, "Who founded Lakemont University?", collection="places", llm=None,
+        conversation_id="new", owner="key:alice",
+    )  # fmt: skip
+    cid = first.conversation_id or ""
+    before = conversation.get(docs, cid, owner="key:alice")
+    docs.conn.commit()
+    docs.close()
+    with pytest.raises(InputError, match="conversations: 1 \\(kept for the next upgrade\\)"):
+        migrate.downgrade(dsn, "0012")
+    moved = migrate.downgrade(dsn, "0012", confirm=True)
+    assert "turns of conversations: 2 (kept for the next upgrade)" in moved.removed
+    migrate.upgrade(dsn)
+    with pgrag.connect(dsn) as again:
+        after = conversation.get(again, cid, owner="key:alice")
+        assert after.to_dict() == before.to_dict()
+        # and the entry points are back: the conversation goes on
+        more = [conversation.Turn("user", "more?")]
+        assert conversation.append(again, cid, more, owner="key:alice") == 3
