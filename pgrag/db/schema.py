@@ -740,7 +740,8 @@ def finish(conn: Any, before: str | None, after: str | None) -> None:
     """What every Alembic run ends with (migrations/env.py calls it): from revision 0010 on,
     this release's functions (after any migration ran, or unless they are there already);
     after an upgrade, what a downgrade kept aside is put back, and chunks that lost their
-    queue entries are queued. Whatever a superuser's run created in schema pgrag is given to the schema's owner first."""
+    queue entries are queued. Whatever a superuser's run created in schema pgrag is given to
+    the schema's owner first."""
     if after is not None:
         hand_back(conn)
     if after is None or after < FUNCTIONS_SINCE or after != head():
