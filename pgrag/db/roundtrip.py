@@ -5,10 +5,10 @@ counts the rows it would drop, per migration, and says what becomes of each: *ke
 ``pgrag_saved.rows`` and put back by the next upgrade to this release: role mappings, model
 links, the embedding queue, calibrated thresholds, half-precision index settings, bodies of
 documents written with SQL, answer checks, keyword calibrations, API keys), *rebuilt* (access
-lists and keyword postings, which the upgrade recomputes from documents and chunks), or *lost* (a cache,
-or everything, on a downgrade to base). An upgrade from before the queue existed also queues
-every chunk that has no vector of its collection's model (:func:`requeue`), whatever ran
-meanwhile.
+lists and keyword postings, which the upgrade recomputes from documents and chunks), or
+*lost* (a cache, or everything, on a downgrade to base). An upgrade from before the queue
+existed also queues every chunk that has no vector of its collection's model
+(:func:`requeue`), whatever ran meanwhile.
 :func:`pgrag.db.schema.downgrade` shows that list and needs ``confirm`` when any of it has rows.
 """
 
