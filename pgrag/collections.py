@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgrag.db import queries
+from pgrag.db import principals, queries
 from pgrag.db.connect import transaction
 from pgrag.embeddings.local import configured_embedder, require_model
 from pgrag.embeddings.models import describe
@@ -111,6 +111,7 @@ def list_collections(db: Database) -> list[dict[str, Any]]:
     ``documents`` is the planner's estimate (only for a session that sees everything, and only
     above ``pgrag.exact_count_limit`` documents; sql/functions/status.sql)."""
     with transaction(db) as conn:
+        principals.apply(conn, db.principals)  # a connection opened with principals counts theirs
         rows = conn.execute(Q.list_collections).fetchall()
     keys = ("name", "model", "dimension", "documents", "chunks", "estimated")
     return [dict(zip(keys, r, strict=True)) for r in rows]

@@ -26,6 +26,7 @@ from pgrag.cli import (
     models,
     queries,
     search,
+    serve,
     server,
 )
 from pgrag.cli.options import Group, State, fail, silence_stdout
@@ -71,6 +72,7 @@ for _command in (
     models.worker,
     queries.queries,
     search.search,
+    serve.serve,
     server.server,
 ):
     cli.add_command(_command)

@@ -1,0 +1,159 @@
+"""The ASGI app: :func:`create_app` builds it from a :class:`ServiceConfig`; uvicorn runs it
+(``pgrag serve``, :func:`serve`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pgrag.service import errors
+from pgrag.service.metrics import Metrics, middleware
+from pgrag.service.runtime import Service
+from pgrag.version import __version__
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from pgrag.service.config import ServiceConfig
+
+log = logging.getLogger("pgrag.service")
+STATIC = Path(__file__).parent / "static"
+
+
+def create_app(config: ServiceConfig) -> FastAPI:
+    from fastapi import FastAPI
+    from starlette.concurrency import run_in_threadpool
+
+    from pgrag.service.routes import ask, embeddings, health, search
+
+    config.check()
+    metrics = Metrics()
+    svc = Service(config, metrics)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await run_in_threadpool(svc.open)
+        log.info("pgrag %s serving %s", __version__, svc.dsn)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(svc.close)
+
+    app = FastAPI(
+        title="pgrag",
+        version=__version__,
+        summary="Answers from your documents, with sources, on PostgreSQL.",
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.service = svc
+    errors.install(app)
+    for module in (search, ask, embeddings, health):
+        app.include_router(module.router)
+    _optional_routes(app)
+    metrics.add_collector(lambda: _gauges(svc))
+    if config.cors_origins:
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+        )
+    if (STATIC / "index.html").exists():
+        from starlette.staticfiles import StaticFiles
+
+        app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
+    # Outermost, so a response is timed and counted whatever answered it.
+    wrapped: FastAPI = app
+    app.add_middleware(_Timed, metrics=metrics)
+    return wrapped
+
+
+class _Timed:
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self._inner = middleware(app, metrics)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._inner(scope, receive, send)
+
+
+def _optional_routes(app: FastAPI) -> None:
+    """The families that land on their own (chat, documents, mcp): included when present."""
+    import importlib
+
+    for name in ("chat", "documents"):
+        try:
+            module = importlib.import_module(f"pgrag.service.routes.{name}")
+        except ModuleNotFoundError as err:
+            if err.name != f"pgrag.service.routes.{name}":
+                raise
+            continue
+        app.include_router(module.router)
+
+
+def _gauges(svc: Service) -> Iterable[Any]:
+    from prometheus_client.core import GaugeMetricFamily
+
+    pool = svc.pool
+    if pool is not None:
+        stats = pool.get_stats()
+        size = GaugeMetricFamily("pgrag_pool_connections", "Connections the pool holds.")
+        size.add_metric([], stats.get("pool_size", 0))
+        yield size
+        idle = GaugeMetricFamily("pgrag_pool_idle_connections", "Pooled connections idle now.")
+        idle.add_metric([], stats.get("pool_available", 0))
+        yield idle
+        waiting = GaugeMetricFamily(
+            "pgrag_pool_waiting_requests", "Requests waiting for a pooled connection now."
+        )
+        waiting.add_metric([], stats.get("requests_waiting", 0))
+        yield waiting
+    depth = _queue_depth(svc)
+    if depth is not None:
+        queue = GaugeMetricFamily(
+            "pgrag_embedding_queue_depth",
+            "Chunks waiting for an embedding (pgrag worker), by collection.",
+            labels=["collection"],
+        )
+        for collection, pending in depth:
+            queue.add_metric([collection], pending)
+        yield queue
+
+
+def _queue_depth(svc: Service) -> list[tuple[str, int]] | None:
+    """Pending embedding-queue items per collection (None when the service's role may not
+    count the queue, or the database does not answer)."""
+    from pgrag.embeddings.worker import status
+    from pgrag.service.auth import Caller
+
+    try:
+        with svc.database(Caller("metrics", None, "local")) as db:
+            rows = status(db)
+    except Exception as err:  # a scrape must not fail because the database is away
+        log.debug("metrics: no queue depth: %s", err)
+        return None
+    return [(r["collection"], int(r["pending"])) for r in rows if r.get("pending") is not None]
+
+
+def serve(config: ServiceConfig, *, log_level: str = "info") -> None:
+    """Run the service in the foreground until SIGINT/SIGTERM, which stops accepting new
+    connections and drains in-flight requests (streams included) for up to
+    ``config.drain_seconds``."""
+    import uvicorn
+
+    app = create_app(config)
+    uvicorn.run(
+        app,
+        host=config.host,
+        port=config.port,
+        log_level=log_level,
+        timeout_graceful_shutdown=int(config.drain_seconds),
+        proxy_headers=True,
+        server_header=False,
+    )

@@ -1,0 +1,58 @@
+"""How the service was asked to run: ``pgrag serve``'s options, as one value."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+from pgrag.config import Settings
+from pgrag.errors import InputError
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """``settings`` is pgrag's configuration (the environment, read once); ``dsn`` the
+    database (None: as the CLI finds it). Without credentials a request is refused (401),
+    unless ``no_auth`` — allowed only on a loopback address — lets it through as
+    ``local_principals`` (None: whatever the connecting role may read, as the CLI)."""
+
+    settings: Settings = field(default_factory=Settings)
+    dsn: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8000
+    no_auth: bool = False
+    local_principals: list[str] | None = None
+    pool_min: int = 2
+    pool_max: int = 10
+    # Seconds a request waits for a pooled connection before it is answered 503.
+    pool_timeout: float = 10.0
+    # Seconds SIGTERM waits for in-flight requests (streams included) before closing them.
+    drain_seconds: float = 30.0
+    # Cross-origin callers allowed (browser apps on another origin); none by default.
+    cors_origins: tuple[str, ...] = ()
+    # Load the embedding model before accepting requests (off in tests that need no model).
+    warm_model: bool = True
+
+    def check(self) -> None:
+        if self.no_auth and not is_loopback(self.host):
+            raise InputError(
+                f"--no-auth serves every caller without credentials, so it is allowed only on"
+                f" a loopback address, not {self.host!r}: bind --host 127.0.0.1, or create"
+                " API keys (pgrag keys create) and drop --no-auth"
+            )
+        if not 1 <= self.pool_min <= self.pool_max:
+            raise InputError(
+                f"--pool-size must be at least 1 (got min {self.pool_min}, max {self.pool_max})"
+            )
+        if not 0 < self.port < 65536:
+            raise InputError(f"--port must be 1-65535, got {self.port}")

@@ -1,0 +1,220 @@
+"""The service's long-lived parts: the connection pool, the embedder loaded once, who is
+calling, and blocking library calls run off the event loop and stopped when the client goes.
+
+Every request borrows a pooled connection, wraps it as a :class:`pgrag.Database` reading as the
+caller's principals (the library sets them per transaction, ``pgrag.db.principals.apply``,
+so a connection never carries one caller's principals into the next request) and hands it
+back when the request ends.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pgrag.db import queries
+from pgrag.db.connect import Database, _register_vector
+from pgrag.db.dsn import resolve_dsn
+from pgrag.db.schema import require_current
+from pgrag.errors import PgragError
+from pgrag.service.auth import Authenticator, Caller
+from pgrag.service.errors import Unavailable
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+    from pgrag.service.config import ServiceConfig
+    from pgrag.service.metrics import Metrics
+
+T = TypeVar("T")
+Q = queries.load("pgrag.db.connect")
+
+
+class Cancelled(PgragError):
+    """The client went away; the work it asked for was stopped."""
+
+
+class Work:
+    """One request's blocking work: the connection it holds (so a disconnect can cancel the
+    statement running on it) and whether it should stop."""
+
+    def __init__(self) -> None:
+        self._conn: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+        self.stopped = threading.Event()
+
+    def hold(self, conn: psycopg.Connection[Any] | None) -> None:
+        with self._lock:
+            self._conn = conn
+        if conn is not None and self.stopped.is_set():
+            conn.cancel_safe(timeout=2.0)
+
+    def stop(self) -> None:
+        """Stop the work: the statement it runs now is cancelled in PostgreSQL, and
+        :meth:`check` raises from here on."""
+        self.stopped.set()
+        with self._lock:
+            conn = self._conn
+        if conn is not None:
+            try:
+                conn.cancel_safe(timeout=2.0)
+            except Exception:  # noqa: S110 - the connection may be closing; nothing to cancel
+                pass
+
+    def check(self) -> None:
+        if self.stopped.is_set():
+            raise Cancelled("the client disconnected; the request was stopped")
+
+
+class Service:
+    def __init__(self, config: ServiceConfig, metrics: Metrics) -> None:
+        self.config = config
+        self.settings = config.settings
+        self.metrics = metrics
+        self.dsn = resolve_dsn(config.dsn, config.settings)
+        self.authenticator = Authenticator(
+            config.settings, no_auth=config.no_auth, local_principals=config.local_principals
+        )
+        self.pool: ConnectionPool[Any] | None = None
+        self.embedder: Any = None
+
+    # -- life -----------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Check the schema, open the pool and (unless told not to) load the model."""
+        from psycopg_pool import ConnectionPool
+
+        from pgrag.db.dsn import open_connection
+
+        with open_connection(self.dsn) as conn:
+            require_current(conn)  # a service on a wrong schema refuses to start
+        self.pool = ConnectionPool(
+            self.dsn,
+            min_size=self.config.pool_min,
+            max_size=self.config.pool_max,
+            timeout=self.config.pool_timeout,
+            configure=_configure,
+            check=_check,
+            name="pgrag",
+            open=False,
+        )
+        self.pool.open(wait=True, timeout=30.0)
+        if self.config.warm_model:
+            from pgrag.embeddings.local import default_embedder
+
+            self.embedder = default_embedder(self.settings.embedding_model)
+            self.embedder.embed(["warm up"])
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close(timeout=5.0)
+            self.pool = None
+
+    # -- per request ----------------------------------------------------------------------
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection (503 when none frees up within the pool timeout)."""
+        from psycopg_pool import PoolTimeout
+
+        if self.pool is None:
+            raise Unavailable("the service is not running (its pool is closed)")
+        try:
+            with self.pool.connection() as conn:
+                yield conn
+        except PoolTimeout as err:
+            raise Unavailable(
+                f"no database connection freed up within {self.config.pool_timeout:g} s:"
+                " the service is overloaded; retry, or raise --pool-size"
+            ) from err
+
+    @contextmanager
+    def database(self, caller: Caller, work: Work | None = None) -> Iterator[Database]:
+        """A pooled connection as a :class:`pgrag.Database` reading as ``caller``."""
+        with self.connection() as conn:
+            if work is not None:
+                work.hold(conn)
+            try:
+                yield Database(
+                    conn=conn,
+                    dsn=self.dsn,
+                    given_embedder=None,
+                    principals=caller.principals,
+                    settings=self.settings,
+                )
+            finally:
+                if work is not None:
+                    work.hold(None)
+
+    def authenticate(self, authorization: str | None) -> Caller:
+        return self.authenticator.authenticate(authorization, self._auth_connection)
+
+    def _auth_connection(self) -> AbstractContextManager[Any]:
+        return self.connection()
+
+    def ready(self) -> dict[str, str]:
+        """What /readyz reports: the database reachable and its schema this release's."""
+        checks: dict[str, str] = {}
+        try:
+            with self.connection() as conn:
+                conn.execute("SELECT 1")
+                checks["database"] = "ok"
+                try:
+                    require_current(conn)
+                    checks["schema"] = "ok"
+                except PgragError as err:
+                    checks["schema"] = str(err)
+                conn.rollback()
+        except Exception as err:  # the point is to say so, whatever it is
+            checks["database"] = f"unreachable: {' '.join(str(err).split())[:300]}"
+        return checks
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    _register_vector(conn)
+    conn.execute(Q.watch_client)
+    conn.execute("SELECT set_config('application_name', 'pgrag serve', false)")
+    conn.commit()
+
+
+def _check(conn: psycopg.Connection[Any]) -> None:
+    # A connection the server closed while it idled in the pool is replaced, not handed out.
+    from psycopg_pool import ConnectionPool
+
+    ConnectionPool.check_connection(conn)
+
+
+async def run(request: Any, fn: Callable[[Work], T]) -> T:
+    """Run blocking ``fn(work)`` in a worker thread; if the client disconnects first, stop it
+    (its statement is cancelled in PostgreSQL) and answer nothing."""
+    import anyio
+    from starlette.concurrency import run_in_threadpool
+
+    work = Work()
+    result: list[T] = []
+
+    async def watch(scope: anyio.CancelScope) -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                work.stop()
+                scope.cancel()
+                return
+
+    failed: list[BaseException] = []
+    async with anyio.create_task_group() as group:
+        group.start_soon(watch, group.cancel_scope)
+        try:
+            result.append(await run_in_threadpool(fn, work))
+        except Exception as err:  # raised below, not wrapped in the task group's ExceptionGroup
+            failed.append(err)
+        finally:
+            group.cancel_scope.cancel()
+    if failed and not work.stopped.is_set():
+        raise failed[0]
+    if not result:
+        raise Cancelled("the client disconnected; the request was stopped")
+    return result[0]
