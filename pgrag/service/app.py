@@ -128,7 +128,7 @@ def _queue_depth(svc: Service) -> list[tuple[str, int]] | None:
     from pgrag.service.auth import Caller
 
     try:
-        with svc.database(Caller("metrics", None, "local")) as db:
+        with svc.database(Caller("metrics", None, "local", frozenset())) as db:
             rows = status(db)
     except Exception as err:  # a scrape must not fail because the database is away
         log.debug("metrics: no queue depth: %s", err)
