@@ -25,6 +25,7 @@ import pytest
 
 import pgrag
 from pgrag.config import Settings
+from pgrag.service.keys import create_key
 from tests.fakes import LLMServer
 from tests.serving import served
 
@@ -339,6 +340,20 @@ def test_without_a_key_the_page_asks_for_one(
         expect(alert).to_contain_text("Pick a collection")
         assert page.locator(".turn").count() == 0
         shots(page, "2-key-refused")
+
+        # A real key: the collections load, the notice goes, and a search runs with it.
+        _, real = create_key(handbook, principals=["alice"])
+        key.fill(real)
+        page.get_by_role("button", name="Use key").click()
+        expect(page.get_by_label("Collection").locator('option[value="handbook"]')).to_have_count(1)
+        expect(alert).to_be_hidden()
+        assert calls[-1]["authorization"] == f"Bearer {real}"
+        page.get_by_label("Collection").select_option("handbook")
+        page.get_by_label("Search only").check()
+        page.get_by_role("textbox", name="Question").fill("glitter supplier")
+        page.get_by_role("button", name="Search", exact=True).click()
+        expect(page.locator("#results > li.result").first).to_contain_text("glitter")
+        shots(page, "3-key-accepted")
 
         page.get_by_role("button", name="Forget key").click()
         assert page.evaluate("sessionStorage.getItem('pgrag.key')") is None
