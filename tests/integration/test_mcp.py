@@ -23,10 +23,23 @@ from mcp_types import CallToolResult
 
 import pgrag
 from pgrag.config import Settings
+from pgrag.service.keys import create_key
 from tests.fakes import LLMServer
+from tests.integration.test_service_access import app_dsn  # noqa: F401 - fixture
 from tests.serving import served
 
 ROOT = Path(__file__).resolve().parents[2]
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "0"},
+    },
+}
+ACCEPT = {"Accept": "application/json, text/event-stream"}
 TOOLS = {"search", "ask", "fetch_document", "list_collections"}
 # One document long enough for several (overlapping) chunks, to read back whole.
 SENTENCES = [
@@ -76,9 +89,12 @@ def _text(result: CallToolResult) -> str:
     return " ".join(getattr(block, "text", "") for block in result.content)
 
 
-def _http(url: str, token: str | None = None) -> Client:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(120.0))
+def _bearer(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _http(url: str, key: str | None = None) -> Client:
+    client = httpx.AsyncClient(headers=_bearer(key) if key else {}, timeout=httpx.Timeout(120.0))
     return Client(streamable_http_client(f"{url}/mcp", http_client=client))
 
 
@@ -238,92 +254,94 @@ def test_bad_arguments_are_one_line_tool_errors(corpus: Any, dsn: str) -> None:
         _run(main)
 
 
-def test_two_callers_see_only_their_own_documents_over_http(corpus: Any, dsn: str) -> None:
-    seen: dict[str, dict[str, Any]] = {}
-    for who in PRIVATE:
-        with served(dsn, no_auth=True, local_principals=[who], warm_model=False) as s:
+@pytest.fixture
+def keys(corpus: Any) -> dict[str, str]:
+    return {who: create_key(corpus, principals=[who], name=f"{who}-mcp")[1] for who in PRIVATE}
 
-            async def main(url: str = s.url, who: str = who) -> None:
-                async with _http(url) as client:
+
+def test_two_keys_see_only_their_own_documents_over_http(
+    corpus: Any,
+    keys: dict[str, str],
+    app_dsn: str,  # noqa: F811 - the service connects as a pgrag_app member, as it should
+) -> None:
+    seen: dict[str, dict[str, Any]] = {}
+    with served(app_dsn, Settings(min_confidence="off"), warm_model=False) as s:
+
+        async def main() -> None:
+            for who, key in keys.items():
+                async with _http(s.url, key) as client:
                     found = _structured(
                         await client.call_tool(
-                            "search",
-                            {"query": "budget code", "collection": "handbook", "k": 10},
+                            "search", {"query": "budget code", "collection": "handbook", "k": 10}
+                        )
+                    )
+                    answer = _structured(
+                        await client.call_tool(
+                            "ask",
+                            {"question": "What is the budget code?", "collection": "handbook"},
                         )
                     )
                     listing = _structured(await client.call_tool("list_collections", {}))
-                    seen[who] = {"found": found, "listing": listing}
+                    seen[who] = {"found": found, "answer": answer, "listing": listing}
+            # A chunk id of bob's names nothing for alice: the same answer as one that does
+            # not exist.
+            bobs = next(
+                r["chunk_id"]
+                for r in seen["bob"]["found"]["results"]
+                if r["source"].endswith("bonus.md")
+            )
+            async with _http(s.url, keys["alice"]) as client:
+                hidden = await client.call_tool("fetch_document", {"chunk_id": bobs})
+                missing = await client.call_tool("fetch_document", {"chunk_id": 10**12})
+                assert hidden.is_error and f"no chunk {bobs}" in _text(hidden)
+                assert _text(missing).replace(str(10**12), "N") == _text(hidden).replace(
+                    str(bobs), "N"
+                )
+            async with _http(s.url, keys["bob"]) as client:
+                own = _structured(await client.call_tool("fetch_document", {"chunk_id": bobs}))
+                assert Path(own["source"]).name == "bonus.md"
 
-            _run(main)
-    assert "salary.md" in _sources(seen["alice"]["found"])
-    assert "bonus.md" not in _sources(seen["alice"]["found"])
-    assert "bonus.md" in _sources(seen["bob"]["found"])
-    assert "salary.md" not in _sources(seen["bob"]["found"])
-    # Each counts the public documents and its own.
-    for who in PRIVATE:
+        _run(main)
+    for who, other in (("alice", "bob"), ("bob", "alice")):
+        mine, theirs = PRIVATE[who][0], PRIVATE[other][0]
+        assert mine in _sources(seen[who]["found"]) and theirs not in _sources(seen[who]["found"])
+        cited = {Path(c["source"]).name for c in seen[who]["answer"]["sources"]}
+        assert mine in cited and theirs not in cited, (who, cited)
+        # Each counts the public documents and its own.
         (handbook,) = seen[who]["listing"]["collections"]
         assert handbook["documents"] == len(PUBLIC) + 1
 
-    # A chunk id of bob's names nothing for alice: the same answer as one that does not exist.
-    bobs = next(
-        r["chunk_id"] for r in seen["bob"]["found"]["results"] if r["source"].endswith("bonus.md")
-    )
-    with served(dsn, no_auth=True, local_principals=["alice"], warm_model=False) as s:
 
-        async def fetch() -> None:
-            async with _http(s.url) as client:
-                result = await client.call_tool("fetch_document", {"chunk_id": bobs})
-                assert result.is_error and f"no chunk {bobs}" in _text(result)
-                missing = await client.call_tool("fetch_document", {"chunk_id": 10**12})
-                assert missing.is_error and _text(missing).replace(str(10**12), "N") == _text(
-                    result
-                ).replace(str(bobs), "N")
-
-        _run(fetch)
+def test_a_key_without_the_read_scope_is_refused(corpus: Any, app_dsn: str) -> None:  # noqa: F811
+    _, writer = create_key(corpus, principals=["alice"], scopes=["write"])
+    with served(app_dsn, warm_model=False) as s:
+        r = httpx.post(f"{s.url}/mcp", json=INITIALIZE, headers={**ACCEPT, **_bearer(writer)})
+    assert r.status_code == 403 and "may not read" in r.json()["error"]["message"]
 
 
-def test_mcp_over_http_needs_credentials(corpus: Any, dsn: str) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        },
-    }
-    headers = {"Accept": "application/json, text/event-stream"}
+def test_mcp_over_http_needs_credentials(corpus: Any, keys: dict[str, str], dsn: str) -> None:
+    forged = keys["alice"][:-4] + "AAAA"
     with served(dsn, warm_model=False) as s:
-        refused = httpx.post(f"{s.url}/mcp", json=initialize, headers=headers)
-        wrong = httpx.post(
-            f"{s.url}/mcp", json=initialize, headers={**headers, "Authorization": "Bearer nope"}
+        refused = httpx.post(f"{s.url}/mcp", json=INITIALIZE, headers=ACCEPT)
+        wrong = httpx.post(f"{s.url}/mcp", json=INITIALIZE, headers={**ACCEPT, **_bearer(forged)})
+        right = httpx.post(
+            f"{s.url}/mcp", json=INITIALIZE, headers={**ACCEPT, **_bearer(keys["alice"])}
         )
     assert refused.status_code == 401 and refused.headers["www-authenticate"] == "Bearer"
     assert "Authorization: Bearer" in refused.json()["error"]["message"]
-    assert wrong.status_code == 401
+    assert wrong.status_code == 401 and forged not in wrong.text
+    assert right.status_code == 200, right.text
 
 
 def test_without_auth_mcp_answers_only_loopback_hosts(corpus: Any, dsn: str) -> None:
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "test", "version": "0"},
-        },
-    }
-    headers = {"Accept": "application/json, text/event-stream"}
     with served(dsn, no_auth=True, warm_model=False) as s:
-        ours = httpx.post(f"{s.url}/mcp", json=initialize, headers=headers)
+        ours = httpx.post(f"{s.url}/mcp", json=INITIALIZE, headers=ACCEPT)
         # What a page on another site reaching this port by DNS rebinding sends.
         rebound = httpx.post(
-            f"{s.url}/mcp", json=initialize, headers={**headers, "Host": "evil.example:8000"}
+            f"{s.url}/mcp", json=INITIALIZE, headers={**ACCEPT, "Host": "evil.example:8000"}
         )
         foreign = httpx.post(
-            f"{s.url}/mcp", json=initialize, headers={**headers, "Origin": "http://evil.example"}
+            f"{s.url}/mcp", json=INITIALIZE, headers={**ACCEPT, "Origin": "http://evil.example"}
         )
     assert ours.status_code == 200, ours.text
     assert rebound.status_code == 421 and foreign.status_code == 403
@@ -384,6 +402,47 @@ def test_stdio_serves_the_tools_as_the_principal(corpus: Any, dsn: str) -> None:
             errlog.seek(0)
             log = errlog.read()
         assert not stray, (stray, log)
+
+
+def test_stdio_reads_as_the_api_key(
+    corpus: Any,
+    keys: dict[str, str],
+    app_dsn: str,  # noqa: F811
+) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "pgrag.cli", "mcp"],
+        env=_stdio_env(app_dsn, PGRAG_API_KEY=keys["bob"]),
+        cwd=str(ROOT),
+    )
+    with tempfile.TemporaryFile("w+") as errlog:
+
+        async def main() -> None:
+            async with Client(_stdio(params, errlog)) as client:
+                found = _structured(
+                    await client.call_tool(
+                        "search", {"query": "budget code", "collection": "handbook", "k": 10}
+                    )
+                )
+                assert "bonus.md" in _sources(found) and "salary.md" not in _sources(found)
+
+        _run(main)
+
+
+def test_stdio_refuses_a_key_that_is_not_valid(corpus: Any, keys: dict[str, str], dsn: str) -> None:
+    forged = keys["alice"][:-4] + "AAAA"
+    done = subprocess.run(
+        [sys.executable, "-m", "pgrag.cli", "mcp"],
+        env=os.environ | _stdio_env(dsn, PGRAG_API_KEY=forged),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1
+    assert "is not valid" in done.stderr and forged not in done.stderr
 
 
 def _stdio(params: StdioServerParameters, errlog: Any) -> Any:
