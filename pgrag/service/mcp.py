@@ -18,9 +18,10 @@ are tool errors (``isError``) with pgrag's one-line message, which an agent can 
 from __future__ import annotations
 
 import inspect
+import logging
 import threading
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -368,14 +369,15 @@ def create_server(
             warming.start()
         yield {}
 
-    server = _Server(
-        name="pgrag",
-        title="pgrag",
-        version=__version__,
-        instructions=INSTRUCTIONS,
-        log_level="WARNING",
-        lifespan=lifespan,
-    )
+    with _logging_untouched():
+        server = _Server(
+            name="pgrag",
+            title="pgrag",
+            version=__version__,
+            instructions=INSTRUCTIONS,
+            log_level="WARNING",
+            lifespan=lifespan,
+        )
     answering = ToolAnnotations(
         # It adds the question to pgrag's question log, and changes nothing else.
         read_only_hint=False,
@@ -391,6 +393,22 @@ def create_server(
         server.add_tool(fn, title=title, annotations=hints, structured_output=True)
         server.arguments[fn.__name__] = [p for p in inspect.signature(fn).parameters if p != "ctx"]
     return server
+
+
+@contextmanager
+def _logging_untouched() -> Iterator[None]:
+    """The SDK's server calls ``logging.basicConfig`` (a rich handler on the root logger) when
+    it is built; the process's logging is not the SDK's to set. basicConfig does nothing while
+    the root logger has a handler, so give it one for the moment."""
+    root = logging.getLogger()
+    placeholder = None if root.handlers else logging.NullHandler()
+    if placeholder is not None:
+        root.addHandler(placeholder)
+    try:
+        yield
+    finally:
+        if placeholder is not None:
+            root.removeHandler(placeholder)
 
 
 # -- transports -------------------------------------------------------------------------------
@@ -479,6 +497,4 @@ def _load_model(svc: Service) -> None:
     try:
         default_embedder(svc.settings.embedding_model).embed(["warm up"])
     except Exception as err:  # the first search that needs it says what is wrong
-        import logging
-
         logging.getLogger("pgrag.service").warning("the model did not load: %s", err)
