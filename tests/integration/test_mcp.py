@@ -9,12 +9,14 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import httpx2 as httpx
+import psycopg
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -463,3 +465,62 @@ def test_stdio_refuses_two_answers_to_who_reads(dsn: str) -> None:
     )
     assert done.returncode == 2 and done.stdout == ""
     assert "--principal and $PGRAG_API_KEY both say who reads" in done.stderr
+
+
+def _waiting(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'pgrag serve'"
+            " AND wait_event_type = 'Lock' AND datname = current_database()"
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_call_the_client_gives_up_on_stops_its_query_in_postgres(corpus: Any, dsn: str) -> None:
+    with served(dsn, no_auth=True) as s:
+
+        async def warm() -> None:
+            async with _http(s.url) as client:
+                _structured(
+                    await client.call_tool("search", {"query": "warm", "collection": "handbook"})
+                )
+
+        _run(warm)
+        blocker = psycopg.connect(dsn)
+        blocker.execute("LOCK TABLE pgrag.chunks IN ACCESS EXCLUSIVE MODE")
+        try:
+            reached: list[bool] = []
+
+            async def impatient() -> None:
+                async with _http(s.url) as client, anyio.create_task_group() as group:
+
+                    async def call() -> None:
+                        await client.call_tool(
+                            "search", {"query": "refund window again", "collection": "handbook"}
+                        )
+
+                    group.start_soon(call)
+                    with anyio.move_on_after(20):
+                        while await anyio.to_thread.run_sync(_waiting, dsn) == 0:
+                            await anyio.sleep(0.1)
+                        reached.append(True)
+                    group.cancel_scope.cancel()  # the client gives up, and goes away
+
+            _run(impatient)
+            assert reached, "the search never reached the lock"
+            deadline = time.monotonic() + 10
+            while _waiting(dsn) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            # The lock is still held: only the service's cancel can have ended the wait.
+            assert _waiting(dsn) == 0
+        finally:
+            blocker.rollback()
+            blocker.close()
+
+        async def after() -> None:
+            async with _http(s.url) as client:
+                _structured(
+                    await client.call_tool("search", {"query": "refund", "collection": "handbook"})
+                )
+
+        _run(after)
