@@ -1,4 +1,4 @@
-"""``pgrag mcp``: pgrag's tools for an agent over MCP's stdio transport (docs/serve-mcp.md)."""
+"""``pgrag mcp``: pgrag's tools for an agent over MCP's stdio transport (docs/serve.md)."""
 
 from __future__ import annotations
 
