@@ -99,13 +99,20 @@ $fn$;
 -- (and never picked as heirs, nor updated under the statement's feet); it is named
 -- "Documents_hand_over" (migration 0005) so that it fires before the foreign keys'
 -- "RI_ConstraintTrigger_a_..." cascade deletes the chunks: PostgreSQL fires a table's triggers
--- in the order of their names.
+-- in the order of their names. A session that writes for some principals
+-- (pgrag.write_principals, sql/functions/access.sql) may not delete a document others may read.
 CREATE OR REPLACE FUNCTION pgrag.documents_deleted() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
+    IF NOT pgrag.may_write(OLD.principals) THEN
+        RAISE EXCEPTION 'may not delete document %: principals this session does not write for may read it',
+            quote_literal(OLD.source)
+            USING ERRCODE = '42501',
+                  HINT = 'A session with pgrag.write_principals deletes only documents readable by none but them.';
+    END IF;
     PERFORM pgrag.documents_hand_over(OLD.id, OLD.collection_id, OLD.source);
     RETURN NULL;
 END
