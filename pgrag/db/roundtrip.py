@@ -4,11 +4,11 @@ A downgrade past a migration drops what that migration added. Before it does, :f
 counts the rows it would drop, per migration, and says what becomes of each: *kept* (saved in
 ``pgrag_saved.rows`` and put back by the next upgrade to this release: role mappings, model
 links, the embedding queue, calibrated thresholds, half-precision index settings, bodies of
-documents written with SQL, answer checks, keyword calibrations), *rebuilt* (access lists and
-keyword postings, which the upgrade recomputes from documents and chunks), or *lost* (a cache,
-or everything, on a downgrade to base). An upgrade from before the queue existed also queues
-every chunk that has no vector of its collection's model (:func:`requeue`), whatever ran
-meanwhile.
+documents written with SQL, answer checks, keyword calibrations, API keys), *rebuilt* (access
+lists and keyword postings, which the upgrade recomputes from documents and chunks), or
+*lost* (a cache, or everything, on a downgrade to base). An upgrade from before the queue
+existed also queues every chunk that has no vector of its collection's model
+(:func:`requeue`), whatever ran meanwhile.
 :func:`pgrag.db.schema.downgrade` shows that list and needs ``confirm`` when any of it has rows.
 """
 
@@ -41,6 +41,7 @@ class Item:
 
 
 ITEMS = (
+    Item("0013", "API keys of pgrag serve", "count_api_keys", KEPT, "api_keys"),
     Item("0009", "answer checks in the query log", "count_checks", KEPT, "checks"),
     Item("0009", "calibrated abstention thresholds", "count_thresholds", KEPT, "thresholds"),
     Item(
@@ -81,6 +82,7 @@ RESTORE = (
     "bodies",
     "checks",
     "keyword_settings",
+    "api_keys",
 )
 
 

@@ -1,6 +1,9 @@
 -- name: count_checks
 SELECT count(*) FROM pgrag.queries WHERE checks IS NOT NULL;
 
+-- name: count_api_keys
+SELECT count(*) FROM pgrag.api_keys;
+
 -- name: count_thresholds
 SELECT count(*) FROM pgrag.embedding_models WHERE min_confidence IS NOT NULL;
 
@@ -224,6 +227,21 @@ UPDATE pgrag.documents d SET body = s.data ->> 'body'
 UPDATE pgrag.queries q SET checks = s.data -> 'checks'
   FROM pgrag_saved.rows s
  WHERE s.kind = 'checks' AND q.id = (s.data ->> 'id')::bigint AND q.checks IS NULL;
+
+-- name: save_api_keys
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'api_keys', to_jsonb(k) FROM pgrag.api_keys k;
+
+-- name: restore_api_keys
+-- Every key as it was (revoked ones stay revoked), unless its id or hash was taken meanwhile.
+INSERT INTO pgrag.api_keys (id, name, key_hash, principals, scopes, created_at, expires_at,
+                            revoked_at, last_used_at)
+SELECT k.id, k.name, k.key_hash, k.principals, k.scopes, k.created_at, k.expires_at,
+       k.revoked_at, k.last_used_at
+  FROM pgrag_saved.rows s
+ CROSS JOIN LATERAL jsonb_populate_record(NULL::pgrag.api_keys, s.data) k
+ WHERE s.kind = 'api_keys'
+ON CONFLICT DO NOTHING;
 
 -- name: forget_restored
 DELETE FROM pgrag_saved.rows WHERE kind = ANY (%(kinds)s);

@@ -65,6 +65,7 @@ FUNCTION_FILES = (
     "cache",
     "status",
     "query_log",
+    "keys",
     "search",
     "grants",
 )
@@ -737,9 +738,10 @@ def sql_quote(text: str) -> str:
 
 def finish(conn: Any, before: str | None, after: str | None) -> None:
     """What every Alembic run ends with (migrations/env.py calls it): from revision 0010 on,
-    this release's functions, unless they are there already; after an upgrade, what a
-    downgrade kept aside is put back, and chunks that lost their queue entries are queued.
-    Whatever a superuser's run created in schema pgrag is given to the schema's owner first."""
+    this release's functions (after any migration ran, or unless they are there already);
+    after an upgrade, what a downgrade kept aside is put back, and chunks that lost their
+    queue entries are queued. Whatever a superuser's run created in schema pgrag is given to
+    the schema's owner first."""
     if after is not None:
         hand_back(conn)
     if after is None or after < FUNCTIONS_SINCE or after != head():
@@ -750,9 +752,12 @@ def finish(conn: Any, before: str | None, after: str | None) -> None:
             f"pgrag's SQL functions in this database are from pgrag {release['version']},"
             f" newer than this pgrag ({__version__}); upgrade pgrag itself, or downgrade with it"
         )
-    if release is None or release.get("digest") != functions_digest():
+    # An upgrade that ran migrations applies them too: a downgrade may have dropped functions
+    # (0013's drops pgrag.api_key_v1) while pgrag.release() still names this release.
+    moved = before is None or before < after
+    if moved or release is None or release.get("digest") != functions_digest():
         apply_functions(conn)
-    if before is None or before < after:
+    if moved:
         roundtrip.restore(conn)
         if before is None or before < roundtrip.QUEUE_REVISION:
             roundtrip.requeue(conn)

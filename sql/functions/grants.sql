@@ -10,7 +10,8 @@
 -- read nothing that holds content, vectors or keyword statistics (a query on a table under
 -- row-level security could test its text through side channels); pgrag_writer writes the tables
 -- (under row-level security when it names principals), runs the worker and attaches sync
--- triggers. Returns the roles granted.
+-- triggers; pgrag_app alone verifies the API keys of `pgrag serve` (api_key_v1), and no
+-- restricted role has any privilege on pgrag.api_keys. Returns the roles granted.
 CREATE OR REPLACE FUNCTION pgrag.grant_roles() RETURNS text[]
 LANGUAGE plpgsql
 SECURITY INVOKER
@@ -27,7 +28,7 @@ DECLARE
                                         'section_chunks_v1', 'query_cache_get',
                                         'query_cache_put', 'sync_row_v1', 'ensure_model_index',
                                         'prune_queries', 'count_rows', 'document_count',
-                                        'chunk_count', 'status'];
+                                        'chunk_count', 'status', 'api_key_v1'];
     -- What every pgrag role may execute, and what pgrag_writer alone may.
     c_entries  CONSTANT text[] := ARRAY['search_v3', 'search_v4', 'search_v5', 'documents_v1',
                                         'collections_v1', 'collections_v2', 'section_chunks_v1',
@@ -35,6 +36,8 @@ DECLARE
                                         'status'];
     c_writing  CONSTANT text[] := ARRAY['sync_row_v1', 'ensure_model_index', 'count_rows',
                                         'document_count', 'chunk_count'];
+    -- What pgrag_app alone may: verify the API key a request to `pgrag serve` presents.
+    c_app      CONSTANT text[] := ARRAY['api_key_v1'];
     v_done   text[] := '{}';
     v_schema text;
     v_table  text;
@@ -91,6 +94,14 @@ BEGIN
              WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname = ANY (c_writing)
         LOOP
             EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pgrag_writer', v_fn);
+        END LOOP;
+    END IF;
+    IF 'pgrag_app' = ANY (v_done) THEN
+        FOR v_fn IN
+            SELECT p.oid::regprocedure FROM pg_proc p
+             WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname = ANY (c_app)
+        LOOP
+            EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO pgrag_app', v_fn);
         END LOOP;
     END IF;
 

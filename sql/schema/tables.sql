@@ -245,3 +245,25 @@ CREATE TABLE pgrag.query_embedding_cache (
 );
 CREATE INDEX query_embedding_cache_user_idx ON pgrag.query_embedding_cache (db_user, created_at);
 CREATE INDEX query_embedding_cache_created_idx ON pgrag.query_embedding_cache (created_at);
+
+-- `pgrag serve`'s API keys (pgrag/service/keys.py), each bound to principals and scopes. Only
+-- the sha256 of the whole key (pgrag_<id>_<secret>) is stored; id is the key id listings show.
+-- No restricted role has any privilege here: the service verifies a key through
+-- pgrag.api_key_v1 (sql/functions/keys.sql), and `pgrag keys` runs as the schema's owner.
+CREATE TABLE pgrag.api_keys (
+    id           text PRIMARY KEY
+                 CONSTRAINT api_keys_id_check CHECK (id ~ '^[a-z0-9]{8}$'),
+    name         text CONSTRAINT api_keys_name_check CHECK (char_length(name) <= 200),
+    key_hash     bytea NOT NULL UNIQUE
+                 CONSTRAINT api_keys_key_hash_check CHECK (octet_length(key_hash) = 32),
+    principals   text[] NOT NULL
+                 CONSTRAINT api_keys_principals_check
+                 CHECK (pgrag.principals_valid(principals) AND cardinality(principals) > 0),
+    scopes       text[] NOT NULL DEFAULT '{read}'
+                 CONSTRAINT api_keys_scopes_check
+                 CHECK (cardinality(scopes) > 0 AND scopes <@ ARRAY['read', 'write']),
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    expires_at   timestamptz,
+    revoked_at   timestamptz,
+    last_used_at timestamptz
+);

@@ -32,7 +32,20 @@ from pgrag.db import schema as migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "migrations/RELEASED.sha256"
-RELEASES = ("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011")
+RELEASES = (
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+    "0012",
+)
 TABLES = (
     "collections",
     "documents",
@@ -49,6 +62,7 @@ TABLES = (
     "collection_models",
     "embedding_queue",
     "query_embedding_cache",
+    "api_keys",
 )
 # SECURITY DEFINER: they apply the session's own access (docs/application.md), or create an
 # index or a row for a role that may not (ensure_model_index, sync_row_v1, the query cache).
@@ -69,6 +83,7 @@ DEFINERS = {
     "query_cache_put",
     "status",
     "collection_visible",  # the question log's policy calls it, as the role that logs
+    "api_key_v1",  # reads pgrag.api_keys, which no restricted role may
 }
 # Executable only by pgrag's roles (or, the engine, by no one but the owner).
 GUARDED = {
@@ -91,6 +106,7 @@ GUARDED = {
     "query_cache_put": ("pgrag_reader", "pgrag_app", "pgrag_writer"),
     "sync_row_v1": ("pgrag_writer",),
     "ensure_model_index": ("pgrag_writer",),
+    "api_key_v1": ("pgrag_app",),
 }
 
 
@@ -379,6 +395,7 @@ def test_every_function_has_a_fixed_search_path_and_definers_are_the_known_ones(
         "keyword_maintain_v2",
         "activate_model_v1",
         "retire_model_v1",
+        "api_key_v1",
     }
 
 
@@ -443,10 +460,10 @@ def test_the_manifest_check_catches_edits_and_unlisted_files(tmp_path: Path) -> 
     assert _manifest_problems(root) == []
     with (root / "migrations/history/search_v1.sql").open("a") as fh:
         fh.write("-- a tweak\n")
-    (root / "migrations/versions/0013_next.py").write_text("# next\n")
+    (root / "migrations/versions/0014_next.py").write_text("# next\n")
     problems = "\n".join(_manifest_problems(root))
     assert "released file migrations/history/search_v1.sql was edited" in problems
-    assert "migrations/versions/0013_next.py is not in migrations/RELEASED.sha256" in problems
+    assert "migrations/versions/0014_next.py is not in migrations/RELEASED.sha256" in problems
 
 
 def test_history_is_what_the_old_migrations_ran() -> None:
@@ -515,8 +532,8 @@ def test_unknown_revision_is_a_one_line_error(dsn: str) -> None:
         (("downgrade", "nonsense"), "cannot downgrade to 'nonsense': not a revision pgrag knows"),
         (("upgrade", "head+1"), "cannot upgrade to 'head+1': not a revision pgrag knows"),
         (("upgrade", "-1"), "cannot upgrade to '-1': not a revision pgrag knows"),
-        (("upgrade", "0009"), "cannot upgrade to 0009: the database is at 0012, after it"),
-        (("downgrade", "-99"), "cannot downgrade 99 steps: the database is at 0012, 12 after base"),
+        (("upgrade", "0009"), "cannot upgrade to 0009: the database is at 0013, after it"),
+        (("downgrade", "-99"), "cannot downgrade 99 steps: the database is at 0013, 13 after base"),
     ):
         result = CliRunner().invoke(cli, ["--dsn", dsn, "db", *args])
         assert result.exit_code == 1, (args, result.output)
