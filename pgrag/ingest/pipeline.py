@@ -45,7 +45,7 @@ from pgrag.ingest.loaders import load_files
 from pgrag.ingest.plan import PreparedDoc, plan
 from pgrag.ingest.removal import prune_missing
 from pgrag.ingest.report import FileResult, IngestReport, Seen
-from pgrag.ingest.writer import set_access, write_batch, write_streamed
+from pgrag.ingest.writer import ensure_acl, set_access, write_batch, write_streamed
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -269,6 +269,8 @@ def _plan_and_write(
     if dry_run:
         _dry_run(db, coll, docs, report)
         return None
+    if principals is not None and (docs or access):
+        ensure_acl(db, principals)
     for document_id in access:
         set_access(db, document_id, principals or [])
     # (A streamed file's chunks are counted as they are made; estimated here for the ETA.)

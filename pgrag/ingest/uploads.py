@@ -182,7 +182,7 @@ def _ingest_one(
 
 
 def _refusal(message: str) -> str:
-    if "row-level security" in message:
+    if "row-level security" in message and '"documents"' in message:
         # A document of this source exists that the caller may not see, so not change either.
         return (
             f"refused by the database ({message}): a document of this source exists that this"

@@ -150,6 +150,15 @@ def set_access(db: Database, document_id: int, principals: list[str]) -> None:
         conn.execute(Q.set_access, {"principals": principals, "document_id": document_id})
 
 
+def ensure_acl(db: Database, principals: list[str]) -> None:
+    """Create the access list of ``principals`` now, in a statement (and transaction) of its
+    own, if it is new. A row-level security check reads the access lists as they were when its
+    statement began, so a session it filters (a writer naming principals) would find a list that
+    the same INSERT's trigger created missing, and be refused its own document."""
+    with transaction(db) as conn:
+        conn.execute(Q.ensure_acl, {"principals": principals})
+
+
 def lock_collection(conn: Any, coll: Collection) -> bool:
     """Holds the collection row FOR SHARE until the write commits, so that no model is
     activated or retired in between (pgrag.activate_model_v1 takes it FOR UPDATE). True when
