@@ -220,4 +220,3 @@ def as_uploaded(doc: LoadedFile, upload: Upload) -> LoadedFile:
             made, label=renamed.label, format=doc.format, metadata=metadata
         )
     return renamed
-

@@ -186,10 +186,13 @@ AS $fn$
        AND pgrag.unrestricted_role()
 $fn$;
 
--- The principals the session writes for (pgrag.write_principals, see the top of this file),
--- sorted; NULL when it names none. A malformed setting is an error, never "none".
-CREATE OR REPLACE FUNCTION pgrag.write_principals() RETURNS text[]
-LANGUAGE plpgsql STABLE
+-- Documents: principals made canonical, and their acl found (or created). A session that
+-- writes for some principals (pgrag.write_principals, see the top of this file) may neither
+-- change a document any other principal may read nor give one such a reader. (The setting is
+-- read here and in documents_deleted, not through a function of its own: a downgrade to an
+-- earlier release restores both bodies and leaves nothing behind.)
+CREATE OR REPLACE FUNCTION pgrag.documents_acl() RETURNS trigger
+LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
@@ -197,56 +200,29 @@ DECLARE
     v_raw text := current_setting('pgrag.write_principals', true);
     v_for text[];
 BEGIN
-    IF v_raw IS NULL OR btrim(v_raw) = '' THEN
-        RETURN NULL;
-    END IF;
-    v_for := ARRAY(SELECT DISTINCT btrim(p) FROM unnest(string_to_array(v_raw, ',')) p
-                    WHERE btrim(p) <> '');
-    IF cardinality(v_for) = 0 OR NOT pgrag.principals_valid(v_for) THEN
-        RAISE EXCEPTION 'pgrag.write_principals is not a list of principals: %', quote_literal(v_raw)
-            USING ERRCODE = '22023',
-                  HINT = 'Use comma-separated names of letters, digits and _ . : @ + -, such as alice,group:billing.';
-    END IF;
-    RETURN pgrag.principals_canonical(v_for);
-END
-$fn$;
-
--- Whether the session may write (create, change or delete) a document readable by these
--- principals: always when it names none to write for; else only when every reader is one of
--- them (and there is a reader: a document nobody may read would be out of its reach).
-CREATE OR REPLACE FUNCTION pgrag.may_write(principals text[]) RETURNS boolean
-LANGUAGE plpgsql STABLE
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-DECLARE
-    v_for text[] := pgrag.write_principals();
-BEGIN
-    RETURN v_for IS NULL
-        OR coalesce(cardinality(principals) > 0 AND principals <@ v_for, false);
-END
-$fn$;
-
--- Documents: principals made canonical, and their acl found (or created). A session that
--- writes for some principals (pgrag.write_principals) may neither change a document others may
--- read nor give one readers outside them.
-CREATE OR REPLACE FUNCTION pgrag.documents_acl() RETURNS trigger
-LANGUAGE plpgsql
-SECURITY INVOKER
-SET search_path = pg_catalog, pg_temp
-AS $fn$
-BEGIN
-    IF TG_OP = 'UPDATE' AND NOT pgrag.may_write(OLD.principals) THEN
-        RAISE EXCEPTION 'may not change document %: principals this session does not write for may read it',
-            quote_literal(OLD.source)
-            USING ERRCODE = '42501',
-                  HINT = 'A session with pgrag.write_principals changes only documents readable by none but them.';
+    IF coalesce(btrim(v_raw), '') <> '' THEN
+        v_for := ARRAY(SELECT btrim(p) FROM unnest(string_to_array(v_raw, ',')) p
+                        WHERE btrim(p) <> '');
+        IF cardinality(v_for) = 0 OR NOT pgrag.principals_valid(v_for) THEN
+            RAISE EXCEPTION 'pgrag.write_principals is not a list of principals: %', quote_literal(v_raw)
+                USING ERRCODE = '22023',
+                      HINT = 'Use comma-separated names of letters, digits and _ . : @ + -, such as alice,group:billing.';
+        END IF;
+        IF TG_OP = 'UPDATE'
+           AND NOT coalesce(cardinality(OLD.principals) > 0 AND OLD.principals <@ v_for, false) THEN
+            RAISE EXCEPTION 'may not change document %: principals this session does not write for may read it',
+                quote_literal(OLD.source)
+                USING ERRCODE = '42501',
+                      HINT = 'A session with pgrag.write_principals changes only documents readable by none but them.';
+        END IF;
     END IF;
     NEW.principals := pgrag.principals_canonical(NEW.principals);
-    IF NOT pgrag.may_write(NEW.principals) THEN
+    IF v_for IS NOT NULL
+       AND NOT coalesce(cardinality(NEW.principals) > 0 AND NEW.principals <@ v_for, false) THEN
         RAISE EXCEPTION 'may not write document % readable by %: this session writes for % only',
-            quote_literal(NEW.source), coalesce(nullif(array_to_string(NEW.principals, ', '), ''), 'nobody'),
-            array_to_string(pgrag.write_principals(), ', ')
+            quote_literal(NEW.source),
+            coalesce(nullif(array_to_string(NEW.principals, ', '), ''), 'nobody'),
+            array_to_string(pgrag.principals_canonical(v_for), ', ')
             USING ERRCODE = '42501',
                   HINT = 'Every reader of a document must be one of the principals in pgrag.write_principals.';
     END IF;

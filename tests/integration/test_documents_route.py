@@ -331,7 +331,9 @@ def test_a_read_only_key_may_list_but_not_upload_or_delete(
             headers=_auth(keys["alice-read"]),
         )
         listing = httpx.get(
-            f"{s.url}/v1/documents", params={"collection": "docs"}, headers=_auth(keys["alice-read"])
+            f"{s.url}/v1/documents",
+            params={"collection": "docs"},
+            headers=_auth(keys["alice-read"]),
         )
         anonymous = _upload(s.url, None, [("files", ("a.md", REFUNDS.encode()))])
     for r in (up, down):
