@@ -53,11 +53,13 @@ def acting_for(conn: Any, principals: Sequence[str] | None) -> Iterator[None]:
     only: PostgreSQL refuses a document any other principal may read, and any change to or
     deletion of one (``pgrag.write_principals``, sql/functions/access.sql). None changes
     nothing. Set for the session, across the block's transactions (each commits or rolls back
-    on its own), and ended when the block ends; a connection that cannot be told so is closed,
-    so that it is never handed on still acting for them. An empty list is public."""
+    on its own), and ended when the block ends; a connection that cannot be told so (it broke)
+    is closed, so that it is never handed on still acting for them. An empty list is public."""
     if principals is None:
         yield
         return
+    from psycopg.pq import TransactionStatus
+
     names = check_principals(principals) or ["public"]
     with conn.transaction():
         conn.execute(Q.act_for, {"principals": ",".join(names)})
@@ -65,10 +67,9 @@ def acting_for(conn: Any, principals: Sequence[str] | None) -> Iterator[None]:
         yield
     finally:
         try:
-            if conn.info.transaction_status != 0:  # (not idle: whatever was left open)
-                conn.rollback()
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.rollback()  # (whatever the block left open)
             with conn.transaction():
                 conn.execute(Q.act_for_none)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken connection: closed, so never reused
             conn.close()
-            raise

@@ -115,7 +115,7 @@ class ServiceClient:
 
     def _events(self, response: http.client.HTTPResponse) -> Iterator[tuple[str, str]]:
         """(event, data) of a text/event-stream response, as they arrive."""
-        name, data = "message", []
+        name, data = "message", list[str]()
         try:
             for raw in response:
                 line = raw.decode("utf-8").rstrip("\r\n")
