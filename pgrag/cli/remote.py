@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pgrag.service.client import ServiceClient
 
 LOCALLY = "unset PGRAG_URL (or give --dsn) to run it locally"
+EXTRACTIVE = "extractive"  # the offline reader's generator name (pgrag.answer)
 
 
 def client(ctx: click.Context) -> ServiceClient | None:
@@ -130,4 +131,26 @@ def ask(
     if min_confidence != "configured":
         # No threshold: 0, which no confidence is below (the answer's threshold reads 0.0).
         body["min_confidence"] = 0.0 if min_confidence is None else min_confidence
-    return RemoteAnswer(service.ask(body, on_token))
+    if on_token is None:
+        return RemoteAnswer(service.ask(body))
+    # The service sends the offline extractive reader's answer as one token, which the local
+    # command does not stream: the first token waits for a second one (or the answer) to tell.
+    held: list[str] = []
+    streaming = False
+
+    def relay(piece: str) -> None:
+        nonlocal streaming
+        if streaming:
+            on_token(piece)
+            return
+        held.append(piece)
+        if len(held) > 1:
+            streaming = True
+            for text in held:
+                on_token(text)
+
+    answer = service.ask(body, relay)
+    if not streaming and held and answer.get("generator") != EXTRACTIVE:
+        for text in held:
+            on_token(text)
+    return RemoteAnswer(answer)

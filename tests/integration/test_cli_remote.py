@@ -197,6 +197,19 @@ def test_ask_streams_the_generators_tokens_to_a_terminal(corpus: Any, dsn: str) 
     assert lines[2].startswith("[1] Refunds") and lines[2].endswith("refunds.md")
 
 
+def test_the_offline_readers_answer_at_a_terminal_is_printed_as_the_local_ask_prints_it(
+    corpus: Any, dsn: str
+) -> None:
+    """The extractive reader does not stream locally (its answer is printed once, checked):
+    through the service it reads the same at a terminal as in a pipe, as the local ask's."""
+    question = ["ask", "How long is the refund window for monthly plans?", "-c", "handbook"]
+    with served(dsn, no_auth=True) as s:
+        terminal = _on_a_terminal(s.url, *question)
+    local = _local(dsn, *question)
+    assert local.exit_code == 0 and "Sources:" in local.stdout
+    assert terminal.replace("\r\n", "\n") == local.stdout
+
+
 def _on_a_terminal(url: str, *args: str) -> str:
     """What the CLI writes when its stdout is a terminal (a pseudo-terminal here)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "PGRAG_"))}

@@ -82,7 +82,7 @@ async def upload_route(request: Request, who: Annotated[Caller, Depends(caller)]
     files = [r if r is not None else next(done) for r in results]
     out: dict[str, Any] = {
         "collection": collection,
-        "allow": allow if allow is not None else "public for new documents",
+        "allow": allow,  # (None: new documents public, others keep theirs, as pgrag ingest)
         "files": [f.to_dict() for f in files],
         "chunks_written": sum(f.chunks for f in files if f.status in ("added", "updated")),
         "chunks_embedded": sum(f.embedded for f in files),
