@@ -44,7 +44,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("PGRAG_RERANKER_API_KEY", "reranker_api_key", "sent to the rerank URL only"),
     ("PGRAG_EMBEDDING_API_KEY", "embedding_api_key", "API key for an OpenAI-compatible embedding server (`pgrag models add --api-key-env` names another variable)"),
     ("PGRAG_INGEST_FILE_SECONDS", "ingest_file_seconds", "seconds `ingest` may spend reading, converting and chunking one file before it is refused (300; `off` for no limit; embedding is not counted)"),
-    ("PGRAG_JWT_ISSUER", "jwt_issuer", "`pgrag serve` also accepts JWT bearer tokens from this OIDC issuer (its `iss`, e.g. `https://login.example.com/realms/main`); unset: API keys only ([docs/serve-auth.md](docs/serve-auth.md))"),
+    ("PGRAG_JWT_ISSUER", "jwt_issuer", "`pgrag serve` also accepts JWT bearer tokens from this OIDC issuer (its `iss`, e.g. `https://login.example.com/realms/main`); unset: API keys only ([docs/serve.md#who-is-calling](docs/serve.md#who-is-calling))"),
     ("PGRAG_JWT_AUDIENCE", "jwt_audience", "the `aud` those tokens must carry (required with `PGRAG_JWT_ISSUER`)"),
     ("PGRAG_JWT_JWKS_URL", "jwt_jwks_url", "where the issuer's signing keys are (default: the `jwks_uri` of the issuer's `/.well-known/openid-configuration`)"),
     ("PGRAG_JWT_PRINCIPALS_CLAIM", "jwt_principals_claim", "the claim naming the caller's principals: a list of strings, or one string separated by spaces or commas (default `pgrag_principals`; `a.b` reads claim `b` inside claim `a`)"),

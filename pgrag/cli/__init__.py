@@ -7,8 +7,8 @@ once, here, into the :class:`pgrag.config.Settings` every command is given.
 
 One module per command family: server, db, ingest (ingest, rm), collections (collections,
 status), search, ask (ask, trace), acl, keys, models (models, worker), evaluate (eval,
-score); the options they share are in :mod:`pgrag.cli.options`. docs/cli.md is every
-command's ``--help`` (``python -m pgrag.cli.reference > docs/cli.md``).
+score), serve, mcp; the options they share are in :mod:`pgrag.cli.options`. docs/cli.md is
+every command's ``--help`` (``python -m pgrag.cli.reference > docs/cli.md``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pgrag.cli import (
     evaluate,
     ingest,
     keys,
+    mcp,
     models,
     queries,
     search,
@@ -70,6 +71,7 @@ for _command in (
     ingest.ingest,
     ingest.rm,
     keys.keys,
+    mcp.mcp,
     models.models,
     models.worker,
     queries.queries,

@@ -25,18 +25,21 @@ def create_app(config: ServiceConfig) -> FastAPI:
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
 
+    from pgrag.service.mcp import HttpTransport
     from pgrag.service.routes import ask, embeddings, health, search
 
     config.check()
     metrics = Metrics()
     svc = Service(config, metrics)
+    mcp = HttpTransport(svc)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(svc.open)
         log.info("pgrag %s serving %s", __version__, svc.dsn)
         try:
-            yield
+            async with mcp.running():  # MCP's session manager lives as long as the app
+                yield
         finally:
             await run_in_threadpool(svc.close)
 
@@ -53,6 +56,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     for module in (search, ask, embeddings, health):
         app.include_router(module.router)
     _optional_routes(app)
+    app.router.routes.append(mcp.route())  # streamable HTTP at /mcp, before the page's "/"
     metrics.add_collector(lambda: _gauges(svc))
     if config.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
