@@ -22,6 +22,8 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("PGRAG_DSN", "dsn", "PostgreSQL connection string (else `PG*` variables, else the embedded server)"),
     ("PGRAG_SERVER_DIR", "server_dir", "where the embedded server keeps its data"),
     ("PGRAG_COLLECTION", "collection", "default collection for `ingest`, `search`, `ask` (default `default`)"),
+    ("PGRAG_URL", "service_url", "a running `pgrag serve`, e.g. `http://127.0.0.1:8000`: `pgrag search` and `pgrag ask` call it instead of loading the model ([docs/serve.md](docs/serve.md)); `--dsn` searches locally"),
+    ("PGRAG_API_KEY", "service_api_key", "an API key (`pgrag keys create`): what `pgrag search` and `pgrag ask` send to `PGRAG_URL` (and nowhere else), and who `pgrag mcp` reads as"),
     ("PGRAG_EMBEDDING_MODEL", "embedding_model", "a local sentence-transformers directory for new collections, instead of the bundled all-MiniLM-L6-v2 (an existing collection uses its active model: `pgrag models`)"),
     ("PGRAG_QUERY_CACHE", "query_cache", "`off` stops caching query vectors in the database"),
     ("PGRAG_MIN_CONFIDENCE", "min_confidence", "`ask` abstains when the retrieval confidence is below this (`off` for none); else the threshold `pgrag eval answers --save` recorded, else 0.36 for the bundled model ([docs/answers.md](docs/answers.md))"),
@@ -57,6 +59,8 @@ class Settings:
     dsn: str | None = None
     server_dir: str | None = None
     collection: str = "default"
+    service_url: str | None = None
+    service_api_key: str | None = field(default=None, repr=False)
     embedding_model: str | None = None
     query_cache: str | None = None
     min_confidence: str | None = None
@@ -94,6 +98,8 @@ class Settings:
         a stored model names); None when unset or blank."""
         if variable == "PGRAG_EMBEDDING_API_KEY":
             return self.embedding_api_key
+        if variable == "PGRAG_API_KEY" and self.service_api_key is not None:
+            return self.service_api_key
         return self.secrets.get(variable)
 
     @classmethod
