@@ -57,5 +57,8 @@ def downgrade() -> None:
         """
         DROP FUNCTION IF EXISTS pgrag.api_key_v1(bytea);
         DROP TABLE pgrag.api_keys;
+        -- 0013's release added it in sql/functions/sections.sql (no DDL of its own): revision
+        -- 0012 did not have it.
+        DROP FUNCTION IF EXISTS pgrag.document_chunks_v1(text, text, bigint, integer);
         """
     )
