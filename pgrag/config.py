@@ -22,6 +22,8 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("PGRAG_DSN", "dsn", "PostgreSQL connection string (else `PG*` variables, else the embedded server)"),
     ("PGRAG_SERVER_DIR", "server_dir", "where the embedded server keeps its data"),
     ("PGRAG_COLLECTION", "collection", "default collection for `ingest`, `search`, `ask` (default `default`)"),
+    ("PGRAG_URL", "service_url", "a running `pgrag serve`, e.g. `http://127.0.0.1:8000`: `pgrag search` and `pgrag ask` call it instead of loading the model ([docs/serve.md](docs/serve.md)); `--dsn` searches locally"),
+    ("PGRAG_API_KEY", "service_api_key", "an API key (`pgrag keys create`): what `pgrag search` and `pgrag ask` send to `PGRAG_URL` (and nowhere else), and who `pgrag mcp` reads as"),
     ("PGRAG_EMBEDDING_MODEL", "embedding_model", "a local sentence-transformers directory for new collections, instead of the bundled all-MiniLM-L6-v2 (an existing collection uses its active model: `pgrag models`)"),
     ("PGRAG_QUERY_CACHE", "query_cache", "`off` stops caching query vectors in the database"),
     ("PGRAG_MIN_CONFIDENCE", "min_confidence", "`ask` abstains when the retrieval confidence is below this (`off` for none); else the threshold `pgrag eval answers --save` recorded, else 0.36 for the bundled model ([docs/answers.md](docs/answers.md))"),
@@ -42,6 +44,10 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("PGRAG_RERANKER_API_KEY", "reranker_api_key", "sent to the rerank URL only"),
     ("PGRAG_EMBEDDING_API_KEY", "embedding_api_key", "API key for an OpenAI-compatible embedding server (`pgrag models add --api-key-env` names another variable)"),
     ("PGRAG_INGEST_FILE_SECONDS", "ingest_file_seconds", "seconds `ingest` may spend reading, converting and chunking one file before it is refused (300; `off` for no limit; embedding is not counted)"),
+    ("PGRAG_JWT_ISSUER", "jwt_issuer", "`pgrag serve` also accepts JWT bearer tokens from this OIDC issuer (its `iss`, e.g. `https://login.example.com/realms/main`); unset: API keys only ([docs/serve.md#who-is-calling](docs/serve.md#who-is-calling))"),
+    ("PGRAG_JWT_AUDIENCE", "jwt_audience", "the `aud` those tokens must carry (required with `PGRAG_JWT_ISSUER`)"),
+    ("PGRAG_JWT_JWKS_URL", "jwt_jwks_url", "where the issuer's signing keys are (default: the `jwks_uri` of the issuer's `/.well-known/openid-configuration`)"),
+    ("PGRAG_JWT_PRINCIPALS_CLAIM", "jwt_principals_claim", "the claim naming the caller's principals: a list of strings, or one string separated by spaces or commas (default `pgrag_principals`; `a.b` reads claim `b` inside claim `a`)"),
 )  # fmt: skip
 
 
@@ -53,6 +59,8 @@ class Settings:
     dsn: str | None = None
     server_dir: str | None = None
     collection: str = "default"
+    service_url: str | None = None
+    service_api_key: str | None = field(default=None, repr=False)
     embedding_model: str | None = None
     query_cache: str | None = None
     min_confidence: str | None = None
@@ -73,6 +81,10 @@ class Settings:
     reranker_api_key: str | None = None
     embedding_api_key: str | None = None
     ingest_file_seconds: str | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    jwt_jwks_url: str | None = None
+    jwt_principals_claim: str | None = None
     # Secrets whose variable a stored model names (``pgrag models add --api-key-env NAME``):
     # the values of every variable named so, taken with the rest of the snapshot.
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -86,6 +98,8 @@ class Settings:
         a stored model names); None when unset or blank."""
         if variable == "PGRAG_EMBEDDING_API_KEY":
             return self.embedding_api_key
+        if variable == "PGRAG_API_KEY" and self.service_api_key is not None:
+            return self.service_api_key
         return self.secrets.get(variable)
 
     @classmethod

@@ -160,5 +160,8 @@ def downgrade() -> None:
         DROP TABLE pgrag.conversations;
         DROP FUNCTION pgrag.session_caller();
         DROP FUNCTION pgrag.caller_valid(text);
+        -- 0013's release added it in sql/functions/sections.sql (no DDL of its own): revision
+        -- 0012 did not have it.
+        DROP FUNCTION IF EXISTS pgrag.document_chunks_v1(text, text, bigint, integer);
         """
     )

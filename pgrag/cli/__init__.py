@@ -6,9 +6,9 @@ Results go to stdout (``--json`` for machines); progress, warnings and errors to
 once, here, into the :class:`pgrag.config.Settings` every command is given.
 
 One module per command family: server, db, ingest (ingest, rm), collections (collections,
-status), search, ask (ask, trace), acl, models (models, worker), evaluate (eval, score); the
-options they share are in :mod:`pgrag.cli.options`. docs/cli.md is every command's ``--help``
-(``python -m pgrag.cli.reference > docs/cli.md``).
+status), search, ask (ask, trace), acl, keys, models (models, worker), evaluate (eval,
+score), serve, mcp; the options they share are in :mod:`pgrag.cli.options`. docs/cli.md is
+every command's ``--help`` (``python -m pgrag.cli.reference > docs/cli.md``).
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from pgrag.cli import (
     db,
     evaluate,
     ingest,
+    keys,
+    mcp,
     models,
     queries,
     search,
@@ -68,6 +70,8 @@ for _command in (
     evaluate.score,
     ingest.ingest,
     ingest.rm,
+    keys.keys,
+    mcp.mcp,
     models.models,
     models.worker,
     queries.queries,

@@ -9,6 +9,7 @@ import click
 from pgrag.answer.agentic import ask_agentic
 from pgrag.answer.ask import ask as run_ask
 from pgrag.answer.traces import get_trace
+from pgrag.cli import remote
 from pgrag.cli.options import (
     budget_option,
     collection_option,
@@ -85,7 +86,24 @@ def ask(
     Uses the OpenAI-compatible endpoint in PGRAG_LLM_BASE_URL (or OPENAI_BASE_URL) when one
     is set, a local GGUF model in PGRAG_LLM_GGUF (pip install 'pgrag[local]'), else the offline
     extractive reader: nothing leaves the machine without a base URL.
+
+    With PGRAG_URL set (and no --dsn), a running `pgrag serve` answers, with its generator and
+    as PGRAG_API_KEY's principals: nothing is loaded here (docs/serve.md).
     """
+    service = remote.client(ctx)
+    if service is not None:
+        for given, option, why in (
+            (agentic, "--agentic", "the service's /v1/ask does not search again"),
+            (show_prompt, "--show-prompt", "the prompt stays on the service"),
+            (bool(principals), "--principal", "the service reads as its API key's principals"),
+            (
+                (reranker_spec or "").strip().lower() not in ("", "none"),
+                "--reranker",
+                "the service's /v1/ask does not rerank",
+            ),
+        ):
+            if given:
+                remote.refuse(option, why)
     if agentic:
         if state(ctx).settings.llm_gguf:
             raise click.UsageError(
@@ -131,6 +149,20 @@ def ask(
     extra: dict[str, Any] = {}  # without --min-confidence: ask() reads the default
     if min_confidence is not None:
         extra["min_confidence"] = parse_setting(min_confidence, "--min-confidence")
+    if service is not None:
+        answer: Any = remote.ask(
+            service,
+            question,
+            collection=collection,
+            k=k,
+            budget=budget,
+            context=context,
+            log=not no_log,
+            min_confidence=extra.get("min_confidence", "configured"),
+            on_token=on_token if stream else None,
+        )
+        _show_answer(answer, as_json=as_json, show_prompt=False, streamed=streamed)
+        return
     answer = run_ask(
         database(ctx),
         question,

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from pgrag.cli import remote
 from pgrag.cli.options import (
     collection_option,
     database,
@@ -78,10 +79,30 @@ def search(
     model_name: str | None = None,
     **tuning: Any,
 ) -> None:
-    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v5)."""
+    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v5).
+
+    With PGRAG_URL set (and no --dsn), a running `pgrag serve` searches, with its model and
+    as PGRAG_API_KEY's principals: nothing is loaded here (docs/serve.md).
+    """
     filt = _parse_filter(filter_json)
     settings = search_settings(tuning)
-    if show_sql:
+    service = None if show_sql else remote.client(ctx)  # (--sql prints, it needs no model)
+    if service is not None:
+        results = _remote(
+            ctx,
+            service,
+            query,
+            collection,
+            k,
+            mode,
+            filt,
+            settings,
+            model_name,
+            mmr,
+            reranker_spec,
+            principals,
+        )
+    elif show_sql:
         echo(
             search_sql(
                 query,
@@ -95,19 +116,20 @@ def search(
             )
         )
         return
-    results = run_search(
-        database(ctx),
-        query,
-        collection=collection,
-        k=k,
-        mode=mode,
-        filter=filt,
-        settings=settings,
-        reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
-        mmr=mmr,
-        principals=list(principals) if principals else None,
-        model=model_name,
-    )
+    else:
+        results = run_search(
+            database(ctx),
+            query,
+            collection=collection,
+            k=k,
+            mode=mode,
+            filter=filt,
+            settings=settings,
+            reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
+            mmr=mmr,
+            principals=list(principals) if principals else None,
+            model=model_name,
+        )
     if as_json:
         emit_json([r.to_dict() for r in results])
         return
@@ -123,6 +145,41 @@ def search(
         echo(f"   {r.source}", layout=False)
         snippet = " ".join(r.text.split())
         echo(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}\n")
+
+
+def _remote(
+    ctx: click.Context,
+    service: Any,
+    query: str,
+    collection: str,
+    k: int,
+    mode: str,
+    filt: dict[str, Any] | None,
+    settings: Any,
+    model_name: str | None,
+    mmr: float | None,
+    reranker_spec: str | None,
+    principals: tuple[str, ...],
+) -> list[Any]:
+    if principals:
+        remote.refuse("--principal", "the service reads as its API key's principals")
+    spec = (reranker_spec or "").strip().lower()
+    if spec not in ("", "none"):
+        remote.refuse("--reranker", "the service reranks with its own PGRAG_RERANKER")
+    # PGRAG_RERANKER set here asks for reranking: the service does it with its own reranker.
+    rerank = reranker_spec is None and bool(state(ctx).settings.reranker)
+    return remote.search(
+        service,
+        query,
+        collection=collection,
+        k=k,
+        mode=mode,
+        filter=filt,
+        settings=settings,
+        model=model_name,
+        mmr=mmr,
+        rerank=rerank,
+    )
 
 
 def _parse_filter(raw: str | None) -> dict[str, Any] | None:

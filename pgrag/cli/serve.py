@@ -46,6 +46,14 @@ from pgrag.db.principals import check_principals
     help="Let browser apps on this origin call the API (repeatable), e.g. https://app.example.com.",
 )
 @click.option(
+    "--max-upload-mb",
+    default=100.0,
+    show_default=True,
+    type=click.FloatRange(min=0, min_open=True),
+    help="The largest document upload (POST /v1/documents, all its files together) in MB;"
+    " a larger one is refused with 413.",
+)
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -62,6 +70,7 @@ def serve(
     drain: float,
     cors_origins: tuple[str, ...],
     log_level: str,
+    max_upload_mb: float = 100.0,
 ) -> None:
     """Serve search, answers, embeddings, uploads, MCP and a web page over HTTP.
 
@@ -86,6 +95,7 @@ def serve(
         pool_max=pool_size,
         drain_seconds=drain,
         cors_origins=cors_origins,
+        max_upload_bytes=max(1, int(max_upload_mb * 1024 * 1024)),
     )
     config.check()
     click.echo(f"pgrag serve: http://{host}:{port}/ (Ctrl-C stops)", err=True)

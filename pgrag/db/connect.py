@@ -124,6 +124,14 @@ def _register_vector(conn: psycopg.Connection[Any]) -> None:
     register_vector_info(conn, TypeInfo.fetch(conn, row[0]))
 
 
+def prepare_session(conn: psycopg.Connection[Any]) -> None:
+    """Ready a new connection for pgrag (pgrag.connect's, or a pool's): pgvector's type
+    registered, and the server watching for a client that went away (``watch_client``)."""
+    _register_vector(conn)
+    conn.execute(Q.watch_client)
+    conn.commit()
+
+
 def connect(
     dsn: str | None = None,
     *,
@@ -149,9 +157,7 @@ def connect(
     conn = open_connection(resolved)
     try:
         require_current(conn)
-        _register_vector(conn)
-        conn.execute(Q.watch_client)
-        conn.commit()
+        prepare_session(conn)
     except BaseException:
         conn.close()
         raise

@@ -7,7 +7,8 @@ name such as ``alice``, ``group:billing`` or ``alice@example.com``; ``public`` m
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from pgrag.db import queries
@@ -44,3 +45,31 @@ def apply(conn: Any, principals: Sequence[str] | None) -> None:
         return
     names = check_principals(principals) or ["public"]
     conn.execute(Q.read_as, {"principals": ",".join(names)})
+
+
+@contextmanager
+def acting_for(conn: Any, principals: Sequence[str] | None) -> Iterator[None]:
+    """Within this block, the session reads as ``principals`` (plus public) and writes for them
+    only: PostgreSQL refuses a document any other principal may read, and any change to or
+    deletion of one (``pgrag.write_principals``, sql/functions/access.sql). None changes
+    nothing. Set for the session, across the block's transactions (each commits or rolls back
+    on its own), and ended when the block ends; a connection that cannot be told so (it broke)
+    is closed, so that it is never handed on still acting for them. An empty list is public."""
+    if principals is None:
+        yield
+        return
+    from psycopg.pq import TransactionStatus
+
+    names = check_principals(principals) or ["public"]
+    with conn.transaction():
+        conn.execute(Q.act_for, {"principals": ",".join(names)})
+    try:
+        yield
+    finally:
+        try:
+            if conn.info.transaction_status != TransactionStatus.IDLE:
+                conn.rollback()  # (whatever the block left open)
+            with conn.transaction():
+                conn.execute(Q.act_for_none)
+        except Exception:  # noqa: BLE001 - a broken connection: closed, so never reused
+            conn.close()

@@ -32,7 +32,7 @@ from pgrag.collections import (
     ensure_collection,
     get_collection,
 )
-from pgrag.db.principals import check_principals
+from pgrag.db.principals import acting_for, check_principals
 from pgrag.db.waits import reporting_waits
 from pgrag.embeddings.local import configured_embedder
 from pgrag.embeddings.models import active_embedder
@@ -45,7 +45,7 @@ from pgrag.ingest.loaders import load_files
 from pgrag.ingest.plan import PreparedDoc, plan
 from pgrag.ingest.removal import prune_missing
 from pgrag.ingest.report import FileResult, IngestReport, Seen
-from pgrag.ingest.writer import set_access, write_batch, write_streamed
+from pgrag.ingest.writer import ensure_acl, set_access, write_batch, write_streamed
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -137,11 +137,18 @@ def ingest_documents(
     dry_run: bool = False,
     on_wait: Callable[[str], None] | None = None,
     on_warning: Callable[[str, str], None] | None = None,
+    write_for: Sequence[str] | None = None,
 ) -> IngestReport:
     """Ingest documents given as text (build them with :func:`pgrag.ingest.loaders.from_text`),
-    with the same guarantees as :func:`ingest`: unchanged ones are skipped, changed ones
-    replaced whole, in transactions of whole documents; ``allow``, ``on_wait`` and
-    ``on_warning`` as for :func:`ingest`."""
+    or read from files (:func:`pgrag.ingest.loaders.load_path`), with the same guarantees as
+    :func:`ingest`: unchanged ones are skipped, changed ones replaced whole, in transactions of
+    whole documents; ``allow``, ``on_wait`` and ``on_warning`` as for :func:`ingest`.
+
+    ``write_for`` (``pgrag serve``: the caller's principals) plans and writes the documents
+    reading as those principals and writing for them only: PostgreSQL refuses a document
+    readable by anyone else, and any change to a document others may read
+    (``pgrag.write_principals``, sql/functions/access.sql), as a :class:`pgrag.DatabaseError`.
+    The keyword statistics and the indexes are then maintained as the connection's role."""
     return _ingest(
         db,
         ((d.label, d) for d in documents),
@@ -156,6 +163,7 @@ def ingest_documents(
         dry_run=dry_run,
         on_wait=on_wait,
         on_warning=on_warning,
+        write_for=write_for,
     )
 
 
@@ -186,9 +194,69 @@ def _run(
     dry_run: bool,
     on_warning: Callable[[str, str], None] | None,
     on_wait: Callable[[str], None] | None = None,
+    write_for: Sequence[str] | None = None,
 ) -> IngestReport:
     check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
+    report = IngestReport(collection=collection, dry_run=dry_run)
+    with acting_for(db.conn, write_for):
+        written = _plan_and_write(
+            db,
+            items,
+            report,
+            collection=collection,
+            principals=principals,
+            on_error=on_error,
+            progress=progress,
+            on_plan=on_plan,
+            on_batch=on_batch,
+            batch_chunks=batch_chunks,
+            bulk_threshold=bulk_threshold,
+            dry_run=dry_run,
+            on_warning=on_warning,
+        )
+    if written is None:
+        return report
+    coll, new_collection, bulk = written
+    # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
+    # round: the search plans once per session, and a plan made without them can scan whole
+    # postings lists where it should probe one posting.
+    if bulk:
+        analyze(db)
+    maintain_keyword_index(db, collection, analyze=bulk or new_collection)
+    # A missing index (an older release dropped it for a bulk load and was killed), an invalid
+    # one (an interrupted CREATE INDEX CONCURRENTLY) or a wrong one is built after the load
+    # (loading into a table without it is faster), only by an ingest that wrote something: a
+    # no-op ingest never waits for a build. The build gives up, with a warning, rather than
+    # wait for another session's transaction (searches read every vector meanwhile).
+    ensure_model_index(
+        db,
+        coll.model_id,
+        on_wait=on_wait,
+        on_warning=on_warning,
+    )
+    report.files.sort(key=lambda f: f.path)
+    return report
+
+
+def _plan_and_write(
+    db: Database,
+    items: Iterable[tuple[str, LoadedFile | InputError]],
+    report: IngestReport,
+    *,
+    collection: str,
+    principals: list[str] | None,
+    on_error: Callable[[str, str], None] | None,
+    progress: Callable[[int], None] | None,
+    on_plan: Callable[[int], None] | None,
+    batch_chunks: int,
+    on_batch: Callable[[int, int], None] | None,
+    bulk_threshold: int,
+    dry_run: bool,
+    on_warning: Callable[[str, str], None] | None,
+) -> tuple[Collection, bool, bool] | None:
+    """Plan and write the documents into ``report``: (the collection, whether it is new,
+    whether the load was a bulk one), or None when nothing was written."""
     embedder = configured_embedder(db)
     coll = get_collection(db, collection)
     if coll is not None:
@@ -197,10 +265,12 @@ def _run(
         if active is not None:
             embedder = active[1]
         check_model(db, coll, embedder)
-    report = IngestReport(collection=collection, dry_run=dry_run)
     docs, access = plan(db, coll, embedder, items, report, on_error, principals, on_warning)
     if dry_run:
-        return _dry_run(db, coll, docs, report)
+        _dry_run(db, coll, docs, report)
+        return None
+    if principals is not None and (docs or access):
+        ensure_acl(db, principals)
     for document_id in access:
         set_access(db, document_id, principals or [])
     # (A streamed file's chunks are counted as they are made; estimated here for the ETA.)
@@ -211,7 +281,7 @@ def _run(
     if on_plan:
         on_plan(total)
     if not docs:
-        return report
+        return None
     if on_batch:
         on_batch(0, len(docs))
     new_collection = coll is None
@@ -232,25 +302,7 @@ def _run(
         progress=progress,
         on_batch=on_batch,
     )
-    # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
-    # round: the search plans once per session, and a plan made without them can scan whole
-    # postings lists where it should probe one posting.
-    if bulk:
-        analyze(db)
-    maintain_keyword_index(db, collection, analyze=bulk or new_collection)
-    # A missing index (an older release dropped it for a bulk load and was killed), an invalid
-    # one (an interrupted CREATE INDEX CONCURRENTLY) or a wrong one is built after the load
-    # (loading into a table without it is faster), only by an ingest that wrote something: a
-    # no-op ingest never waits for a build. The build gives up, with a warning, rather than
-    # wait for another session's transaction (searches read every vector meanwhile).
-    ensure_model_index(
-        db,
-        coll.model_id,
-        on_wait=on_wait,
-        on_warning=on_warning,
-    )
-    report.files.sort(key=lambda f: f.path)
-    return report
+    return coll, new_collection, bulk
 
 
 def _dry_run(

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pgrag.collections import collection_id, require_collection_id
 from pgrag.db import queries
 from pgrag.db.connect import transaction
+from pgrag.db.principals import acting_for
 from pgrag.errors import InputError
 from pgrag.ingest import formats
 from pgrag.ingest.indexes import maintain_keyword_index
@@ -54,29 +55,47 @@ class RemoveReport:
 
 
 def remove(
-    db: Database, targets: Sequence[str | Path], *, collection: str, dry_run: bool = False
+    db: Database,
+    targets: Sequence[str | Path],
+    *,
+    collection: str,
+    dry_run: bool = False,
+    sources_only: bool = False,
+    write_for: Sequence[str] | None = None,
 ) -> RemoveReport:
     """Remove the documents each target names from ``collection``: a stored source as given,
     or a path (made absolute) naming a file, the files under a directory, or a JSON Lines
-    file's records. A target that names nothing is listed in ``unmatched``."""
+    file's records. A target that names nothing is listed in ``unmatched``.
+
+    ``sources_only`` takes each target as a stored source only (and a JSON Lines source's
+    records), never as a path on this machine. ``write_for`` (``pgrag serve``: the caller's
+    principals) finds the documents reading as them and deletes as a session writing for
+    them only: PostgreSQL refuses to delete a document others may read
+    (sql/functions/access.sql), as a :class:`pgrag.DatabaseError`, and nothing is removed."""
     report = RemoveReport(collection=collection, dry_run=dry_run)
-    with transaction(db) as conn:
+    with acting_for(db.conn, write_for), transaction(db) as conn:
         cid = require_collection_id(conn, collection)
         found: dict[int, tuple[str, int]] = {}
         for target in targets:
             raw = str(target)
             if not raw.strip():
                 raise InputError("an empty path or source names no document")
-            absolute = str(Path(raw).expanduser().resolve())
-            rows = conn.execute(
-                Q.documents_named,
-                {
-                    "collection_id": cid,
-                    "exact": [raw, absolute],
-                    "under": absolute.rstrip(os.sep) + os.sep,
-                    "records": absolute + "#",
-                },
-            ).fetchall()
+            if sources_only:
+                rows = conn.execute(
+                    Q.documents_of_source,
+                    {"collection_id": cid, "source": raw, "records": raw + "#"},
+                ).fetchall()
+            else:
+                absolute = str(Path(raw).expanduser().resolve())
+                rows = conn.execute(
+                    Q.documents_named,
+                    {
+                        "collection_id": cid,
+                        "exact": [raw, absolute],
+                        "under": absolute.rstrip(os.sep) + os.sep,
+                        "records": absolute + "#",
+                    },
+                ).fetchall()
             if not rows:
                 report.unmatched.append(raw)
             for doc_id, source, chunks in rows:

@@ -9,6 +9,16 @@ SELECT d.id, d.source, (SELECT count(*) FROM pgrag.chunks c
         OR (d.metadata ->> 'format' = 'jsonl'
             AND d.source = %(records)s || (d.metadata ->> 'record')));
 
+-- name: documents_of_source
+-- The documents of a stored source (and a JSON Lines source's records), with chunk counts.
+SELECT d.id, d.source, (SELECT count(*) FROM pgrag.chunks c
+                        WHERE c.document_id = d.id)
+  FROM pgrag.documents d
+ WHERE d.collection_id = %(collection_id)s
+   AND (d.source = %(source)s
+        OR (d.metadata ->> 'format' = 'jsonl'
+            AND d.source = %(records)s || (d.metadata ->> 'record')));
+
 -- name: documents_under
 -- Documents stored from files under these directories, with format, record and chunks.
 SELECT d.id, d.source, d.metadata ->> 'format', d.metadata ->> 'record',

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pgrag.collections import Collection
 from pgrag.db import queries
 from pgrag.db.connect import transaction
-from pgrag.errors import InputError, PgragError
+from pgrag.errors import DatabaseError, InputError, PgragError
 from pgrag.ingest.embed import vectors_by_hash
 from pgrag.ingest.plan import PreparedChunk, PreparedDoc, prepare_chunk
 from pgrag.ingest.report import FileResult, IngestReport
@@ -148,6 +148,21 @@ def set_access(db: Database, document_id: int, principals: list[str]) -> None:
     nothing is re-embedded."""
     with transaction(db) as conn:
         conn.execute(Q.set_access, {"principals": principals, "document_id": document_id})
+
+
+def ensure_acl(db: Database, principals: list[str]) -> None:
+    """Create the access list of ``principals`` now, in a statement (and transaction) of its
+    own, if it is new. A row-level security check reads the access lists as they were when its
+    statement began, so a session it filters (a writer naming principals) would find a list that
+    the same INSERT's trigger created missing, and be refused its own document. One the
+    session may not create (row-level security on the access lists) is left to the documents'
+    own writes, which PostgreSQL then refuses saying why."""
+    try:
+        with transaction(db) as conn:
+            conn.execute(Q.ensure_acl, {"principals": principals})
+    except DatabaseError as err:
+        if getattr(err.__cause__, "sqlstate", None) != "42501":
+            raise
 
 
 def lock_collection(conn: Any, coll: Collection) -> bool:

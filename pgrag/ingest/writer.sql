@@ -118,3 +118,7 @@ TRUNCATE pgrag_staging_vectors;
 -- New readers for a stored document; its chunks, vectors and postings follow (trigger).
 UPDATE pgrag.documents SET principals = %(principals)s, updated_at = now()
  WHERE id = %(document_id)s;
+
+-- name: ensure_acl
+-- The access list of these principals, created if it is new (pgrag.acl_for).
+SELECT pgrag.acl_for(%(principals)s::text[]);

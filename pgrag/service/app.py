@@ -6,10 +6,9 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pgrag.service import errors
+from pgrag.service import errors, web
 from pgrag.service.metrics import Metrics, middleware
 from pgrag.service.runtime import Service
 from pgrag.version import __version__
@@ -20,25 +19,27 @@ if TYPE_CHECKING:
     from pgrag.service.config import ServiceConfig
 
 log = logging.getLogger("pgrag.service")
-STATIC = Path(__file__).parent / "static"
 
 
 def create_app(config: ServiceConfig) -> FastAPI:
     from fastapi import FastAPI
     from starlette.concurrency import run_in_threadpool
 
+    from pgrag.service.mcp import HttpTransport
     from pgrag.service.routes import ask, embeddings, health, search
 
     config.check()
     metrics = Metrics()
     svc = Service(config, metrics)
+    mcp = HttpTransport(svc)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(svc.open)
         log.info("pgrag %s serving %s", __version__, svc.dsn)
         try:
-            yield
+            async with mcp.running():  # MCP's session manager lives as long as the app
+                yield
         finally:
             await run_in_threadpool(svc.close)
 
@@ -55,6 +56,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     for module in (search, ask, embeddings, health):
         app.include_router(module.router)
     _optional_routes(app)
+    app.router.routes.append(mcp.route())  # streamable HTTP at /mcp, before the page's "/"
     metrics.add_collector(lambda: _gauges(svc))
     if config.cors_origins:
         from starlette.middleware.cors import CORSMiddleware
@@ -65,10 +67,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type"],
         )
-    if (STATIC / "index.html").exists():
-        from starlette.staticfiles import StaticFiles
-
-        app.mount("/", StaticFiles(directory=STATIC, html=True), name="page")
+    web.mount(app)  # the page at / and its files under /static/ (pgrag/service/web.py)
     # Outermost, so a response is timed and counted whatever answered it.
     wrapped: FastAPI = app
     app.add_middleware(_Timed, metrics=metrics)
@@ -133,7 +132,7 @@ def _queue_depth(svc: Service) -> list[tuple[str, int]] | None:
     from pgrag.service.auth import Caller
 
     try:
-        with svc.database(Caller("metrics", None, "local")) as db:
+        with svc.database(Caller("metrics", None, "local", frozenset())) as db:
             rows = status(db)
     except Exception as err:  # a scrape must not fail because the database is away
         log.debug("metrics: no queue depth: %s", err)

@@ -42,6 +42,8 @@ class ServiceConfig:
     cors_origins: tuple[str, ...] = ()
     # Load the embedding model before accepting requests (off in tests that need no model).
     warm_model: bool = True
+    # The largest POST /v1/documents request body (all its files together), in bytes: 413 above.
+    max_upload_bytes: int = 100 * 1024 * 1024
 
     def check(self) -> None:
         if self.no_auth and not is_loopback(self.host):
@@ -54,5 +56,7 @@ class ServiceConfig:
             raise InputError(
                 f"--pool-size must be at least 1 (got min {self.pool_min}, max {self.pool_max})"
             )
+        if self.max_upload_bytes < 1:
+            raise InputError(f"--max-upload-mb must be positive, got {self.max_upload_bytes} bytes")
         if not 0 < self.port < 65536:
             raise InputError(f"--port must be 1-65535, got {self.port}")

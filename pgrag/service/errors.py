@@ -28,6 +28,7 @@ class Unavailable(PgragError):
 def status_of(err: BaseException) -> tuple[int, str]:
     """(HTTP status, OpenAI error type) for a library or service error."""
     from pgrag.service.auth import Forbidden, Unauthorized
+    from pgrag.service.jwt import IssuerUnavailable
 
     if isinstance(err, Unauthorized):
         return 401, "authentication_error"
@@ -39,7 +40,7 @@ def status_of(err: BaseException) -> tuple[int, str]:
         return 409, "conflict_error"
     if isinstance(err, InputError):
         return 400, "invalid_request_error"
-    if isinstance(err, SchemaError | Unavailable):
+    if isinstance(err, SchemaError | Unavailable | IssuerUnavailable):
         return 503, "service_unavailable"
     if isinstance(err, DatabaseError):
         return 500, "database_error"

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgrag.db import queries
-from pgrag.db.connect import Database, _register_vector
+from pgrag.db.connect import Database, prepare_session
 from pgrag.db.dsn import resolve_dsn
 from pgrag.db.schema import require_current
 from pgrag.errors import PgragError
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pgrag.service.metrics import Metrics
 
 T = TypeVar("T")
-Q = queries.load("pgrag.db.connect")
+Q = queries.load(__name__)
 
 
 class Cancelled(PgragError):
@@ -160,7 +160,7 @@ class Service:
         checks: dict[str, str] = {}
         try:
             with self.connection() as conn:
-                conn.execute("SELECT 1")
+                conn.execute(Q.ping)
                 checks["database"] = "ok"
                 try:
                     require_current(conn)
@@ -174,9 +174,8 @@ class Service:
 
 
 def _configure(conn: psycopg.Connection[Any]) -> None:
-    _register_vector(conn)
-    conn.execute(Q.watch_client)
-    conn.execute("SELECT set_config('application_name', 'pgrag serve', false)")
+    prepare_session(conn)
+    conn.execute(Q.name_session)
     conn.commit()
 
 

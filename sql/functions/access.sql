@@ -22,6 +22,14 @@
 --   * Every other role (pgrag_reader, an end user's own database role) sees public documents
 --     and the principals pgrag.role_principals maps its roles to. Setting pgrag.principals can
 --     only narrow that, never widen it.
+--
+-- Who the session writes for, pgrag.write_principals (set by the writer, e.g. `pgrag serve`
+-- for an upload: the caller's principals): when set, the session may create, change or delete
+-- only documents every reader of which is one of them ("public" only when it is named). So a
+-- caller can neither publish a document to principals it does not hold nor change or delete a
+-- document others may read; the document triggers (documents_acl, documents_deleted) refuse
+-- it, for every role, the owner and superusers included. Unset (ingest, the worker, sync
+-- triggers), writes are as the role's grants and row-level security allow.
 -- Readers and apps are given no SELECT on the tables that hold content, vectors or keyword
 -- statistics: they search through pgrag.search_v5 (SECURITY DEFINER, which applies these
 -- principals to every row it reads) and list through pgrag.documents_v1. Direct SQL on a table
@@ -178,14 +186,46 @@ AS $fn$
        AND pgrag.unrestricted_role()
 $fn$;
 
--- Documents: principals made canonical, and their acl found (or created).
+-- Documents: principals made canonical, and their acl found (or created). A session that
+-- writes for some principals (pgrag.write_principals, see the top of this file) may neither
+-- change a document any other principal may read nor give one such a reader. (The setting is
+-- read here and in documents_deleted, not through a function of its own: a downgrade to an
+-- earlier release restores both bodies and leaves nothing behind.)
 CREATE OR REPLACE FUNCTION pgrag.documents_acl() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_raw text := current_setting('pgrag.write_principals', true);
+    v_for text[];
 BEGIN
+    IF coalesce(btrim(v_raw), '') <> '' THEN
+        v_for := ARRAY(SELECT btrim(p) FROM unnest(string_to_array(v_raw, ',')) p
+                        WHERE btrim(p) <> '');
+        IF cardinality(v_for) = 0 OR NOT pgrag.principals_valid(v_for) THEN
+            RAISE EXCEPTION 'pgrag.write_principals is not a list of principals: %', quote_literal(v_raw)
+                USING ERRCODE = '22023',
+                      HINT = 'Use comma-separated names of letters, digits and _ . : @ + -, such as alice,group:billing.';
+        END IF;
+        IF TG_OP = 'UPDATE'
+           AND NOT coalesce(cardinality(OLD.principals) > 0 AND OLD.principals <@ v_for, false) THEN
+            RAISE EXCEPTION 'may not change document %: principals this session does not write for may read it',
+                quote_literal(OLD.source)
+                USING ERRCODE = '42501',
+                      HINT = 'A session with pgrag.write_principals changes only documents readable by none but them.';
+        END IF;
+    END IF;
     NEW.principals := pgrag.principals_canonical(NEW.principals);
+    IF v_for IS NOT NULL
+       AND NOT coalesce(cardinality(NEW.principals) > 0 AND NEW.principals <@ v_for, false) THEN
+        RAISE EXCEPTION 'may not write document % readable by %: this session writes for % only',
+            quote_literal(NEW.source),
+            coalesce(nullif(array_to_string(NEW.principals, ', '), ''), 'nobody'),
+            array_to_string(pgrag.principals_canonical(v_for), ', ')
+            USING ERRCODE = '42501',
+                  HINT = 'Every reader of a document must be one of the principals in pgrag.write_principals.';
+    END IF;
     NEW.acl_id := pgrag.acl_for(NEW.principals);
     RETURN NEW;
 END

@@ -99,13 +99,32 @@ $fn$;
 -- (and never picked as heirs, nor updated under the statement's feet); it is named
 -- "Documents_hand_over" (migration 0005) so that it fires before the foreign keys'
 -- "RI_ConstraintTrigger_a_..." cascade deletes the chunks: PostgreSQL fires a table's triggers
--- in the order of their names.
+-- in the order of their names. A session that writes for some principals
+-- (pgrag.write_principals, sql/functions/access.sql) may not delete a document others may read.
 CREATE OR REPLACE FUNCTION pgrag.documents_deleted() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_raw text := current_setting('pgrag.write_principals', true);
+    v_for text[];
 BEGIN
+    IF coalesce(btrim(v_raw), '') <> '' THEN
+        v_for := ARRAY(SELECT btrim(p) FROM unnest(string_to_array(v_raw, ',')) p
+                        WHERE btrim(p) <> '');
+        IF cardinality(v_for) = 0 OR NOT pgrag.principals_valid(v_for) THEN
+            RAISE EXCEPTION 'pgrag.write_principals is not a list of principals: %', quote_literal(v_raw)
+                USING ERRCODE = '22023',
+                      HINT = 'Use comma-separated names of letters, digits and _ . : @ + -, such as alice,group:billing.';
+        END IF;
+        IF NOT coalesce(cardinality(OLD.principals) > 0 AND OLD.principals <@ v_for, false) THEN
+            RAISE EXCEPTION 'may not delete document %: principals this session does not write for may read it',
+                quote_literal(OLD.source)
+                USING ERRCODE = '42501',
+                      HINT = 'A session with pgrag.write_principals deletes only documents readable by none but them.';
+        END IF;
+    END IF;
     PERFORM pgrag.documents_hand_over(OLD.id, OLD.collection_id, OLD.source);
     RETURN NULL;
 END

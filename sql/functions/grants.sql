@@ -27,7 +27,7 @@ DECLARE
     -- caller only about its own session).
     c_guarded  CONSTANT text[] := ARRAY['search_engine', 'search_v3', 'search_v4', 'search_v5',
                                         'documents_v1', 'collections_v1', 'collections_v2',
-                                        'section_chunks_v1', 'query_cache_get',
+                                        'section_chunks_v1', 'document_chunks_v1', 'query_cache_get',
                                         'query_cache_put', 'sync_row_v1', 'ensure_model_index',
                                         'prune_queries', 'count_rows', 'document_count',
                                         'chunk_count', 'status', 'api_key_v1',
@@ -39,10 +39,10 @@ DECLARE
     c_entries  CONSTANT text[] := ARRAY['search_v3', 'search_v4', 'search_v5', 'documents_v1',
                                         'collections_v1', 'collections_v2', 'section_chunks_v1',
                                         'query_cache_get', 'query_cache_put', 'prune_queries',
-                                        'status', 'conversation_start_v1', 'conversation_v1',
-                                        'conversations_v1', 'conversation_turns_v1',
-                                        'conversation_append_v1', 'conversation_delete_v1',
-                                        'conversation_match_v1'];
+                                        'status', 'document_chunks_v1', 'conversation_start_v1',
+                                        'conversation_v1', 'conversations_v1',
+                                        'conversation_turns_v1', 'conversation_append_v1',
+                                        'conversation_delete_v1', 'conversation_match_v1'];
     c_writing  CONSTANT text[] := ARRAY['sync_row_v1', 'ensure_model_index', 'count_rows',
                                         'document_count', 'chunk_count'];
     -- What pgrag_app alone may: verify the API key a request to `pgrag serve` presents.

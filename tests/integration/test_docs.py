@@ -62,8 +62,10 @@ def test_readme_sql_examples_run(readme: str, handbook_dsn: str) -> None:
     with psycopg.connect(handbook_dsn) as conn:
         register_vector(conn)
         for statement in statements:
-            query = statement.replace("%", "%%").replace("$1", "%(v)s")
-            rows = conn.execute(query, {"v": vector} if "%(v)s" in query else None).fetchall()
+            # $1 is the query's vector, $2 the model that made it (what /v1/embeddings names).
+            query = statement.replace("%", "%%").replace("$1", "%(v)s").replace("$2", "%(m)s")
+            params = {"v": vector, "m": default_embedder().name} if "%(v)s" in query else None
+            rows = conn.execute(query, params).fetchall()
             assert rows, f"README example returned nothing: {statement}"
 
 

@@ -105,7 +105,7 @@ def test_cli_reference_does_not_depend_on_the_terminal() -> None:
 
 
 def test_readme_links_the_cli_reference(readme: str) -> None:
-    terminal = readme.split("### 3. The terminal", 1)[1].split("\n## ", 1)[0]
+    terminal = readme.split("### 4. The terminal", 1)[1].split("\n## ", 1)[0]
     assert "(docs/cli.md)" in terminal
 
 
