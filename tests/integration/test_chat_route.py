@@ -17,8 +17,10 @@ from pgrag.collections import ensure_collection
 from pgrag.config import Settings
 from pgrag.db.connect import Database
 from pgrag.ingest.loaders import from_text
+from pgrag.service import keys
 from tests.fakes import LLMServer
 from tests.integration.test_conversations import DOCS
+from tests.integration.test_service_access import app_dsn  # noqa: F401 - fixture
 from tests.serving import served, sse_events
 
 
@@ -250,8 +252,13 @@ def test_models_are_the_collections_the_caller_can_read(client: openai.OpenAI) -
         client.models.retrieve("empty")
 
 
-def test_two_keys_have_their_own_conversations_and_models(places: Database, dsn: str) -> None:
-    keys = pytest.importorskip("pgrag.service.keys", reason="API keys (the auth family)")
+@pytest.mark.parametrize("role", ["owner", "pgrag_app"])
+def test_two_keys_have_their_own_conversations_and_models(
+    places: Database,
+    dsn: str,
+    app_dsn: str,  # noqa: F811 - the fixture imported above
+    role: str,
+) -> None:
     pgrag.ingest_documents(
         places,
         [from_text("alice-notes.md", "Alice keeps the spare keys of the Corvin Observatory.")],
@@ -260,7 +267,9 @@ def test_two_keys_have_their_own_conversations_and_models(places: Database, dsn:
     )
     _, alice_key = keys.create_key(places, principals=["alice"])
     _, bob_key = keys.create_key(places, principals=["bob"])
-    with served(dsn) as s:
+    # The service logs in as the schema's owner (RLS does not apply to it: the entry points
+    # filter) or as a pgrag_app member, as it should run.
+    with served(dsn if role == "owner" else app_dsn) as s:
         alice = openai.OpenAI(base_url=f"{s.url}/v1", api_key=alice_key)
         bob = openai.OpenAI(base_url=f"{s.url}/v1", api_key=bob_key)
         assert {m.id for m in alice.models.list().data} == {"places", "alice-only"}
