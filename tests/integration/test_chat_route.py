@@ -18,7 +18,7 @@ from pgrag.config import Settings
 from pgrag.db.connect import Database
 from pgrag.ingest.loaders import from_text
 from pgrag.service import keys
-from tests.fakes import LLMServer
+from tests.fakes import LLMServer, Reply, sse_data
 from tests.integration.test_conversations import DOCS
 from tests.integration.test_service_access import app_dsn  # noqa: F401 - fixture
 from tests.serving import served, sse_events
@@ -301,3 +301,26 @@ def test_two_keys_have_their_own_conversations_and_models(
             model="alice-only", messages=[{"role": "user", "content": "Who keeps the spare keys?"}]
         )
         assert _pgrag(hidden)["abstained"] is True and _pgrag(hidden)["sources"] == []
+
+
+def test_an_error_mid_stream_is_an_error_event_the_client_raises(
+    places: Database, dsn: str
+) -> None:
+    llm = LLMServer()
+    pieces = [
+        sse_data({"choices": [{"index": 0, "delta": {"content": w}}]}) for w in "Lake mont".split()
+    ]
+    llm.replies = [Reply(sse=[*pieces, "data: [DONE]"], drop_after=2)]
+    settings = Settings(llm_base_url=llm.url, llm_model="test", min_confidence="off")
+    with llm, served(dsn, settings, no_auth=True) as s:
+        client = openai.OpenAI(base_url=f"{s.url}/v1", api_key="unused", http_client=_anonymous())
+        stream = client.chat.completions.create(
+            model="places",
+            messages=[{"role": "user", "content": "Who founded Lakemont University?"}],
+            stream=True,
+        )
+        got: list[str] = []
+        with pytest.raises(openai.APIError, match="dropped the connection mid-answer"):
+            for chunk in stream:
+                got.append(chunk.choices[0].delta.content or "")
+    assert "".join(got) == "Lakemont"
