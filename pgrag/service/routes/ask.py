@@ -29,7 +29,11 @@ class AskRequest(BaseModel):
         None, description="Abstain below this retrieval confidence (default: the configured one)."
     )
     stream: bool = False
-    conversation_id: str | None = None
+    conversation_id: str | None = Field(
+        None,
+        description='Continue this conversation (an id an earlier answer returned), or "new"'
+        " to start one; the answer's conversation_id names it.",
+    )
     log: bool = True
 
 
@@ -37,7 +41,6 @@ def answer_json(answer: Any) -> dict[str, Any]:
     """What the service returns of an :class:`pgrag.Answer` (its prompt stays on the server)."""
     out: dict[str, Any] = answer.to_dict()
     out["raw_answer"] = answer.raw_answer  # what the generator wrote, before the checks
-    out.setdefault("conversation_id", getattr(answer, "conversation_id", None))
     return out
 
 
@@ -55,6 +58,8 @@ def _answer(svc: Service, who: Caller, body: AskRequest, job: Work, on_token: An
             log=body.log,
             context=body.context,
             min_confidence="configured" if body.min_confidence is None else body.min_confidence,
+            conversation_id=body.conversation_id,
+            owner=who.id,
         )
     svc.metrics.observe_timings("/v1/ask", answer.timings)
     return answer
