@@ -218,7 +218,7 @@ def test_the_page_asks_cites_searches_and_keeps_the_conversation(
         assert len(streamed) > 1 and "".join(streamed) == expected["raw_answer"]
         assert sent[0]["json"]["stream"] is True
         assert "text/event-stream" in sent[0]["headers"]["accept"]
-        assert "conversation_id" not in sent[0]["json"]
+        assert sent[0]["json"]["conversation_id"] == "new"
         shots(page, "1-answer")
 
         # The sources panel lists every source the answer was given, the cited one marked.
@@ -253,7 +253,8 @@ def test_the_page_asks_cites_searches_and_keeps_the_conversation(
         assert "5 to 10 business days" not in source["text"]  # another passage than turn 1's
         stored = json.loads(page.evaluate("sessionStorage.getItem('pgrag.conversation')"))
         first_id = stored["turns"][0]["answer"]["conversation_id"]
-        assert sent[1]["json"].get("conversation_id") == first_id  # None: no id to send
+        assert first_id and sent[1]["json"]["conversation_id"] == first_id
+        assert stored["turns"][1]["answer"]["conversation_id"] == first_id
         second.get_by_role("button", name=re.compile(r"^Citation \d+:")).first.click()
         expect(page.locator("#passage-text")).to_contain_text("5 to 10 business days")
         expect(page.locator("#passage-source")).to_have_text(re.compile(r"payments\.md$"))
@@ -271,7 +272,7 @@ def test_the_page_asks_cites_searches_and_keeps_the_conversation(
         page.get_by_role("button", name="Ask", exact=True).click()
         abstention = page.locator(".turn .abstention")
         expect(abstention).to_be_visible()
-        assert "conversation_id" not in sent[-1]["json"]
+        assert sent[-1]["json"]["conversation_id"] == "new"
         declined = httpx.post(
             f"{s.url}/v1/ask", json={"question": absent_q, "collection": "handbook"}, timeout=120
         ).json()

@@ -374,7 +374,9 @@
     item.scrollIntoView({ block: "nearest" });
     const text = body.querySelector(".answer-text");
     const request = { question, collection, stream: true };
-    if (conversation.id) request.conversation_id = conversation.id;
+    // The first turn starts a conversation the service stores as this key's; later turns
+    // continue it, so follow-ups are rewritten and citation numbers stay the same.
+    request.conversation_id = conversation.id || "new";
     let answer = null;
     let error = null;
     try {
