@@ -67,7 +67,7 @@ def mcp(ctx: click.Context, principals: tuple[str, ...], pool_size: int) -> None
 
     from pgrag.service.mcp import run_stdio
 
-    anyio.run(run_stdio, svc, caller)
+    anyio.run(lambda: run_stdio(svc, caller, key=key or None))
 
 
 def _service(ctx: click.Context, pool_size: int) -> Service:

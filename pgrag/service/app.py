@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from pgrag.service import errors, web
+from pgrag.service.guard import guard
 from pgrag.service.metrics import Metrics, middleware
 from pgrag.service.runtime import Service
 from pgrag.version import __version__
@@ -26,7 +27,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     from starlette.concurrency import run_in_threadpool
 
     from pgrag.service.mcp import HttpTransport
-    from pgrag.service.routes import ask, embeddings, health, search
+    from pgrag.service.routes import ask, chat, documents, embeddings, health, search
 
     config.check()
     metrics = Metrics()
@@ -53,9 +54,8 @@ def create_app(config: ServiceConfig) -> FastAPI:
     )
     app.state.service = svc
     errors.install(app)
-    for module in (search, ask, embeddings, health):
+    for module in (search, ask, embeddings, chat, documents, health):
         app.include_router(module.router)
-    _optional_routes(app)
     app.router.routes.append(mcp.route())  # streamable HTTP at /mcp, before the page's "/"
     metrics.add_collector(lambda: _gauges(svc))
     if config.cors_origins:
@@ -68,32 +68,28 @@ def create_app(config: ServiceConfig) -> FastAPI:
             allow_headers=["Authorization", "Content-Type"],
         )
     web.mount(app)  # the page at / and its files under /static/ (pgrag/service/web.py)
+    app.add_middleware(
+        _Wrapped,
+        wrap=lambda inner: guard(
+            inner,
+            no_auth=config.no_auth,
+            max_body=config.max_json_bytes,
+            origins=config.cors_origins,
+        ),
+    )
     # Outermost, so a response is timed and counted whatever answered it.
-    wrapped: FastAPI = app
-    app.add_middleware(_Timed, metrics=metrics)
-    return wrapped
+    app.add_middleware(_Wrapped, wrap=lambda inner: middleware(inner, metrics))
+    return app
 
 
-class _Timed:
-    def __init__(self, app: Any, metrics: Metrics) -> None:
-        self._inner = middleware(app, metrics)
+class _Wrapped:
+    """A plain ASGI wrapper (``wrap(app) -> app``) as Starlette middleware."""
+
+    def __init__(self, app: Any, wrap: Callable[[Any], Any]) -> None:
+        self._inner = wrap(app)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self._inner(scope, receive, send)
-
-
-def _optional_routes(app: FastAPI) -> None:
-    """The families that land on their own (chat, documents, mcp): included when present."""
-    import importlib
-
-    for name in ("chat", "documents"):
-        try:
-            module = importlib.import_module(f"pgrag.service.routes.{name}")
-        except ModuleNotFoundError as err:
-            if err.name != f"pgrag.service.routes.{name}":
-                raise
-            continue
-        app.include_router(module.router)
 
 
 def _gauges(svc: Service) -> Iterable[Any]:

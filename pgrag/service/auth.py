@@ -113,9 +113,10 @@ class Authenticator:
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer":
+            # The scheme is not repeated: a key sent without "Bearer " would be echoed.
             raise Unauthorized(
-                f"unsupported Authorization scheme {scheme[:20]!r}: send Authorization: Bearer"
-                " <api key or JWT>"
+                "the Authorization header is not a bearer credential: send Authorization:"
+                " Bearer <api key or JWT>"
             )
         if not token:
             raise Unauthorized(MISSING)

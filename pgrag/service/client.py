@@ -48,7 +48,14 @@ class ServiceClient:
                 "PGRAG_URL must not hold credentials; put the API key in PGRAG_API_KEY"
             )
         path = parts.path.rstrip("/")
+        if path.endswith("/v1"):  # the OpenAI-style base URL names the same service
+            path = path[: -len("/v1")]
         self.url = urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+        if api_key is not None and any(c in api_key for c in "\r\n\x00"):
+            raise ConfigError(
+                "PGRAG_API_KEY holds a line break or NUL: set it to the key alone, as"
+                " `pgrag keys create` printed it"
+            )
         self.api_key = api_key
 
     def search(self, body: dict[str, Any]) -> dict[str, Any]:

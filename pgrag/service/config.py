@@ -40,6 +40,9 @@ class ServiceConfig:
     drain_seconds: float = 30.0
     # Cross-origin callers allowed (browser apps on another origin); none by default.
     cors_origins: tuple[str, ...] = ()
+    # The largest JSON body a route reads (uploads have max_upload_bytes): a bound on the
+    # memory one request may take before it is even authenticated.
+    max_json_bytes: int = 8 << 20
     # Load the embedding model before accepting requests (off in tests that need no model).
     warm_model: bool = True
     # The largest POST /v1/documents request body (all its files together), in bytes: 413 above.

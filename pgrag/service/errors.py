@@ -43,6 +43,11 @@ def status_of(err: BaseException) -> tuple[int, str]:
     if isinstance(err, SchemaError | Unavailable | IssuerUnavailable):
         return 503, "service_unavailable"
     if isinstance(err, DatabaseError):
+        # A value the database refused (a RAISE of a function's argument check, a number out
+        # of range, a malformed filter) is the request's fault; anything else is ours.
+        state = getattr(err.__cause__, "sqlstate", None) or ""
+        if state.startswith("22") or state in ("P0001", "42883"):
+            return 400, "invalid_request_error"
         return 500, "database_error"
     return 500, "server_error"
 
@@ -56,6 +61,8 @@ def error_response(err: BaseException) -> JSONResponse:
 
     status, kind = status_of(err)
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 503:
+        headers = {"Retry-After": "5"}  # a busy pool or a database coming back
     message = str(err) if isinstance(err, PgragError) else "internal error (see the server log)"
     return JSONResponse(body(message, kind), status_code=status, headers=headers)
 
@@ -77,6 +84,16 @@ def install(app: FastAPI) -> None:
 
     async def invalid(request: Request, err: Exception) -> JSONResponse:
         assert isinstance(err, RequestValidationError)
+        kind = request.headers.get("content-type", "")
+        if request.method == "POST" and "json" not in kind and "multipart" not in kind:
+            return JSONResponse(
+                body(
+                    f"send the request as JSON with Content-Type: application/json (it was"
+                    f" {kind[:60] or 'not given'!r})",
+                    "invalid_request_error",
+                ),
+                status_code=400,
+            )
         problems = []
         for e in err.errors()[:5]:
             where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"

@@ -197,10 +197,14 @@ class Tools:
         svc: Service,
         local: Caller | None = None,
         warming: threading.Thread | None = None,
+        key: str | None = None,
     ) -> None:
         self.svc = svc
         self.local = local
         self.warming = warming  # loading the model: a call that needs it waits, not loads again
+        # The API key stdio's caller came from: checked again on every call, so a key that is
+        # revoked or expires stops a running `pgrag mcp` at its next call, as over HTTP.
+        self.key = key
 
     def caller(self, ctx: Context[Any, Any]) -> Caller:
         request = ctx.request_context.request
@@ -219,8 +223,14 @@ class Tools:
     async def _call(self, ctx: Context[Any, Any], fn: Callable[[Caller, Work], T]) -> T:
         try:
             who = self.caller(ctx)
-            who.require("read")
-            return await _blocking(lambda work: fn(who, self._warm(work)))
+            key = self.key if who is self.local else None
+
+            def run(work: Work) -> T:
+                caller = who if key is None else self.svc.authenticate(f"Bearer {key}")
+                caller.require("read")
+                return fn(caller, self._warm(work))
+
+            return await _blocking(run)
         except PgragError as err:
             raise ToolError(str(err)) from err
 
@@ -357,11 +367,14 @@ READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 
 
 def create_server(
-    svc: Service, local: Caller | None = None, warming: threading.Thread | None = None
+    svc: Service,
+    local: Caller | None = None,
+    warming: threading.Thread | None = None,
+    key: str | None = None,
 ) -> MCPServer:
-    """The MCP server with pgrag's tools over ``svc`` (see :class:`Tools` for ``local``);
-    ``warming``, a thread that loads the model, is started when the server starts."""
-    tools = Tools(svc, local, warming)
+    """The MCP server with pgrag's tools over ``svc`` (see :class:`Tools` for ``local`` and
+    ``key``); ``warming``, a thread that loads the model, is started when the server starts."""
+    tools = Tools(svc, local, warming, key)
 
     @asynccontextmanager
     async def lifespan(_server: MCPServer) -> AsyncIterator[dict[str, Any]]:
@@ -481,13 +494,15 @@ class HttpTransport:
         await self.manager.handle_request(scope, receive, send)
 
 
-async def run_stdio(svc: Service, caller: Caller, *, warm: bool = True) -> None:
+async def run_stdio(
+    svc: Service, caller: Caller, *, warm: bool = True, key: str | None = None
+) -> None:
     """Serve the tools over stdin/stdout as ``caller`` until stdin closes. While it runs,
     file descriptor 1 points at stderr (the SDK's doing), so nothing but the protocol
     reaches stdout. With ``warm`` the model loads in the background as it starts, so the
     client's handshake and tool listing do not wait for it (a search does)."""
     warming = threading.Thread(target=_load_model, args=(svc,), name="pgrag-warm", daemon=True)
-    server = create_server(svc, caller, warming if warm else None)
+    server = create_server(svc, caller, warming if warm else None, key)
     await server.run_stdio_async()
 
 

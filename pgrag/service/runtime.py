@@ -9,6 +9,7 @@ back when the request ends.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from pgrag.service.metrics import Metrics
 
 T = TypeVar("T")
+log = logging.getLogger("pgrag.service")
 Q = queries.load(__name__)
 
 
@@ -102,11 +104,33 @@ class Service:
             open=False,
         )
         self.pool.open(wait=True, timeout=30.0)
+        self.warnings = self._role_warnings()
+        for warning in self.warnings:
+            log.warning("%s", warning)
         if self.config.warm_model:
             from pgrag.embeddings.local import default_embedder
 
             self.embedder = default_embedder(self.settings.embedding_model)
             self.embedder.embed(["warm up"])
+
+    def _role_warnings(self) -> list[str]:
+        """Why the service's database role is wrong for a shared deployment, if it is."""
+        with self.connection() as conn:
+            row = conn.execute(Q.role_power).fetchone()
+            conn.rollback()
+        if row is None:
+            return []
+        role, superuser, owner = row
+        if superuser or owner:
+            what = "a superuser" if superuser else "the owner of schema pgrag"
+            return [
+                f"pgrag serve connects as {role}, {what}: the database still applies each"
+                " caller's principals to searches and listings, but not row-level security"
+                " to this role's own reads; fine on your own machine, not for a shared"
+                " service: run it as a member of pgrag_app (docs/serve.md, the service's"
+                " database role)"
+            ]
+        return []
 
     def close(self) -> None:
         if self.pool is not None:
@@ -126,10 +150,25 @@ class Service:
             with self.pool.connection() as conn:
                 yield conn
         except PoolTimeout as err:
+            down = self._unreachable()
+            if down is not None:
+                raise Unavailable(f"the database does not answer: {down}") from err
             raise Unavailable(
                 f"no database connection freed up within {self.config.pool_timeout:g} s:"
                 " the service is overloaded; retry, or raise --pool-size"
             ) from err
+
+    def _unreachable(self) -> str | None:
+        """Why a fresh connection to the database fails now (None: it does not), to tell a
+        database that is down from a pool that is busy."""
+        from pgrag.db.dsn import open_connection
+
+        try:
+            with open_connection(self.dsn) as conn:
+                conn.execute(Q.ping)
+        except Exception as err:  # whatever it is, it is the answer
+            return " ".join(str(err).split())[:300] or type(err).__name__
+        return None
 
     @contextmanager
     def database(self, caller: Caller, work: Work | None = None) -> Iterator[Database]:
@@ -157,9 +196,12 @@ class Service:
 
     def ready(self) -> dict[str, str]:
         """What /readyz reports: the database reachable and its schema this release's."""
+        from pgrag.db.dsn import open_connection
+
         checks: dict[str, str] = {}
         try:
-            with self.connection() as conn:
+            # Its own connection, not the pool's: a busy pool is not an unready replica.
+            with open_connection(self.dsn) as conn:
                 conn.execute(Q.ping)
                 checks["database"] = "ok"
                 try:

@@ -25,7 +25,7 @@ from mcp_types import CallToolResult
 
 import pgrag
 from pgrag.config import Settings
-from pgrag.service.keys import create_key
+from pgrag.service.keys import create_key, revoke_key
 from tests.fakes import LLMServer
 from tests.integration.test_service_access import app_dsn  # noqa: F401 - fixture
 from tests.serving import served
@@ -427,6 +427,12 @@ def test_stdio_reads_as_the_api_key(
                     )
                 )
                 assert "bonus.md" in _sources(found) and "salary.md" not in _sources(found)
+                # Revoked while the command runs: its next call is refused.
+                revoke_key(corpus, keys["bob"].split("_")[1])
+                refused = await client.call_tool(
+                    "search", {"query": "budget code", "collection": "handbook"}
+                )
+                assert refused.is_error and "revoked" in str(refused.content)
 
         _run(main)
 

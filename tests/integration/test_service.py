@@ -231,3 +231,92 @@ def test_a_client_that_goes_away_stops_its_query_in_postgres(corpus: Any, dsn: s
             blocker.close()
         after = httpx.post(f"{s.url}/v1/search", json={"query": "refund", "collection": "handbook"})
     assert after.status_code == 200  # the pooled connection came back usable
+
+
+def test_without_credentials_only_this_machines_pages_may_call(corpus: Any, dsn: str) -> None:
+    query = {"query": "refund", "collection": "handbook"}
+    with served(dsn, no_auth=True) as s:
+        # DNS rebinding: a site's name resolved to 127.0.0.1 reads nothing.
+        rebound = httpx.post(f"{s.url}/v1/search", json=query, headers={"Host": "evil.example"})
+        # Cross-site request forgery: a page elsewhere may not post (an upload needs no
+        # preflight), while the service's own page (a loopback origin) may.
+        forged = httpx.post(
+            f"{s.url}/v1/documents",
+            files={"files": ("planted.md", b"# Planted\n\nRefunds take 365 days.\n")},
+            data={"collection": "handbook"},
+            headers={"Origin": "http://evil.example"},
+        )
+        own = httpx.post(f"{s.url}/v1/search", json=query, headers={"Origin": s.url})
+        listing = httpx.post(f"{s.url}/v1/search", json={**query, "query": "365 days planted"})
+    assert rebound.status_code == 421 and "evil.example" in rebound.json()["error"]["message"]
+    assert forged.status_code == 403 and "--cors-origin" in forged.json()["error"]["message"]
+    assert own.status_code == 200
+    assert all("planted" not in h["source"] for h in listing.json()["results"])
+
+
+def test_with_keys_the_host_is_not_checked(corpus: Any, dsn: str) -> None:
+    with served(dsn) as s:
+        r = httpx.post(
+            f"{s.url}/v1/search", json={"query": "x"}, headers={"Host": "pgrag.example.com"}
+        )
+    assert r.status_code == 401  # a name behind a proxy is fine; the key decides
+
+
+def test_a_body_past_the_bound_is_refused_before_it_is_read(corpus: Any, dsn: str) -> None:
+    with served(dsn, no_auth=True, max_json_bytes=1 << 20) as s:
+        big = {"query": "x" * (2 << 20), "collection": "handbook"}
+        declared = httpx.post(f"{s.url}/v1/search", json=big)
+
+        def chunks() -> Any:  # no Content-Length: the bound counts what arrives
+            for _ in range(40):
+                yield b" " * 65536
+
+        streamed = httpx.post(
+            f"{s.url}/v1/search", content=chunks(), headers={"content-type": "application/json"}
+        )
+        after = httpx.post(f"{s.url}/v1/search", json={"query": "refund", "collection": "handbook"})
+    assert declared.status_code == 413 and "1 MiB" in declared.json()["error"]["message"]
+    assert streamed.status_code == 413
+    assert after.status_code == 200
+
+
+def test_values_the_database_refuses_are_the_requests_fault(corpus: Any, dsn: str) -> None:
+    base = {"query": "refund", "collection": "handbook"}
+    with served(dsn, no_auth=True) as s:
+        rrf = httpx.post(f"{s.url}/v1/search", json={**base, "settings": {"rrf_k": -1}})
+        nan = httpx.post(
+            f"{s.url}/v1/search",
+            content=b'{"query": "refund", "settings": {"vector_weight": NaN}}',
+            headers={"content-type": "application/json"},
+        )
+        form = httpx.post(f"{s.url}/v1/search", data={"query": "refund"})
+    assert rrf.status_code == 400, rrf.text
+    assert nan.status_code == 400, nan.text
+    assert form.status_code == 400 and "Content-Type: application/json" in form.text
+
+
+def test_a_key_sent_without_bearer_is_not_echoed(corpus: Any, db: Any, dsn: str) -> None:
+    from pgrag.service.keys import create_key
+
+    _, key = create_key(db, principals=["alice"])
+    with served(dsn) as s:
+        r = httpx.post(f"{s.url}/v1/search", json={"query": "x"}, headers={"Authorization": key})
+    assert r.status_code == 401 and key[:12] not in r.text and "Bearer" in r.text
+
+
+def test_readiness_is_about_the_database_not_a_busy_pool(corpus: Any, dsn: str) -> None:
+    with served(dsn, no_auth=True, pool_min=1, pool_max=1, pool_timeout=1.0) as s:
+        with s.service.connection():  # the only pooled connection, taken
+            ready = httpx.get(f"{s.url}/readyz")
+            busy = httpx.post(
+                f"{s.url}/v1/search", json={"query": "refund", "collection": "handbook"}
+            )
+    assert ready.status_code == 200
+    assert busy.status_code == 503 and busy.headers["retry-after"]
+    assert "overloaded" in busy.json()["error"]["message"]
+
+
+def test_a_superuser_service_is_warned(corpus: Any, dsn: str) -> None:
+    with served(dsn, no_auth=True) as s:
+        warnings = s.service.warnings
+    assert len(warnings) == 1 and "pgrag_app" in warnings[0]

@@ -19,7 +19,7 @@ router = APIRouter()
 
 
 class AskRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     question: str
     collection: str | None = Field(None, description="Default: the service's PGRAG_COLLECTION.")
     k: int = Field(8, ge=1, le=1000)

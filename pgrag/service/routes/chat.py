@@ -43,14 +43,14 @@ router = APIRouter()
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     role: str
     content: str | list[dict[str, Any]] | None = None
 
 
 class ChatRequest(BaseModel):
     # OpenAI clients send many options pgrag does not use (temperature, top_p, user, ...).
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False

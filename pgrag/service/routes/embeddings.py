@@ -28,7 +28,9 @@ MAX_INPUTS = 256
 
 
 class EmbeddingsRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # OpenAI clients send fields we do not use
+    model_config = ConfigDict(
+        extra="allow", allow_inf_nan=False
+    )  # OpenAI clients send fields we do not use
     input: str | list[str] | list[int] | list[list[int]]
     model: str = Field(description="A collection name, or a registered model's name.")
     collection: str | None = None

@@ -19,7 +19,7 @@ router = APIRouter()
 class Tuning(BaseModel):
     """search_v5's knobs (docs/search.md); unset ones keep the function's defaults."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     rrf_k: int | None = None
     vector_weight: float | None = None
     keyword_weight: float | None = None
@@ -31,7 +31,7 @@ class Tuning(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     query: str = Field(description="What to search for.")
     collection: str | None = Field(None, description="Default: the service's PGRAG_COLLECTION.")
     k: int = Field(10, ge=1, le=1000)
