@@ -417,3 +417,26 @@ def test_without_auth_or_principals_uploads_are_public_as_pgrag_ingest_makes_the
         assert r.status_code == 200, r.text
         assert r.json()["allow"] is None  # (new documents public, as pgrag ingest makes them)
     assert _sources_of(dsn) == {"upload/open.md": ["public"]}
+
+
+@pytest.mark.parametrize("role", ["pgrag_app + pgrag_writer member", "owner"])
+def test_an_upload_reuses_only_vectors_of_documents_its_caller_may_read(
+    keys: dict[str, str], service_dsn: str, dsn: str, role: str
+) -> None:
+    """Bob uploading alice's exact text learns nothing from the count of texts embedded, even
+    with the service as the owner (whom row-level security does not filter); his own texts
+    are still reused."""
+    secret = "# Pay\n\nThe salary is 123456.\n"
+    with served(service_dsn if role != "owner" else dsn) as s:
+        hers = _upload(s.url, keys["alice"], [("files", ("pay.md", secret.encode()))])
+        assert hers.status_code == 200 and hers.json()["chunks_embedded"] >= 1, hers.text
+        guess = _upload(s.url, keys["bob"], [("files", ("guess.md", secret.encode()))])
+        assert guess.status_code == 200, guess.text
+        assert guess.json()["files"][0]["status"] == "added"
+        assert guess.json()["chunks_embedded"] == guess.json()["files"][0]["chunks"] >= 1
+        more = secret + "\n# Other\n\nSomething else entirely.\n"
+        his = _upload(s.url, keys["bob"], [("files", ("more.md", more.encode()))])
+    assert his.status_code == 200, his.text
+    # (The Pay chunk is bob's own now: its vector is reused, the other one embedded.)
+    assert his.json()["files"][0]["chunks"] == 2
+    assert his.json()["chunks_embedded"] == 1
