@@ -159,7 +159,7 @@ def _ingest_one(
             if state != REFUSED and not (state or "").startswith("23"):
                 raise  # the database itself failing is not this file's problem
             result.refused = state == REFUSED
-            result.reason = _refusal(str(err)) if result.refused else str(err)
+            result.reason = _refusal(str(err), upload.source) if result.refused else str(err)
             return result
         for f in report.files:
             if f.status == "failed":
@@ -181,12 +181,20 @@ def _ingest_one(
     return result
 
 
-def _refusal(message: str) -> str:
-    if "row-level security" in message and '"documents"' in message:
-        # A document of this source exists that the caller may not see, so not change either.
+def _refusal(message: str, source: str) -> str:
+    """The reason for a refused write. A refusal to change a stored document of this source
+    (hidden by row-level security, or one others may read, which the owner's session sees)
+    says only that the source is taken, the same whoever the document is readable by and
+    whatever role the service runs as: a source is unique in its collection, so that much an
+    uploader learns in any case, and nothing more."""
+    taken = (
+        "row-level security" in message and '"documents"' in message
+    ) or "may not change document" in message
+    if taken:
         return (
-            f"refused by the database ({message}): a document of this source exists that this"
-            " credential may not change; upload it under another name or source"
+            f"refused by the database: the source {source!r} is taken by a document this"
+            " credential may not change; upload it under another source (such as one that"
+            " starts with your own name)"
         )
     return f"refused by the database: {message}"
 

@@ -204,6 +204,13 @@ def test_callers_cannot_see_overwrite_delete_or_publish_beyond_their_principals(
         assert over.status_code == 403, over.text
         assert over.json()["files"][0]["refused"] is True
         assert "refused by the database" in over.json()["error"]["message"]
+        # The answer says the name is taken (unavoidable: a source is unique in its
+        # collection), the same whatever role the service runs as, and nothing more.
+        assert over.json()["files"][0]["reason"] == (
+            "refused by the database: the source 'upload/plan.md' is taken by a document this"
+            " credential may not change; upload it under another source (such as one that"
+            " starts with your own name)"
+        )
         # Alice cannot publish to bob, nor to bob as well as herself, nor to everyone.
         for allow in (["bob"], ["alice", "bob"], ["public"]):
             note = [("files", ("note.md", b"# Note\n\nA note for someone else.\n"))]
@@ -213,7 +220,7 @@ def test_callers_cannot_see_overwrite_delete_or_publish_beyond_their_principals(
         # The public document, which both may read, neither may change or delete.
         hours = [("files", ("hours.md", b"# Hours\n\nClosed forever.\n"))]
         r = _upload(s.url, alice, hours, collection="docs", source="shared/hours.md")
-        assert r.status_code == 403 and "may not change document 'shared/hours.md'" in r.text
+        assert r.status_code == 403 and "the source 'shared/hours.md' is taken" in r.text
         r = httpx.delete(
             f"{s.url}/v1/documents",
             params={"collection": "docs", "source": "shared/hours.md"},
