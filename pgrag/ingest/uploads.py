@@ -115,14 +115,23 @@ def ingest_uploads(
     allow: Sequence[str] | None,
     write_for: Sequence[str] | None,
     on_wait: Callable[[str], None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> list[UploadResult]:
     """Ingest each upload on its own (:func:`pgrag.ingest.pipeline.ingest_documents`) with
     ``allow`` as its readers, planned and written for ``write_for`` (the caller's principals:
     PostgreSQL refuses a document readable by others, and changes to documents others may
-    read). One result per upload, in order."""
+    read). One result per upload, in order.
+
+    ``check()`` (``pgrag serve``: whether the client is still there) is called before each
+    file and after each batch of texts a file embeds and each batch it writes; what it raises
+    stops the uploads there and comes out of this call. The transaction being written then
+    rolls back, so no document is left half-written; the files (and the whole documents of a
+    JSON Lines file) already committed stay."""
     results = []
     for upload in uploads:
-        results.append(_ingest_one(db, upload, collection, allow, write_for, on_wait))
+        if check is not None:
+            check()
+        results.append(_ingest_one(db, upload, collection, allow, write_for, on_wait, check))
     return results
 
 
@@ -133,6 +142,7 @@ def _ingest_one(
     allow: Sequence[str] | None,
     write_for: Sequence[str] | None,
     on_wait: Callable[[str], None] | None,
+    check: Callable[[], None] | None = None,
 ) -> UploadResult:
     result = UploadResult(upload.filename, upload.source, "failed")
     documents: list[LoadedFile] = []
@@ -153,6 +163,10 @@ def _ingest_one(
                 allow=allow,
                 write_for=write_for,
                 on_wait=on_wait,
+                # (Called between the model's batches and between written batches, and within
+                # a streamed file's transaction, which what they raise rolls back.)
+                progress=None if check is None else lambda _n: check(),
+                on_batch=None if check is None else lambda _done, _total: check(),
             )
         except DatabaseError as err:
             state = getattr(err.__cause__, "sqlstate", None)

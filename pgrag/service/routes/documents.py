@@ -74,8 +74,14 @@ async def upload_route(request: Request, who: Annotated[Caller, Depends(caller)]
 
         def work(job: Work) -> list[UploadResult]:
             with svc.database(who, job) as db:
+                # (A client that goes away stops the upload at its next file or batch.)
                 return ingest_uploads(
-                    db, uploads, collection=collection, allow=allow, write_for=who.principals
+                    db,
+                    uploads,
+                    collection=collection,
+                    allow=allow,
+                    write_for=who.principals,
+                    check=job.check,
                 )
 
         done = iter(await run(request, work) if uploads else [])
