@@ -557,3 +557,22 @@ def test_a_check_that_raises_mid_file_rolls_that_file_back(db: Any, tmp_path: Pa
         write_for=["alice"],
     )
     assert done[0].status == "added" and done[0].chunks > 64
+
+
+def test_the_service_removes_upload_directories_a_killed_one_left(
+    keys: dict[str, str], service_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # noqa: S603 - our interpreter
+    child.wait()  # (a service killed mid-upload: its pid names no process now)
+    stale = tmp_path / f"pgrag-upload-{child.pid}-abcd"
+    (stale / "0").mkdir(parents=True)
+    (stale / "0" / "private.md").write_text("what someone uploaded")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with served(service_dsn) as s:
+        assert not stale.exists()
+        r = _upload(s.url, keys["alice"], [("files", ("a.md", REFUNDS.encode()))])
+        assert r.status_code == 200, r.text
+    assert list(tmp_path.iterdir()) == []  # (the request's own directory went with it)
