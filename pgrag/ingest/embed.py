@@ -1,5 +1,5 @@
 """Embedding an ingest's chunks in batches: each distinct new text once, and none that the
-collection already has a vector for (in any document)."""
+collection already has a vector for (in any document the session may read)."""
 
 from __future__ import annotations
 
@@ -45,9 +45,10 @@ def embed_batch(
     progress: Callable[[int], None] | None = None,
 ) -> list[list[Any]]:
     """Vectors for every chunk of the batch, embedding each distinct new text once: a text
-    the collection already has a vector for (in any document) is not embedded again. Texts
-    go to the model ``size`` at a time, and ``progress(n)`` hears of each ``n`` embedded (a
-    batch that is one large document moves the progress bar as it is embedded)."""
+    the collection already has a vector for (in any document the session may read, never
+    another tenant's: embed.sql) is not embedded again. Texts go to the model ``size`` at a
+    time, and ``progress(n)`` hears of each ``n`` embedded (a batch that is one large
+    document moves the progress bar as it is embedded)."""
     todo: dict[str, str] = {}
     for doc in batch:
         for chunk in doc.chunks:

@@ -7,4 +7,11 @@ SELECT DISTINCT ON (c.content_hash) c.content_hash,
   JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(model_id)s
  -- chunks_collection_hash_idx (migration 0005)
  WHERE c.collection_id = %(collection_id)s AND left(c.content_hash, 16) = ANY (%(prefixes)s)
-   AND c.content_hash = ANY (%(hashes)s);
+   AND c.content_hash = ANY (%(hashes)s)
+   -- Only chunks the session may read, said here rather than left to row-level security, which
+   -- does not filter the owner or a superuser: a session writing for some principals (pgrag
+   -- serve, pgrag.write_principals) reads as them, and reusing a vector of a document they may
+   -- not read would tell them, by the count of texts embedded, that it holds this exact text.
+   -- (visible_acls: NULL for a session that sees everything, sql/functions/access.sql.)
+   AND ((SELECT pgrag.visible_acls()) IS NULL
+        OR c.acl_id = ANY ((SELECT pgrag.visible_acls())::integer[]));

@@ -115,14 +115,23 @@ def ingest_uploads(
     allow: Sequence[str] | None,
     write_for: Sequence[str] | None,
     on_wait: Callable[[str], None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> list[UploadResult]:
     """Ingest each upload on its own (:func:`pgrag.ingest.pipeline.ingest_documents`) with
     ``allow`` as its readers, planned and written for ``write_for`` (the caller's principals:
     PostgreSQL refuses a document readable by others, and changes to documents others may
-    read). One result per upload, in order."""
+    read). One result per upload, in order.
+
+    ``check()`` (``pgrag serve``: whether the client is still there) is called before each
+    file and after each batch of texts a file embeds and each batch it writes; what it raises
+    stops the uploads there and comes out of this call. The transaction being written then
+    rolls back, so no document is left half-written; the files (and the whole documents of a
+    JSON Lines file) already committed stay."""
     results = []
     for upload in uploads:
-        results.append(_ingest_one(db, upload, collection, allow, write_for, on_wait))
+        if check is not None:
+            check()
+        results.append(_ingest_one(db, upload, collection, allow, write_for, on_wait, check))
     return results
 
 
@@ -133,6 +142,7 @@ def _ingest_one(
     allow: Sequence[str] | None,
     write_for: Sequence[str] | None,
     on_wait: Callable[[str], None] | None,
+    check: Callable[[], None] | None = None,
 ) -> UploadResult:
     result = UploadResult(upload.filename, upload.source, "failed")
     documents: list[LoadedFile] = []
@@ -153,13 +163,17 @@ def _ingest_one(
                 allow=allow,
                 write_for=write_for,
                 on_wait=on_wait,
+                # (Called between the model's batches and between written batches, and within
+                # a streamed file's transaction, which what they raise rolls back.)
+                progress=None if check is None else lambda _n: check(),
+                on_batch=None if check is None else lambda _done, _total: check(),
             )
         except DatabaseError as err:
             state = getattr(err.__cause__, "sqlstate", None)
             if state != REFUSED and not (state or "").startswith("23"):
                 raise  # the database itself failing is not this file's problem
             result.refused = state == REFUSED
-            result.reason = _refusal(str(err)) if result.refused else str(err)
+            result.reason = _refusal(str(err), upload.source) if result.refused else str(err)
             return result
         for f in report.files:
             if f.status == "failed":
@@ -181,12 +195,20 @@ def _ingest_one(
     return result
 
 
-def _refusal(message: str) -> str:
-    if "row-level security" in message and '"documents"' in message:
-        # A document of this source exists that the caller may not see, so not change either.
+def _refusal(message: str, source: str) -> str:
+    """The reason for a refused write. A refusal to change a stored document of this source
+    (hidden by row-level security, or one others may read, which the owner's session sees)
+    says only that the source is taken, the same whoever the document is readable by and
+    whatever role the service runs as: a source is unique in its collection, so that much an
+    uploader learns in any case, and nothing more."""
+    taken = (
+        "row-level security" in message and '"documents"' in message
+    ) or "may not change document" in message
+    if taken:
         return (
-            f"refused by the database ({message}): a document of this source exists that this"
-            " credential may not change; upload it under another name or source"
+            f"refused by the database: the source {source!r} is taken by a document this"
+            " credential may not change; upload it under another source (such as one that"
+            " starts with your own name)"
         )
     return f"refused by the database: {message}"
 

@@ -37,6 +37,7 @@ def create_app(config: ServiceConfig) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await run_in_threadpool(svc.open)
+        await run_in_threadpool(_remove_stale_uploads)
         log.info("pgrag %s serving %s", __version__, svc.dsn)
         try:
             async with mcp.running():  # MCP's session manager lives as long as the app
@@ -90,6 +91,14 @@ class _Wrapped:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         await self._inner(scope, receive, send)
+
+
+def _remove_stale_uploads() -> None:
+    """Upload directories a service killed mid-upload left behind (pgrag-upload-<pid>-...)."""
+    from pgrag.service.uploads import remove_stale_upload_directories
+
+    for path in remove_stale_upload_directories():
+        log.warning("removed %s, left by a pgrag serve that was killed mid-upload", path)
 
 
 def _gauges(svc: Service) -> Iterable[Any]:

@@ -4,7 +4,11 @@ their own names (what their formats and titles are read from) and its form field
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -12,6 +16,10 @@ from typing import Any
 from pgrag.errors import InputError
 from pgrag.ingest.uploads import disk_name
 
+# A request's private directory: pgrag-upload-<pid>-<random>, so that one left behind by a
+# service killed mid-upload (kill -9, out of memory) is known for stale at the next start.
+DIR_PREFIX = "pgrag-upload-"
+_DIR_NAME = re.compile(re.escape(DIR_PREFIX) + r"([0-9]{1,12})-")
 FIELDS = ("collection", "allow", "source")
 FILES = "files"
 # Bytes of an oversized body still read (and dropped) before the 413 is sent, so that a client
@@ -122,3 +130,56 @@ async def receive_uploads(request: Any, limit: int, directory: Path) -> Received
 def _save(source: Any, path: Path) -> None:
     with path.open("xb") as out:
         shutil.copyfileobj(source, out, 1 << 20)
+
+
+def upload_directory() -> tempfile.TemporaryDirectory[str]:
+    """A request's private directory (mode 0700), named for this process, removed when the
+    request ends (or, were the process killed, by the next service's start)."""
+    return tempfile.TemporaryDirectory(prefix=f"{DIR_PREFIX}{os.getpid()}-")
+
+
+def remove_stale_upload_directories(root: Path | None = None) -> list[Path]:
+    """Remove the upload directories under ``root`` (the temporary directory) that a service
+    killed mid-upload left behind, with every file it had received: those named for a process
+    that is no longer running, and owned by this user (never another user's, nor one of a
+    running service). The removed ones, for the log."""
+    if os.name != "posix":  # (os.kill(pid, 0) tests a process only there)
+        return []
+    base = root or Path(tempfile.gettempdir())
+    try:
+        entries = list(base.iterdir())
+    except OSError:
+        return []
+    removed = []
+    for entry in entries:
+        match = _DIR_NAME.match(entry.name)
+        if match is None:
+            continue
+        try:
+            info = entry.lstat()
+        except OSError:
+            continue
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+            continue
+        if _running(int(match.group(1))):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        if not entry.exists():
+            removed.append(entry)
+    return removed
+
+
+def _running(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    if pid <= 0:
+        return False  # (no process; os.kill would signal a process group)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    except OverflowError:
+        return False
+    return True

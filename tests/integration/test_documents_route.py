@@ -6,6 +6,8 @@ and as the owner)."""
 
 from __future__ import annotations
 
+import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,6 +206,13 @@ def test_callers_cannot_see_overwrite_delete_or_publish_beyond_their_principals(
         assert over.status_code == 403, over.text
         assert over.json()["files"][0]["refused"] is True
         assert "refused by the database" in over.json()["error"]["message"]
+        # The answer says the name is taken (unavoidable: a source is unique in its
+        # collection), the same whatever role the service runs as, and nothing more.
+        assert over.json()["files"][0]["reason"] == (
+            "refused by the database: the source 'upload/plan.md' is taken by a document this"
+            " credential may not change; upload it under another source (such as one that"
+            " starts with your own name)"
+        )
         # Alice cannot publish to bob, nor to bob as well as herself, nor to everyone.
         for allow in (["bob"], ["alice", "bob"], ["public"]):
             note = [("files", ("note.md", b"# Note\n\nA note for someone else.\n"))]
@@ -213,7 +222,7 @@ def test_callers_cannot_see_overwrite_delete_or_publish_beyond_their_principals(
         # The public document, which both may read, neither may change or delete.
         hours = [("files", ("hours.md", b"# Hours\n\nClosed forever.\n"))]
         r = _upload(s.url, alice, hours, collection="docs", source="shared/hours.md")
-        assert r.status_code == 403 and "may not change document 'shared/hours.md'" in r.text
+        assert r.status_code == 403 and "the source 'shared/hours.md' is taken" in r.text
         r = httpx.delete(
             f"{s.url}/v1/documents",
             params={"collection": "docs", "source": "shared/hours.md"},
@@ -417,3 +426,153 @@ def test_without_auth_or_principals_uploads_are_public_as_pgrag_ingest_makes_the
         assert r.status_code == 200, r.text
         assert r.json()["allow"] is None  # (new documents public, as pgrag ingest makes them)
     assert _sources_of(dsn) == {"upload/open.md": ["public"]}
+
+
+@pytest.mark.parametrize("role", ["pgrag_app + pgrag_writer member", "owner"])
+def test_an_upload_reuses_only_vectors_of_documents_its_caller_may_read(
+    keys: dict[str, str], service_dsn: str, dsn: str, role: str
+) -> None:
+    """Bob uploading alice's exact text learns nothing from the count of texts embedded, even
+    with the service as the owner (whom row-level security does not filter); his own texts
+    are still reused."""
+    secret = "# Pay\n\nThe salary is 123456.\n"
+    with served(service_dsn if role != "owner" else dsn) as s:
+        hers = _upload(s.url, keys["alice"], [("files", ("pay.md", secret.encode()))])
+        assert hers.status_code == 200 and hers.json()["chunks_embedded"] >= 1, hers.text
+        guess = _upload(s.url, keys["bob"], [("files", ("guess.md", secret.encode()))])
+        assert guess.status_code == 200, guess.text
+        assert guess.json()["files"][0]["status"] == "added"
+        assert guess.json()["chunks_embedded"] == guess.json()["files"][0]["chunks"] >= 1
+        more = secret + "\n# Other\n\nSomething else entirely.\n"
+        his = _upload(s.url, keys["bob"], [("files", ("more.md", more.encode()))])
+    assert his.status_code == 200, his.text
+    # (The Pay chunk is bob's own now: its vector is reused, the other one embedded.)
+    assert his.json()["files"][0]["chunks"] == 2
+    assert his.json()["chunks_embedded"] == 1
+
+
+def _stored_in(dsn: str, collection: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pgrag.documents d JOIN pgrag.collections c"
+            " ON c.id = d.collection_id WHERE c.name = %s",
+            (collection,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def test_a_client_that_goes_away_stops_its_upload_between_files(
+    keys: dict[str, str], service_dsn: str, dsn: str
+) -> None:
+    """The client sends many files and closes its connection once the first is stored: the
+    service stops at its next file or batch, leaving only whole documents."""
+    sent = 200
+    files = [
+        ("files", (f"note{i:03}.md", f"# Note {i}\n\nNote {i} is about topic {i * 7}.\n".encode()))
+        for i in range(sent)
+    ]
+    with served(service_dsn) as s:
+        request = httpx.Request(
+            "POST", f"{s.url}/v1/documents", files=files, data={"collection": "gone"}
+        )
+        body = request.read()
+        port = int(s.url.rsplit(":", 1)[1])
+        head = (
+            f"POST /v1/documents HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            f"Authorization: Bearer {keys['alice']}\r\n"
+            f"Content-Type: {request.headers['content-type']}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        )
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            client.sendall(head.encode() + body)
+            deadline = time.monotonic() + 120
+            while _stored_in(dsn, "gone") == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _stored_in(dsn, "gone") > 0, "the upload never stored a file"
+        # (The client is gone.) The upload's connection comes back to the pool when its work
+        # ends, stopped or not.
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            stats = s.service.pool.get_stats()
+            if stats.get("pool_available", 0) == stats.get("pool_size", 0):
+                break
+            time.sleep(0.1)
+        stored = _stored_in(dsn, "gone")
+        after = _upload(s.url, keys["alice"], [("files", ("last.md", REFUNDS.encode()))])
+    assert 0 < stored < sent
+    assert after.status_code == 200, after.text  # the pooled connection came back usable
+    with psycopg.connect(dsn) as conn:
+        half = conn.execute(
+            "SELECT count(*) FROM pgrag.documents d WHERE NOT EXISTS"
+            " (SELECT 1 FROM pgrag.chunks c WHERE c.document_id = d.id)"
+            " OR EXISTS (SELECT 1 FROM pgrag.chunks c WHERE c.document_id = d.id AND NOT EXISTS"
+            " (SELECT 1 FROM pgrag.chunk_embeddings e WHERE e.chunk_id = c.id))"
+        ).fetchone()
+    assert half == (0,)  # every stored document whole: its chunks, and their vectors
+
+
+def test_a_check_that_raises_mid_file_rolls_that_file_back(db: Any, tmp_path: Path) -> None:
+    """ingest_uploads' check, raising once a large file has embedded its first batch of texts,
+    stops it with nothing of that file stored and the session no longer writing for anyone."""
+    from pgrag.ingest.uploads import Upload, ingest_uploads
+
+    large = tmp_path / "large.md"
+    large.write_text(
+        "\n\n".join(f"## Part {i}\n\nClause {i}: {'rent ' * 30}number {i}." for i in range(150))
+    )
+    calls: list[None] = []
+
+    class Gone(Exception):
+        pass
+
+    def check() -> None:
+        calls.append(None)
+        if len(calls) == 3:  # before the file, before its first batch, after 64 texts
+            raise Gone
+
+    with pytest.raises(Gone):
+        ingest_uploads(
+            db,
+            [Upload(large, "large.md", "a/large.md")],
+            collection="halted",
+            allow=["alice"],
+            write_for=["alice"],
+            check=check,
+        )
+    db.conn.rollback()
+    stored = db.conn.execute(
+        "SELECT count(*) FROM pgrag.documents d JOIN pgrag.collections k"
+        " ON k.id = d.collection_id WHERE k.name = 'halted'"
+    ).fetchone()
+    setting = db.conn.execute("SELECT current_setting('pgrag.write_principals', true)").fetchone()
+    db.conn.rollback()
+    assert len(calls) == 3 and stored == (0,)
+    assert setting in ((None,), ("",))  # (acting_for ended with the upload)
+    # The same upload, not stopped, stores the file whole.
+    done = ingest_uploads(
+        db,
+        [Upload(large, "large.md", "a/large.md")],
+        collection="halted",
+        allow=["alice"],
+        write_for=["alice"],
+    )
+    assert done[0].status == "added" and done[0].chunks > 64
+
+
+def test_the_service_removes_upload_directories_a_killed_one_left(
+    keys: dict[str, str], service_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])  # noqa: S603 - our interpreter
+    child.wait()  # (a service killed mid-upload: its pid names no process now)
+    stale = tmp_path / f"pgrag-upload-{child.pid}-abcd"
+    (stale / "0").mkdir(parents=True)
+    (stale / "0" / "private.md").write_text("what someone uploaded")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    with served(service_dsn) as s:
+        assert not stale.exists()
+        r = _upload(s.url, keys["alice"], [("files", ("a.md", REFUNDS.encode()))])
+        assert r.status_code == 200, r.text
+    assert list(tmp_path.iterdir()) == []  # (the request's own directory went with it)

@@ -10,7 +10,6 @@ need the ``write`` scope; listing needs ``read``.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,7 +23,7 @@ from pgrag.service.auth import Caller, Forbidden
 from pgrag.service.deps import caller, service
 from pgrag.service.errors import body as error_body
 from pgrag.service.runtime import Work, run
-from pgrag.service.uploads import receive_uploads
+from pgrag.service.uploads import receive_uploads, upload_directory
 
 router = APIRouter()
 
@@ -48,7 +47,7 @@ async def upload_route(request: Request, who: Annotated[Caller, Depends(caller)]
 
     svc = service(request)
     who.require("write")
-    with tempfile.TemporaryDirectory(prefix="pgrag-upload-") as tmp:
+    with upload_directory() as tmp:
         got = await receive_uploads(request, svc.config.max_upload_bytes, Path(tmp))
         collection = got.one("collection") or svc.settings.collection
         check_name(collection)
@@ -74,8 +73,14 @@ async def upload_route(request: Request, who: Annotated[Caller, Depends(caller)]
 
         def work(job: Work) -> list[UploadResult]:
             with svc.database(who, job) as db:
+                # (A client that goes away stops the upload at its next file or batch.)
                 return ingest_uploads(
-                    db, uploads, collection=collection, allow=allow, write_for=who.principals
+                    db,
+                    uploads,
+                    collection=collection,
+                    allow=allow,
+                    write_for=who.principals,
+                    check=job.check,
                 )
 
         done = iter(await run(request, work) if uploads else [])
