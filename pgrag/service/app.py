@@ -182,10 +182,11 @@ def serve(config: ServiceConfig, *, log_level: str = "info") -> None:
 def one_model_thread_per_request() -> None:
     """Run each request's model call (a query's embedding) on the request's own thread, unless
     ``OMP_NUM_THREADS`` says otherwise. The service's parallelism is its concurrent requests:
-    with torch's default of one OpenMP thread per CPU, every worker thread that embeds
-    brings a team of its own, the teams outnumber the CPUs, and on a busy machine an embedding
-    of a few milliseconds waits for a descheduled team member (measured: 2 ms became 100 ms
-    at the median; docs/serve-benchmarks.md)."""
+    with torch's default of one OpenMP thread per CPU for every call, the threads of
+    concurrent embeddings outnumber the CPUs, and on a busy machine an embedding waits for a
+    descheduled thread of its own (measured in the service on 2 busy CPUs: a query's
+    embedding took 42-51 ms at the median on one thread, 159-199 ms on two;
+    docs/serve-benchmarks.md)."""
     import os
     import sys
 
