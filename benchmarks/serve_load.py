@@ -1,5 +1,5 @@
 """`pgrag serve` under load, a client that goes away mid-answer, and a graceful shutdown
-(issue 17, item 8). Loopback only, bounded in time (about 3 minutes with the defaults).
+(issue 17, item 8). Loopback only, bounded in time (about 4 minutes with the defaults).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/serve_load.py \\
         --questions ~/.cache/pgrag-bench/squad-dev-v1.1.json --out serve-load.json
