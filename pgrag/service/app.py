@@ -149,15 +149,54 @@ def serve(config: ServiceConfig, *, log_level: str = "info") -> None:
     """Run the service in the foreground until SIGINT/SIGTERM, which stops accepting new
     connections and drains in-flight requests (streams included) for up to
     ``config.drain_seconds``."""
+    import math
+    import signal
+
     import uvicorn
 
+    one_model_thread_per_request()
     app = create_app(config)
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level=log_level,
-        timeout_graceful_shutdown=int(config.drain_seconds),
-        proxy_headers=True,
-        server_header=False,
-    )
+    # uvicorn handles SIGINT/SIGTERM itself (stop accepting, drain, shut down), then raises the
+    # signal again to the handler that was there before it. With Python's defaults that kills
+    # the process by SIGTERM (exit status 143) or raises KeyboardInterrupt ("Aborted!", 1)
+    # after a clean drain. A handler of our own takes that second delivery, so a drained
+    # service exits 0, as process supervisors and `docker stop` expect of a clean stop.
+    stops: list[int] = []
+    previous = {
+        sig: signal.signal(sig, lambda number, _frame: stops.append(number))
+        for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        uvicorn.run(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level=log_level,
+            timeout_graceful_shutdown=math.ceil(config.drain_seconds),
+            proxy_headers=True,
+            server_header=False,
+        )
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if stops:
+        log.info("pgrag serve stopped by %s", signal.Signals(stops[0]).name)
+
+
+def one_model_thread_per_request() -> None:
+    """Run each request's model call (a query's embedding) on the request's own thread, unless
+    ``OMP_NUM_THREADS`` says otherwise. The service's parallelism is its concurrent requests:
+    with torch's default of one OpenMP thread per CPU for every call, the threads of
+    concurrent embeddings outnumber the CPUs, and on a busy machine an embedding waits for a
+    descheduled thread of its own (measured in the service on 2 busy CPUs: a query's
+    embedding took 42-51 ms at the median on one thread, 159-199 ms on two;
+    docs/serve-benchmarks.md)."""
+    import os
+    import sys
+
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return
+    os.environ["OMP_NUM_THREADS"] = "1"  # read when torch (and its OpenMP) loads
+    torch = sys.modules.get("torch")
+    if torch is not None:  # already loaded by the caller: tell it directly
+        torch.set_num_threads(1)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -100,6 +102,7 @@ class Service:
             timeout=self.config.pool_timeout,
             configure=_configure,
             check=_check,
+            reset=_returned,
             name="pgrag",
             open=False,
         )
@@ -221,10 +224,26 @@ def _configure(conn: psycopg.Connection[Any]) -> None:
     conn.commit()
 
 
+# A connection handed back to the pool this recently is handed out again without a ping: under
+# load that saves a round trip per request. One that idled longer is pinged first.
+CHECK_AFTER_IDLE_SECONDS = 2.0
+_returned_at: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+_returned_lock = threading.Lock()
+
+
+def _returned(conn: psycopg.Connection[Any]) -> None:
+    with _returned_lock:
+        _returned_at[conn] = time.monotonic()
+
+
 def _check(conn: psycopg.Connection[Any]) -> None:
     # A connection the server closed while it idled in the pool is replaced, not handed out.
     from psycopg_pool import ConnectionPool
 
+    with _returned_lock:
+        returned = _returned_at.get(conn)
+    if returned is not None and time.monotonic() - returned < CHECK_AFTER_IDLE_SECONDS:
+        return
     ConnectionPool.check_connection(conn)
 
 

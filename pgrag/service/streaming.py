@@ -11,6 +11,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
+
 from pgrag.errors import PgragError
 from pgrag.service.errors import body, status_of
 from pgrag.service.runtime import Cancelled, Work
@@ -72,7 +74,10 @@ def stream(
             loop.call_soon_threadsafe(queue.put_nowait, _END)
 
     async def events() -> AsyncIterator[bytes]:
-        thread = loop.run_in_executor(None, run)
+        # On the threads every other route's work runs on (anyio's limiter, 40 by default),
+        # not asyncio's default executor: that one has min(32, CPUs + 4) threads, so on a
+        # 2-CPU machine a seventh stream waiting on a slow LLM would wait for a thread.
+        thread = asyncio.ensure_future(run_in_threadpool(run))
         finished = False
         try:
             while True:

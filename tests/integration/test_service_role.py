@@ -1,0 +1,80 @@
+"""docker/service-role.sql, run with psql as the compose file runs it, makes a login role that
+`pgrag serve` can run as: ready, searching, answering (the question logged) under a caller's
+principals, and no more than pgrag_app and pgrag_writer may do. Run twice, it changes nothing
+(the compose one-shot runs at every `up`)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+import pgrag
+from pgrag.db.server import psql_path
+from tests.serving import served
+
+SQL = Path(__file__).resolve().parents[2] / "docker" / "service-role.sql"
+
+
+def _run_script(dsn: str, password: str) -> None:
+    params = conninfo_to_dict(dsn)
+    uri = make_conninfo(**{k: v for k, v in params.items() if v is not None})
+    subprocess.run(  # noqa: S603
+        [str(psql_path()), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-v", f"password={password}"]
+        + ["-f", str(SQL), "-d", uri],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+
+
+def _attributes(dsn: str) -> tuple[Any, ...]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT rolcanlogin, rolsuper, rolbypassrls, rolcreaterole,"
+            " pg_has_role('pgrag_service', 'pgrag_app', 'MEMBER'),"
+            " pg_has_role('pgrag_service', 'pgrag_writer', 'MEMBER')"
+            " FROM pg_roles WHERE rolname = 'pgrag_service'"
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def test_the_service_role_serves_under_a_callers_principals(
+    db: Any, dsn: str, tmp_path: Path
+) -> None:
+    (tmp_path / "public.md").write_text("# Parcels\n\nParcels to Norway take five working days.\n")
+    (tmp_path / "hr.md").write_text("# Salaries\n\nSalary bands are reviewed every March.\n")
+    pgrag.ingest(db, [tmp_path / "public.md"], collection="handbook")
+    pgrag.ingest(db, [tmp_path / "hr.md"], collection="handbook", allow=["group:hr"])
+    _run_script(dsn, "first secret")
+    _run_script(dsn, "second secret")  # again: no error, same role
+    assert _attributes(dsn) == (True, False, False, False, True, True)
+    service_dsn = make_conninfo(dsn, user="pgrag_service", password="second secret")
+    with psycopg.connect(service_dsn, autocommit=True) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("DROP TABLE pgrag.chunks")
+    question = {"question": "When are salary bands reviewed?", "collection": "handbook"}
+    with served(service_dsn, no_auth=True, local_principals=["alice"]) as s:
+        ready = httpx.get(f"{s.url}/readyz")
+        outsider = httpx.post(
+            f"{s.url}/v1/search", json={"query": "salary bands", "collection": "handbook"}
+        )
+    with served(service_dsn, no_auth=True, local_principals=["group:hr"]) as s:
+        insider = httpx.post(
+            f"{s.url}/v1/search", json={"query": "salary bands", "collection": "handbook"}
+        )
+        answer = httpx.post(f"{s.url}/v1/ask", json=question)
+    assert ready.status_code == 200, ready.text
+    assert outsider.status_code == 200, outsider.text
+    assert all(not h["source"].endswith("hr.md") for h in outsider.json()["results"])
+    assert insider.json()["results"][0]["source"].endswith("hr.md")
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["abstained"] is False and isinstance(body["query_id"], int)  # logged
+    assert body["citations"][0]["source"].endswith("hr.md")
