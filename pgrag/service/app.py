@@ -190,7 +190,7 @@ def one_model_thread_per_request() -> None:
     concurrent embeddings outnumber the CPUs, and on a busy machine an embedding waits for a
     descheduled thread of its own (measured in the service on 2 busy CPUs: a query's
     embedding took 42-51 ms at the median on one thread, 159-199 ms on two;
-    docs/serve-benchmarks.md)."""
+    docs/benchmarks.md)."""
     import os
     import sys
 

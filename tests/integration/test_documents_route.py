@@ -31,7 +31,7 @@ REFUNDS = "# Refunds\n\nMonthly plans can be refunded within 14 days of the char
 @pytest.fixture
 def service_dsn(admin_dsn: str, dsn: str) -> Iterator[str]:
     """A login role that is a member of pgrag_app and pgrag_writer: the service as
-    docs/serve-auth.md says to run it for uploads (neither the owner nor a superuser)."""
+    docs/serve.md says to run it for uploads (neither the owner nor a superuser)."""
     role = f"serve_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(
