@@ -45,6 +45,10 @@ def status_of(err: BaseException) -> tuple[int, str]:
     if isinstance(err, DatabaseError):
         # A value the database refused (a RAISE of a function's argument check, a number out
         # of range, a malformed filter) is the request's fault; anything else is ours.
+        from pgrag.db.connect import connection_lost
+
+        if connection_lost(err.__cause__):  # the database went away: try again soon
+            return 503, "service_unavailable"
         state = getattr(err.__cause__, "sqlstate", None) or ""
         if state.startswith("22") or state in ("P0001", "42883"):
             return 400, "invalid_request_error"
