@@ -20,17 +20,3 @@ def test_a_key_with_a_line_break_is_refused_without_showing_it(key: str) -> None
 )
 def test_the_openai_style_base_url_names_the_same_service(url: str) -> None:
     assert ServiceClient(url).url == "http://127.0.0.1:8000"
-
-
-def test_a_lost_database_connection_is_503_not_500() -> None:
-    import psycopg
-
-    from pgrag.errors import DatabaseError
-    from pgrag.service.errors import status_of
-
-    lost = DatabaseError("the server ended the connection")
-    lost.__cause__ = psycopg.OperationalError("server closed the connection unexpectedly")
-    other = DatabaseError("a bug of ours")
-    other.__cause__ = psycopg.errors.UndefinedTable("relation does not exist")
-    assert status_of(lost) == (503, "service_unavailable")
-    assert status_of(other) == (500, "database_error")
