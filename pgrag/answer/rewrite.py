@@ -192,7 +192,7 @@ def heuristic_rewrite(question: str, history: Sequence[HistoryTurn]) -> str:
     shift = _SHIFT.match(question)
     if shift:
         new = (shift.group(1) or shift.group(2) or "").strip()
-        if new and _proper_phrases(new):
+        if new and _only_names(new):  # "What about Edison?", not "What about Bob's budget?"
             return _substitute(previous.query, focus, new)
     referring = _referring_word(question)
     if referring is not None:
@@ -234,6 +234,22 @@ def _focus(previous: str, title: str | None) -> str | None:
         return title
     content = [w for w in _WORD.findall(previous) if w.lower() not in STOPWORDS]
     return " ".join(content[-4:]) or None
+
+
+def _only_names(text: str) -> bool:
+    """Whether ``text`` is names alone ("Edison", "the University of Chicago"), with nothing
+    else a question of its own would add ("Bob's Osprey budget" is a new question)."""
+    phrases = _proper_phrases(text)
+    if not phrases:
+        return False
+    named = {w.lower() for p in phrases for w in _WORD.findall(p)}
+    rest = [
+        w
+        for w in _WORD.findall(text)
+        if w.lower().removesuffix("'s").removesuffix("’s") not in named
+        and w.lower() not in {"the", "a", "an", "and", "or", "of"}
+    ]
+    return not rest
 
 
 def _proper_phrases(text: str) -> list[str]:

@@ -76,7 +76,7 @@ def serve(
 
     The model loads once and connections are pooled; each request runs under its caller's
     principals (an API key from `pgrag keys create`, or a JWT), so PostgreSQL decides what
-    each caller sees. http://HOST:PORT/ is the web page, /docs the API.
+    each caller sees. http://HOST:PORT/ is the web page, /openapi.json the API.
     """
     from pgrag.service.app import serve as run
     from pgrag.service.config import ServiceConfig

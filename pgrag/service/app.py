@@ -50,7 +50,9 @@ def create_app(config: ServiceConfig) -> FastAPI:
         version=__version__,
         summary="Answers from your documents, with sources, on PostgreSQL.",
         lifespan=lifespan,
-        docs_url="/docs",
+        # The interactive docs page loads its script from a CDN (offline: blank, and a third
+        # party's script on the service's origin); /openapi.json describes the API instead.
+        docs_url=None,
         redoc_url=None,
     )
     app.state.service = svc

@@ -49,6 +49,10 @@ def status_of(err: BaseException) -> tuple[int, str]:
 
         if connection_lost(err.__cause__):  # the database went away: try again soon
             return 503, "service_unavailable"
+        import psycopg
+
+        if isinstance(err.__cause__, psycopg.DataError):  # refused before sending (a NUL)
+            return 400, "invalid_request_error"
         state = getattr(err.__cause__, "sqlstate", None) or ""
         if state.startswith("22") or state in ("P0001", "42883"):
             return 400, "invalid_request_error"

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     pass
 
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 # Request latency buckets: from a cached keyword search to a long streamed answer.
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -100,6 +101,8 @@ def middleware(app: Any, metrics: Metrics) -> Any:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
             method = scope.get("method", "GET")
+            if method not in METHODS:  # any client may send any method: keep the labels few
+                method = "other"
             metrics.requests.labels(template, method, str(status[0])).inc()
             metrics.latency.labels(template, method).observe(time.perf_counter() - start)
 

@@ -236,6 +236,14 @@ def test_requests_it_cannot_answer_are_openai_errors(client: openai.OpenAI) -> N
                 }
             ],
         )
+    chatter: list[Any] = [
+        {"role": "user", "content": "Hi?"},
+        {"role": "assistant", "content": "Hi."},
+    ]
+    with pytest.raises(openai.BadRequestError, match="messages: List should have at most 200"):
+        client.chat.completions.create(
+            model="places", messages=[*chatter * 100, {"role": "user", "content": "And now?"}]
+        )
     parts = client.chat.completions.create(
         model="places",
         messages=[{"role": "user", "content": [{"type": "text", "text": "Who built the bridge?"}]}],

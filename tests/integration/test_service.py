@@ -320,3 +320,19 @@ def test_a_superuser_service_is_warned(corpus: Any, dsn: str) -> None:
     with served(dsn, no_auth=True) as s:
         warnings = s.service.warnings
     assert len(warnings) == 1 and "pgrag_app" in warnings[0]
+
+
+def test_metrics_labels_stay_few_whatever_clients_send(corpus: Any, dsn: str) -> None:
+    with served(dsn, no_auth=True) as s:
+        for i in range(5):
+            httpx.request(f"M{i}XYZ", f"{s.url}/random-{i}")
+        httpx.request("M" * 500, f"{s.url}/v1/search")
+        text = httpx.get(f"{s.url}/metrics").text
+    assert "XYZ" not in text and "MMMM" not in text and "random-" not in text
+    assert 'method="other",route="unmatched"' in text
+
+
+def test_a_nul_in_a_name_is_the_requests_fault(corpus: Any, dsn: str) -> None:
+    with served(dsn, no_auth=True) as s:
+        r = httpx.post(f"{s.url}/v1/search", json={"query": "refund", "collection": "a\x00b"})
+    assert r.status_code == 400, r.text

@@ -39,6 +39,9 @@ def _after(
         # "what about X": the previous question, about X
         ("What was Tesla's birth year?", "What about Edison?", "What was Edison's birth year?"),
         ("Who founded Yale?", "And Harvard?", "Who founded Harvard?"),
+        # ... but "what about" a question of its own is that question, not the last one's
+        ("When does Alice project Falcon launch?", "What about Bob's Osprey budget?",
+         "What about Bob's Osprey budget?"),
         # short and elliptical: the subject is carried along
         ("Who founded Yale University?", "And the mascot?", "And the mascot? (Yale University)"),
         # a new topic, or a question that stands already: unchanged

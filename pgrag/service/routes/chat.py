@@ -40,6 +40,7 @@ from pgrag.service.runtime import Service, Work, run
 from pgrag.service.streaming import Emit, error_data, event, stream
 
 router = APIRouter()
+MAX_MESSAGES = 200
 
 
 class ChatMessage(BaseModel):
@@ -52,7 +53,9 @@ class ChatRequest(BaseModel):
     # OpenAI clients send many options pgrag does not use (temperature, top_p, user, ...).
     model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     model: str
-    messages: list[ChatMessage] = Field(min_length=1)
+    # A stored conversation keeps every turn a request brings: a bound on what one request
+    # may make the database hold for its caller.
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_MESSAGES)
     stream: bool = False
     n: int = 1
     # pgrag's extensions
