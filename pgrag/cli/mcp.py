@@ -82,6 +82,7 @@ def _service(ctx: click.Context, pool_size: int) -> Service:
         pool_min=1,
         pool_max=pool_size,
         warm_model=False,  # loads in the background once the client is connected
+        shared=False,  # one user's tool on their own role: no warning about a superuser role
     )
     svc = Service(config, Metrics())
     svc.open()

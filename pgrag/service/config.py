@@ -43,6 +43,9 @@ class ServiceConfig:
     # The largest JSON body a route reads (uploads have max_upload_bytes): a bound on the
     # memory one request may take before it is even authenticated.
     max_json_bytes: int = 8 << 20
+    # Serving others (pgrag serve): warn at start when the database role is a superuser or
+    # the owner. False for a tool one user runs as their own role (pgrag mcp on stdio).
+    shared: bool = True
     # Load the embedding model before accepting requests (off in tests that need no model).
     warm_model: bool = True
     # The largest POST /v1/documents request body (all its files together), in bytes: 413 above.

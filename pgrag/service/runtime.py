@@ -84,6 +84,7 @@ class Service:
         )
         self.pool: ConnectionPool[Any] | None = None
         self.embedder: Any = None
+        self.warnings: list[str] = []  # about the database role, said at start (open)
 
     # -- life -----------------------------------------------------------------------------
 
@@ -107,7 +108,7 @@ class Service:
             open=False,
         )
         self.pool.open(wait=True, timeout=30.0)
-        self.warnings = self._role_warnings()
+        self.warnings = self._role_warnings() if self.config.shared else []
         for warning in self.warnings:
             log.warning("%s", warning)
         if self.config.warm_model:

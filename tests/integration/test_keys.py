@@ -303,7 +303,7 @@ def test_authenticate_a_key_and_refuse_what_is_not_one(db: Any, dsn: str) -> Non
     _refused(auth, None, dsn, MISSING)
     _refused(auth, "", dsn, MISSING)
     _refused(auth, "Bearer ", dsn, MISSING)
-    _refused(auth, f"Basic {key}", dsn, "unsupported Authorization scheme 'Basic'")
+    _refused(auth, f"Basic {key}", dsn, "is not a bearer credential")
     _refused(auth, "Bearer sk-123", dsn, "neither an API key nor a JWT")
     _refused(auth, "Bearer a.b.c", dsn, "JWTs are not configured on this service")
 
