@@ -117,6 +117,9 @@ def scratch_corpus(questions_path: Path, n: int) -> tuple[list[Any], list[str]]:
 # --- the service as a subprocess ------------------------------------------------------------
 
 
+KEY_PRINCIPAL = "bench"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -131,8 +134,14 @@ def pgrag_command() -> list[str]:
 class Service:
     """`pgrag serve` in a subprocess on a free loopback port; its log in a temporary file."""
 
-    def __init__(self, dsn: str, *, env: dict[str, str], options: list[str]) -> None:
+    def __init__(
+        self, dsn: str, *, env: dict[str, str], options: list[str], key: str | None = None
+    ) -> None:
         self.port = free_port()
+        # With an API key the service checks it on every request, as a deployment would, and
+        # the in-process peer reads as the same principals.
+        self.headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.principals = [KEY_PRINCIPAL] if key else None
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
             prefix="pgrag-serve-", suffix=".log", delete=False
@@ -143,7 +152,7 @@ class Service:
             "--dsn",
             dsn,
             "serve",
-            "--no-auth",
+            *([] if key else ["--no-auth"]),
             "--port",
             str(self.port),
             "--log-level",
@@ -374,10 +383,10 @@ def warm_comparison(
         query_cache._memory.clear()
         timings: dict[str, float] = {}
         t0 = time.perf_counter()
-        pgrag.search(db, q, collection=collection, timings=timings)
+        pgrag.search(db, q, collection=collection, timings=timings, principals=svc.principals)
         return (time.perf_counter() - t0) * 1000, timings
 
-    with httpx.Client(base_url=svc.url, timeout=60) as client:
+    with httpx.Client(base_url=svc.url, timeout=60, headers=svc.headers) as client:
         for i, q in enumerate(questions):
             t0 = time.perf_counter()
             r = client.post("/v1/search", json={"query": q, "collection": collection})
@@ -442,7 +451,9 @@ async def load(
 
     async def user(n: int) -> None:
         local = random.Random(rng.random())
-        async with httpx.AsyncClient(base_url=svc.url, limits=limits, timeout=timeout) as client:
+        async with httpx.AsyncClient(
+            base_url=svc.url, limits=limits, timeout=timeout, headers=svc.headers
+        ) as client:
             while time.perf_counter() < deadline:
                 q = local.choice(questions)
                 if local.random() < ask_share:
@@ -812,6 +823,13 @@ def main() -> None:
         help="leave the query-embedding cache on (off by default on both sides, so that every"
         " search embeds its question and neither side reads a vector the other stored)",
     )
+    parser.add_argument(
+        "--api-key",
+        action="store_true",
+        help="serve with credentials: a key made for the run (principal bench, revoked at the"
+        " end) on every request, checked by the service as in a deployment; the in-process"
+        " peer reads as the same principal (default: --no-auth)",
+    )
     parser.add_argument("--out", type=Path, help="also write the JSON summary here")
     args = parser.parse_args()
 
@@ -836,7 +854,14 @@ def main() -> None:
     if args.reader == "fake-llm":
         env |= {"PGRAG_LLM_BASE_URL": fast.url, "PGRAG_LLM_MODEL": "fake"}
     log(f"starting pgrag serve (the load service; /v1/ask with the {args.reader}) ...")
-    svc = Service(dsn, env=env, options=["--pool-size", str(args.pool_size)])
+    key_id, key = None, None
+    if args.api_key:
+        from pgrag.service.keys import create_key
+
+        info, key = create_key(db, principals=[KEY_PRINCIPAL], name="serve_load")
+        key_id = info.id
+    summary["auth"] = "api key" if key else "none (--no-auth)"
+    svc = Service(dsn, env=env, options=["--pool-size", str(args.pool_size)], key=key)
     summary["startup_s"] = round(svc.startup_s, 1)
     summary["rss_after_start_bytes"] = svc.rss()
     try:
@@ -862,6 +887,10 @@ def main() -> None:
     finally:
         summary["load_service_exit_code"] = svc.stop()
         fast.close()
+        if key_id is not None:
+            from pgrag.service.keys import revoke_key
+
+            revoke_key(db, key_id)
     db.close()
 
     log("second service: scratch database, slow fake LLM ...")
