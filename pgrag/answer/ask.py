@@ -42,6 +42,7 @@ from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import InputError
 from pgrag.llm.chat import ChatClient, LLMConfig
 from pgrag.llm.completions import CompletionClient
+from pgrag.llm.configured import label
 from pgrag.llm.local import LocalChatClient, LocalLLMConfig, config_from_settings
 from pgrag.retrieval.confidence import (
     Model,
@@ -134,7 +135,7 @@ def ask(
         timings["load_model_ms"] = round((time.perf_counter() - t_load) * 1000, 2)
         generator = config.label
     elif config is not None:
-        client, generator = ChatClient(config), _describe(config)
+        client, generator = ChatClient(config), label(config)
     if principals is None:
         principals = db.principals
     t_rewrite = time.perf_counter()
@@ -352,11 +353,3 @@ def budget_counter(
     if config is not None and config.tokenizer:
         return generator_counter(config.tokenizer).count, config.tokenizer
     return configured_embedder(db).tokens.count, f"embedding model {configured_embedder(db).name}"
-
-
-def _describe(config: LLMConfig) -> str:
-    """The generator as the answer and the query log name it."""
-    out = f"openai-compatible:{config.model}"
-    if config.template == "base":
-        out += " (base template, /v1/completions)"
-    return out

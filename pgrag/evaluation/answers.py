@@ -41,6 +41,7 @@ from pgrag.evaluation.metrics import percentile
 from pgrag.ingest.loaders import from_text
 from pgrag.ingest.pipeline import ingest_documents
 from pgrag.llm.chat import LLMConfig
+from pgrag.llm.configured import label
 
 if TYPE_CHECKING:
     from pgrag.answer.result import Answer
@@ -278,9 +279,7 @@ def evaluate_answers(
 
 
 def _label(llm: LLMConfig | LocalLLMConfig | None) -> str:
-    if llm is None:
-        return "extractive"
-    return f"openai-compatible:{llm.model}" if isinstance(llm, LLMConfig) else llm.label
+    return "extractive" if llm is None else label(llm)
 
 
 def _check_collection(db: Database, collection: str, sources: list[str]) -> None:
