@@ -464,7 +464,11 @@ class OracleLLM(LLMServer):
         self.fail_status, self.fail_body = 500, b""
 
     def oracle(self, body: dict[str, Any]) -> str:
-        prompt = body["messages"][-1]["content"]
+        # The sources and question; after a correction (ask's second try) the last message is
+        # the correction, and the question is in an earlier one.
+        prompt = next(
+            m["content"] for m in reversed(body["messages"]) if "Question:" in m["content"]
+        )
         question = prompt.rsplit("Question:", 1)[1].strip()
         wanted = self.answers.get(question)
         for n, text in re.findall(r"^\[(\d+)\][^\n]*\n<<<\n(.*?)\n>>>", prompt, re.M | re.S):

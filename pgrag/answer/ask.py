@@ -15,18 +15,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pgrag.answer import conversation as conversations
-from pgrag.answer.citations import (
-    Citation,
-    check_citations,
-    cited_numbers,
-    says_unknown,
-    without_citations,
-)
+from pgrag.answer.citations import Citation, check_citations
 from pgrag.answer.injection import flagged_sources
 from pgrag.answer.prompt import (
     ABSTAIN_TEXT,
     BASE_STOP,
-    Source,
+    STYLES,
     build_base_prompt,
     build_messages,
     fit_budget,
@@ -36,8 +30,9 @@ from pgrag.answer.prompt import (
 from pgrag.answer.reader import extractive_answer
 from pgrag.answer.result import Answer
 from pgrag.answer.rewrite import Completer, Rewrite, standalone_query
-from pgrag.answer.support import split_sentences
 from pgrag.answer.traces import log_answer
+from pgrag.answer.verdict import after_retry, check_reply, correction
+from pgrag.answer.verdict import judge as judge  # re-exported: pgrag.answer.agentic
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import InputError
 from pgrag.llm.chat import ChatClient, LLMConfig
@@ -82,6 +77,7 @@ def ask(
     conversation_id: str | None = None,
     history: Sequence[Mapping[str, Any]] | None = None,
     owner: str | None = None,
+    style: str = "short",
 ) -> Answer:
     """Answer ``question`` from ``collection`` with numbered citations, or abstain.
 
@@ -111,7 +107,13 @@ def ask(
     (:mod:`pgrag.answer.rewrite`: by the configured model, else a heuristic), which is what is
     searched, shown to the generator and logged (``answer.standalone_query``); a chunk an
     earlier turn of a stored conversation numbered keeps its number. ``owner`` is whose
-    conversation it is (see :mod:`pgrag.answer.conversation`; None: the session's)."""
+    conversation it is (see :mod:`pgrag.answer.conversation`; None: the session's).
+
+    ``style`` is the form a chat model is asked to answer in: ``"short"`` (the default: a
+    short answer, ``answer.short_answer``, and the cited sentence that supports it) or
+    ``"prose"`` (a free answer with every statement cited). A reply that is only citation
+    markers, or cites no source it was given, is asked for once more with a correction, then
+    is an abstention with that reason (:mod:`pgrag.answer.verdict`)."""
     if not question or not question.strip():
         raise InputError(
             'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
@@ -121,6 +123,8 @@ def ask(
         raise InputError(f"budget_tokens must be at least 1, got {budget_tokens}")
     if context not in ("chunk", "section"):
         raise InputError(f"context must be 'chunk' or 'section', got {context!r}")
+    if style not in STYLES:
+        raise InputError(f"style must be one of {', '.join(map(repr, STYLES))}, got {style!r}")
     config = _generator(db, llm)
     stored, earlier = _conversation(db, collection, conversation_id, history, owner)
     model = collection_model(db, collection)
@@ -163,7 +167,7 @@ def ask(
     count, tokenizer = budget_counter(db, config, client)
     kept = fit_budget(passages, budget_tokens, count)
     sources = number_sources(kept, conversations.numbering(earlier) if stored else None)
-    messages = build_messages(query, sources)
+    messages = build_messages(query, sources, style)
     prompt = render(messages)
 
     t_gen = time.perf_counter()
@@ -171,6 +175,8 @@ def ask(
     reason: str | None
     invalid: list[int] = []
     citations: list[Citation] = []
+    short: str | None = None
+    retried: str | None = None
     if not sources:
         text, abstained, reason = ABSTAIN_TEXT, True, "nothing was retrieved for this question"
     elif doubtful:
@@ -180,14 +186,29 @@ def ask(
         reader = extractive_answer(query, sources, configured_embedder(db))
         checked = check_citations(reader.text, sources)
         text, abstained, reason = checked.text, reader.abstained, reader.reason
-        citations = checked.citations
+        citations, short = checked.citations, reader.short
     else:
         if isinstance(config, LLMConfig) and config.template == "base":
             prompt = build_base_prompt(query, sources)
             raw = CompletionClient(config).complete(prompt, stop=BASE_STOP, on_token=on_token)
+            verdict = check_reply(raw, sources)
         else:
             raw = client.complete(messages, on_token=on_token)
-        text, abstained, reason, citations, invalid = judge(raw, sources)
+            verdict = check_reply(raw, sources)
+            if verdict.fault is not None:  # only markers, or no valid citation: once more
+                retried = verdict.fault
+                again = [
+                    *messages,
+                    {"role": "assistant", "content": raw},
+                    {"role": "user", "content": correction(verdict.fault)},
+                ]
+                if on_token is not None:
+                    on_token("\n")  # the draft on the terminal is followed by the second try
+                raw = client.complete(again, on_token=on_token)
+                verdict = after_retry(check_reply(raw, sources))
+                prompt = render(again)
+        text, abstained, reason = verdict.text, verdict.abstained, verdict.reason
+        citations, invalid, short = verdict.citations, verdict.invalid, verdict.short
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
 
@@ -211,6 +232,8 @@ def ask(
         tokenizer=tokenizer,
         standalone_query=query,
         rewrite=rewrite.method if earlier else None,
+        short_answer=short,
+        retried=retried,
     )
     answer.check_support()
     if log:
@@ -309,37 +332,6 @@ def _threshold(
     if min_confidence is None:
         return None, None
     return parse_threshold(min_confidence, "min_confidence"), "min_confidence"
-
-
-def judge(
-    raw: str, sources: Sequence[Source]
-) -> tuple[str, bool, str | None, list[Citation], list[int]]:
-    """A model's answer checked against the sources it was given: (text, abstained, reason,
-    citations, invalid citation numbers). Invalid citations are removed; an answer that says
-    it does not know, or keeps no valid citation, is an abstention with the reason. An answer
-    that says the sources do not cover one point but cites them for another is kept: it is a
-    partial answer, and its cited sentences are checked like any other."""
-    checked = check_citations(raw, sources)
-    declined = without_citations(raw).strip().rstrip(".").lower()
-    given = {s.n for s in sources}
-    # Grounded: a sentence that does not decline cites a source that was in the prompt.
-    grounded = any(
-        n in given
-        for sentence in split_sentences(raw)
-        if not says_unknown(sentence)
-        for n in cited_numbers(sentence)
-    )
-    if declined == ABSTAIN_TEXT.rstrip(".").lower() or (says_unknown(raw) and not grounded):
-        return ABSTAIN_TEXT, True, "the model said it does not know", [], checked.invalid
-    if not checked.citations:
-        return (
-            ABSTAIN_TEXT,
-            True,
-            "the model's answer cites no source that was in the prompt",
-            [],
-            checked.invalid,
-        )
-    return checked.text, False, None, checked.citations, checked.invalid
 
 
 def budget_counter(

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pgrag.answer.prompt import ABSTAIN_TEXT, Source
+from pgrag.answer.span import short_span
 from pgrag.embeddings.embedder import Embedder
 from pgrag.text.chunking import split_sentences
 from pgrag.text.stemming import STOPWORDS, stem
@@ -40,6 +41,7 @@ class ReaderAnswer:
     abstained: bool
     reason: str | None
     best_similarity: float
+    short: str | None = None  # the phrase of the best sentence that answers (pgrag.answer.span)
 
 
 def content_words(text: str) -> set[str]:
@@ -162,4 +164,4 @@ def extractive_answer(question: str, sources: Sequence[Source], embedder: Embedd
             body = sentence.rstrip()
             end = body[-1] if body[-1] in ".!" else "."
             parts.append(f"{body.rstrip('.!')} [{n}]{end}")
-    return ReaderAnswer(" ".join(parts), False, None, best_sim)
+    return ReaderAnswer(" ".join(parts), False, None, best_sim, short_span(question, chosen[0][3]))

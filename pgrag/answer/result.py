@@ -48,6 +48,11 @@ class Answer:
     standalone_query: str | None = None
     rewrite: str | None = None
     conversation_id: str | None = None
+    # The short answer (a name, number, date or phrase) the answer text explains; None when
+    # the generator gave none, or abstained. And the fault ("no_content", "uncited") that made
+    # ask try the model a second time (pgrag.answer.verdict), None when one try sufficed.
+    short_answer: str | None = None
+    retried: str | None = None
 
     @property
     def uncited(self) -> list[str]:
@@ -65,6 +70,7 @@ class Answer:
         return {
             "question": self.question,
             "answer": self.answer,
+            "short_answer": self.short_answer,
             "abstained": self.abstained,
             "reason": self.reason,
             "citations": [c.to_dict() for c in self.citations],
@@ -86,6 +92,7 @@ class Answer:
             "standalone_query": self.standalone_query,
             "rewrite": self.rewrite,
             "conversation_id": self.conversation_id,
+            "retried": self.retried,
         }
 
     def checks(self) -> dict[str, Any]:
@@ -99,6 +106,7 @@ class Answer:
             "sentences": self.sentences,
             "faithfulness": self.faithfulness,
             "tokenizer": self.tokenizer,
+            **({"retried": self.retried} if self.retried is not None else {}),
             **(
                 {"rewrite": {"question": self.question, "method": self.rewrite}}
                 if self.rewrite is not None

@@ -185,6 +185,18 @@ def eval_retrieval(
     help="Collection to index into (default: eval-answers-DATASET-…).",
     callback=checked_collection,
 )
+@click.option(
+    "--style",
+    type=click.Choice(["short", "prose"]),
+    default="short",
+    show_default=True,
+    help="How the model is asked to answer: a short answer and its cited sentence, or prose.",
+)
+@click.option(
+    "--no-reader",
+    is_flag=True,
+    help="Measure only the configured model, not the offline extractive reader beside it.",
+)
 @click.option("--cases", "with_cases", is_flag=True, help="With --json: every question too.")
 @json_option
 @click.pass_context
@@ -200,6 +212,8 @@ def eval_answers(
     max_false_refusal: float,
     save: bool,
     collection: str | None,
+    style: str,
+    no_reader: bool,
     with_cases: bool,
     as_json: bool,
 ) -> None:
@@ -211,6 +225,9 @@ def eval_answers(
     threshold is calibrated on half of the questions and its effect reported on the other half.
     """
     config = config_from_settings(state(ctx).settings)
+    if no_reader and config is None:
+        fail("--no-reader needs a configured model (PGRAG_LLM_GGUF or PGRAG_LLM_BASE_URL)")
+    llms: list[Any] = [None] if config is None else [config] if no_reader else [None, config]
     with stage_progress() as progress:
         report = evaluate_answers(
             database(ctx),
@@ -220,11 +237,12 @@ def eval_answers(
             seed=seed,
             k=k,
             budget_tokens=budget,
-            llms=[None] if config is None else [None, config],
+            llms=llms,
             collection=collection,
             max_false_refusal=max_false_refusal,
             save=save,
             progress=progress,
+            style=style,
         )
     if as_json:
         out = report.to_dict()

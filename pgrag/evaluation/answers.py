@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag.answer.ask import ask
 from pgrag.answer.citations import without_citations
+from pgrag.answer.verdict import AGAIN
 from pgrag.db import queries
 from pgrag.db.connect import transaction
 from pgrag.errors import InputError, PgragError
@@ -41,7 +42,7 @@ from pgrag.evaluation.metrics import percentile
 from pgrag.ingest.loaders import from_text
 from pgrag.ingest.pipeline import ingest_documents
 from pgrag.llm.chat import LLMConfig
-from pgrag.llm.configured import label
+from pgrag.llm.configured import label as generator_label
 
 if TYPE_CHECKING:
     from pgrag.answer.result import Answer
@@ -68,15 +69,22 @@ class Case:
     confidence: float | None
     ms: float
     calibration: bool  # in the half the threshold is calibrated on
+    short_answer: str | None = None
+    invalid: list[int] = field(default_factory=list)  # numbers cited that were not given
+    sentences: int = 0  # sentences of the answer (0 when abstained)
+    uncited: int = 0  # of them, those that cite no source
+    retried: str | None = None  # the fault that made ask try the model again
+    raw: str | None = None  # the generator's reply as it came (None: the extractive reader)
 
 
 @dataclass
 class GeneratorResult:
     generator: str
     answered: int  # answerable questions answered
-    exact_match: float | None
+    exact_match: float | None  # of the short answer (the answer text where none was given)
     f1: float | None
     answer_in_text: float | None
+    short_answer_rate: float | None  # answered answerable questions with a short answer
     citation_accuracy: float | None  # first citation is the gold paragraph
     citation_includes_gold: float | None
     gold_in_prompt: float | None  # over all answerable questions
@@ -90,6 +98,13 @@ class GeneratorResult:
     threshold_abstain_when_unanswerable: float | None
     threshold_false_refusal_rate: float | None
     p50_ms: float
+    # What the checks found in the replies, over every question asked: replies citing a number
+    # that was not in the prompt, sentences of answers citing nothing, replies asked for again
+    # (only markers, or no valid citation), and those still refused after the second try.
+    invalid_citation_rate: float | None = None
+    uncited_sentence_rate: float | None = None
+    retry_rate: float | None = None
+    refused_after_retry: int = 0
     cases: list[Case] = field(default_factory=list)
 
     def to_dict(self, with_cases: bool = True) -> dict[str, Any]:
@@ -127,9 +142,10 @@ class AnswerReport:
             "",
         ]
         rows: list[tuple[str, str]] = [
-            ("exact match (answered)", "exact_match"),
-            ("token F1 (answered)", "f1"),
+            ("short answer exact match", "exact_match"),
+            ("short answer token F1", "f1"),
             ("answer in text (answered)", "answer_in_text"),
+            ("short answer given (answered)", "short_answer_rate"),
             ("citation accuracy (first = gold)", "citation_accuracy"),
             ("citations include gold", "citation_includes_gold"),
             ("gold paragraph in prompt", "gold_in_prompt"),
@@ -141,6 +157,10 @@ class AnswerReport:
             ("  with threshold", "threshold_abstain_when_unanswerable"),
             ("held-out false refusal", "heldout_false_refusal_rate"),
             ("  with threshold", "threshold_false_refusal_rate"),
+            ("invalid citation | replies", "invalid_citation_rate"),
+            ("uncited sentences | sentences", "uncited_sentence_rate"),
+            ("asked again | questions", "retry_rate"),
+            ("refused after asking again", "refused_after_retry"),
             ("p50 ms per question", "p50_ms"),
         ]
         width = max([10, *(len(r.generator) for r in self.results)])
@@ -185,6 +205,7 @@ def evaluate_answers(
     max_false_refusal: float = 0.1,
     save: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
+    style: str = "short",
 ) -> AnswerReport:
     """Index part of ``dataset``, ask ``questions`` answerable and as many unanswerable
     questions with each generator (None: the extractive reader), and measure the answers."""
@@ -252,6 +273,7 @@ def evaluate_answers(
                     budget_tokens=budget_tokens,
                     llm=llm,
                     prefix=prefix,
+                    style=style,
                 )
             except PgragError as err:
                 if llm is None:
@@ -279,7 +301,7 @@ def evaluate_answers(
 
 
 def _label(llm: LLMConfig | LocalLLMConfig | None) -> str:
-    return "extractive" if llm is None else label(llm)
+    return "extractive" if llm is None else generator_label(llm)
 
 
 def _check_collection(db: Database, collection: str, sources: list[str]) -> None:
@@ -339,6 +361,7 @@ def _ask_one(
     budget_tokens: int,
     llm: LLMConfig | LocalLLMConfig | None,
     prefix: str,
+    style: str = "short",
 ) -> Case:
     question = dataset.retrieval.queries[qid]
     t = time.perf_counter()
@@ -351,6 +374,7 @@ def _ask_one(
         llm=llm,
         log=False,
         min_confidence=None,
+        style=style,
     )
     ms = (time.perf_counter() - t) * 1000
 
@@ -375,6 +399,12 @@ def _ask_one(
         confidence=answer.confidence,
         ms=round(ms, 2),
         calibration=calibration,
+        short_answer=answer.short_answer,
+        invalid=list(answer.invalid_citations),
+        sentences=len(answer.sentences),
+        uncited=len(answer.uncited),
+        retried=answer.retried,
+        raw=answer.raw_answer,
     )
 
 
@@ -398,6 +428,10 @@ def _measure(label: str, cases: list[Case], max_false_refusal: float) -> Generat
     answered = [c for c in answerable if not c.abstained]
     scored = [c for c in answered if c.references]
     plain = {c.qid: without_citations(c.answer).strip() for c in answered}
+    # Exact match and F1 score the short answer; where none was given, the answer text.
+    short = {c.qid: c.short_answer or plain[c.qid] for c in answered}
+    in_text = {c.qid: normalize(f"{c.short_answer or ''} {plain[c.qid]}") for c in answered}
+    sentences = sum(c.sentences for c in cases)
     with_conf = [c for c in cases if c.confidence is not None]
     threshold = calibrate(
         [c.confidence for c in answerable if c.calibration and c.confidence is not None],
@@ -417,19 +451,15 @@ def _measure(label: str, cases: list[Case], max_false_refusal: float) -> Generat
     return GeneratorResult(
         generator=label,
         answered=len(answered),
-        exact_match=_mean([exact_match(plain[c.qid], c.references) for c in scored]),
-        f1=_mean([token_f1(plain[c.qid], c.references) for c in scored]),
+        exact_match=_mean([exact_match(short[c.qid], c.references) for c in scored]),
+        f1=_mean([token_f1(short[c.qid], c.references) for c in scored]),
         answer_in_text=_mean(
             [
-                float(
-                    any(
-                        normalize(r) and normalize(r) in normalize(plain[c.qid])
-                        for r in c.references
-                    )
-                )
+                float(any(normalize(r) and normalize(r) in in_text[c.qid] for r in c.references))
                 for c in scored
             ]
         ),
+        short_answer_rate=_mean([float(c.short_answer is not None) for c in answered]),
         citation_accuracy=_mean([float(bool(c.cited) and c.cited[0] == c.gold) for c in answered]),
         citation_includes_gold=_mean([float(c.gold in c.cited) for c in answered]),
         gold_in_prompt=_mean([float(c.gold in c.given) for c in answerable]),
@@ -447,6 +477,12 @@ def _measure(label: str, cases: list[Case], max_false_refusal: float) -> Generat
         threshold_abstain_when_unanswerable=rate(held_unanswerable, threshold),
         threshold_false_refusal_rate=rate(held_answerable, threshold),
         p50_ms=round(percentile([c.ms for c in cases], 50), 1),
+        invalid_citation_rate=_mean([float(bool(c.invalid)) for c in cases]),
+        uncited_sentence_rate=round(sum(c.uncited for c in cases) / sentences, 4)
+        if sentences
+        else None,
+        retry_rate=_mean([float(c.retried is not None) for c in cases]),
+        refused_after_retry=sum(1 for c in cases if (c.reason or "").endswith(AGAIN)),
         cases=cases,
     )
 

@@ -14,6 +14,7 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -97,9 +98,42 @@ def test_eval_answers_reports_invalid_citations_as_inaccurate(
     oracle.cite = 42  # a source that is never in the prompt
     report = evaluate_answers(db, load_squad_answers(squad), questions=4, llms=[oracle.config])
     (llm,) = report.results
-    # Every answer cited only a source that was not there: removed, so every answer abstains.
+    # Every answer cited only a source that was not there: removed, so every answer abstains
+    # -- after the model was asked once more, and cited 42 again.
     assert llm.answered == 0 and llm.false_refusal_rate == 1.0
-    assert all("cites no source" in (c.reason or "") for c in llm.cases if c.answerable)
+    answerable = [c for c in llm.cases if c.answerable]
+    assert all("cites no source" in (c.reason or "") for c in answerable)
+    assert all(c.retried == "uncited" and c.invalid == [42] for c in answerable)
+    assert llm.invalid_citation_rate == 0.5  # the answerable half; the rest said "don't know"
+    assert llm.retry_rate == 0.5 and llm.refused_after_retry == len(answerable)
+    assert len(oracle.requests) == len(llm.cases) + len(answerable)
+
+
+def test_eval_answers_never_counts_a_bare_citation_as_an_answer(
+    db: Database, squad: Path, oracle: OracleLLM
+) -> None:
+    """A small model's "[2]" is not an answer: ask asks once more, and what it then says is
+    scored -- a short answer on its first line, as the prompt asks for."""
+    tries: dict[str, int] = {}
+
+    def bare_then_right(body: dict[str, Any]) -> str:
+        first = body["messages"][1]["content"]
+        tries[first] = tries.get(first, 0) + 1
+        if tries[first] == 1:
+            return "[1]"
+        said = oracle.oracle(body)
+        if said.startswith("I don't know"):
+            return said
+        claim, _, mark = said.rpartition(" [")
+        return f"Answer: {claim}\nExplanation: The source says {claim.lower()} [{mark}"
+
+    oracle.answer = bare_then_right
+    report = evaluate_answers(db, load_squad_answers(squad), questions=4, llms=[oracle.config])
+    (llm,) = report.results
+    assert llm.retry_rate == 1.0 and llm.refused_after_retry == 0
+    assert llm.answered == 4 and llm.exact_match == 1.0 and llm.short_answer_rate == 1.0
+    assert all(c.raw and c.raw.startswith(("Answer:", "I don't know")) for c in llm.cases)
+    assert llm.citation_accuracy == 1.0 and llm.uncited_sentence_rate == 0.0
 
 
 def test_eval_answers_refuses_a_collection_with_other_documents(

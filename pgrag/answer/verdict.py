@@ -1,0 +1,118 @@
+"""What a generator's reply is worth: the checks ``ask`` (and ``ask --agentic``) apply to it.
+
+A reply is read as a short answer and its cited explanation (:mod:`pgrag.answer.reply`).
+Citations to sources that were not in the prompt are removed and reported. The reply is then
+one of:
+
+- an abstention the model chose ("I don't know based on the sources", or a reply that only
+  declines and cites nothing);
+- an answer: it has content of its own and cites at least one source that was in the prompt;
+- a *fault* a second try could fix -- ``no_content`` (nothing but citation markers: ``[1]``,
+  ``Answer: [2]``) or ``uncited`` (content, but no valid citation). ``ask`` asks once more
+  with :func:`correction`; a fault that remains is an abstention with its reason. Never is a
+  bare ``[2]`` accepted as a cited answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pgrag.answer.citations import (
+    Citation,
+    check_citations,
+    cited_numbers,
+    says_unknown,
+    without_citations,
+)
+from pgrag.answer.prompt import ABSTAIN_TEXT, Source
+from pgrag.answer.reply import has_content, parse_reply
+from pgrag.answer.support import split_sentences
+
+AGAIN = " (also when asked again)"  # ends the reason of a fault that a second try kept
+NO_CONTENT = "no_content"
+UNCITED = "uncited"
+
+_REASONS = {
+    NO_CONTENT: "the model's answer has no content of its own, only citation markers",
+    UNCITED: "the model's answer cites no source that was in the prompt",
+}
+_FORM = (
+    "Reply again in this form:\nAnswer: <the answer itself>\nExplanation: <a sentence from the"
+    " sources, ending with the number of its source, like [1]>\nor reply exactly: " + ABSTAIN_TEXT
+)
+_CORRECTIONS = {
+    NO_CONTENT: "Your reply gave only source numbers, not the answer. " + _FORM,
+    UNCITED: "Your reply did not cite any of the numbered sources. " + _FORM,
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    text: str  # the answer as shown and checked (the explanation), or the abstention
+    short: str | None  # the short answer (None: none given, or an abstention)
+    abstained: bool
+    reason: str | None
+    citations: list[Citation]
+    invalid: list[int]  # numbers cited that were not in the prompt
+    fault: str | None = None  # NO_CONTENT or UNCITED: what a second try could fix
+
+
+def check_reply(raw: str, sources: Sequence[Source]) -> Verdict:
+    """``raw`` checked against the ``sources`` it was given (see the module). An answer that
+    says the sources do not cover one point but cites them for another is kept: it is a
+    partial answer, and its cited sentences are checked like any other."""
+    reply = parse_reply(raw)
+    checked = check_citations(reply.text, sources)
+    invalid = checked.invalid + [
+        n for n in check_citations(raw, sources).invalid if n not in checked.invalid
+    ]
+    declined = without_citations(raw).strip().rstrip(".").lower()
+    given = {s.n for s in sources}
+    # Grounded: a sentence that does not decline cites a source that was in the prompt.
+    grounded = any(
+        n in given
+        for sentence in split_sentences(reply.text)
+        if not says_unknown(sentence)
+        for n in cited_numbers(sentence)
+    )
+    if declined == ABSTAIN_TEXT.rstrip(".").lower() or (says_unknown(raw) and not grounded):
+        return Verdict(ABSTAIN_TEXT, None, True, "the model said it does not know", [], invalid)
+    if not has_content(reply.text) and reply.short is None:
+        return _fault(NO_CONTENT, invalid)
+    if not checked.citations:
+        return _fault(UNCITED, invalid)
+    return Verdict(checked.text, reply.short, False, None, checked.citations, invalid)
+
+
+def _fault(fault: str, invalid: list[int]) -> Verdict:
+    return Verdict(ABSTAIN_TEXT, None, True, _REASONS[fault], [], invalid, fault)
+
+
+def correction(fault: str) -> str:
+    """What the model is told when its reply had ``fault``, before it is asked again."""
+    return _CORRECTIONS[fault]
+
+
+def after_retry(verdict: Verdict) -> Verdict:
+    """A fault that remained after the second try: its reason says so."""
+    if verdict.fault is None:
+        return verdict
+    return Verdict(
+        verdict.text,
+        None,
+        True,
+        _REASONS[verdict.fault] + AGAIN,
+        [],
+        verdict.invalid,
+        verdict.fault,
+    )
+
+
+def judge(
+    raw: str, sources: Sequence[Source]
+) -> tuple[str, bool, str | None, list[Citation], list[int]]:
+    """:func:`check_reply` as (text, abstained, reason, citations, invalid), for callers that
+    do not retry."""
+    v = check_reply(raw, sources)
+    return v.text, v.abstained, v.reason, v.citations, v.invalid
