@@ -40,10 +40,10 @@ def test_earlier_calls_and_results_become_the_models_text_and_a_user_turn() -> N
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "a", "type": "function", "function": {"name": "pgrag_search", "arguments": arguments}},
-                {"id": "b", "type": "function", "function": {"name": "pgrag_search", "arguments": {"query": "café"}}},
+                {"id": "a", "function": {"name": "pgrag_search", "arguments": arguments}},
+                {"id": "b", "function": {"name": "pgrag_search", "arguments": {"query": "café"}}},
             ],
-        },  # fmt: skip
+        },
         {"role": "tool", "tool_call_id": "a", "content": "[3] A\n<<<\nopens at 8\n>>>"},
         {"role": "tool", "tool_call_id": "b", "content": "(no new sources were found)"},
         {"role": "assistant", "content": "Let me look again.", "tool_calls": [
