@@ -8,7 +8,10 @@ paragraph a document, as `pgrag eval` has them.
 question names one thing by a fact in one paragraph ("the team that won Super Bowl 50") and asks
 for a fact about it that only another paragraph gives ("its head coach"). Each is asked with
 `ask_agentic` (the model may call pgrag_search, at most --max-steps times) and, unless
---no-baseline, with plain `pgrag.ask` (one search) for comparison. Reported per question and in
+--no-baseline, with plain `pgrag.ask` (one search) for comparison. The searches share one
+passage budget (--budget, 1500 tokens), so the agent's first search takes only -k 3 passages
+and leaves room for what it finds next; plain ask fills the same budget at once (--ask-k 8):
+the comparison is searching again against retrieving more in one go. Reported per question and in
 total: answer correct (not an abstention, and the answer -- its short answer when it has one --
 contains an accepted answer, SQuAD-normalised), searches made, whether both gold paragraphs were
 among the sources, seconds.
@@ -153,6 +156,7 @@ def run_two_hop(
     budget: int,
     max_steps: int,
     baseline: bool,
+    ask_k: int,
 ) -> dict[str, Any]:
     rows = []
     for question, accepted, gold in TWO_HOP:
@@ -177,7 +181,7 @@ def run_two_hop(
                     db,
                     question,
                     collection=COLLECTION,
-                    k=k,
+                    k=ask_k,
                     budget_tokens=budget,
                     llm=config,
                     log=False,
@@ -349,8 +353,9 @@ def main() -> None:
     parser.add_argument("--reuse", action="store_true", help="keep the loaded database if there")
     parser.add_argument("--squad", help="squad-dev-v1.1.json (default: fetch-squad.sh's)")
     parser.add_argument("--part", choices=["a", "b", "both"], default="both")
-    parser.add_argument("-k", type=int, default=5, help="passages per search (default 5)")
-    parser.add_argument("--budget", type=int, default=1000, help="prompt tokens for passages")
+    parser.add_argument("-k", type=int, default=3, help="(a) first search's passages (3)")
+    parser.add_argument("--budget", type=int, default=1500, help="(a) prompt tokens for passages")
+    parser.add_argument("--ask-k", type=int, default=8, help="(a) plain ask's passages (8)")
     parser.add_argument("--max-steps", type=int, default=3)
     parser.add_argument("--no-baseline", action="store_true", help="(a) without plain ask")
     parser.add_argument("-n", type=int, default=24, help="(b) yes/no questions (default 24)")
@@ -397,6 +402,7 @@ def main() -> None:
             log(f"(a) {len(TWO_HOP)} questions that need two searches")
             report["two_hop"] = {
                 "k": args.k,
+                "ask_k": args.ask_k,
                 "budget_tokens": args.budget,
                 "max_steps": args.max_steps,
                 **run_two_hop(
@@ -407,6 +413,7 @@ def main() -> None:
                     budget=args.budget,
                     max_steps=args.max_steps,
                     baseline=not args.no_baseline,
+                    ask_k=args.ask_k,
                 ),
             }
         if args.part in ("b", "both"):
