@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes import EmbeddingServer, LLMServer, StandInLlama
+from tests.fakes import EmbeddingServer, LLMServer, StandInLlama, stand_in_logits_ith
 
 
 @pytest.fixture(autouse=True)
@@ -115,6 +115,8 @@ def gguf_file(tmp_path: Path) -> Path:
 def stand_in(monkeypatch: pytest.MonkeyPatch) -> Iterator[type[StandInLlama]]:
     module = types.ModuleType("llama_cpp")
     module.Llama = StandInLlama  # type: ignore[attr-defined]
+    module.llama_get_logits_ith = stand_in_logits_ith  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "llama_cpp", module)
     monkeypatch.setattr(StandInLlama, "loads", [])
+    monkeypatch.setattr(StandInLlama, "replies", [])
     yield StandInLlama

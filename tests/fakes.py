@@ -528,36 +528,90 @@ class RerankServer(FakeServer):
 
 
 class StandInLlama:
-    """Stands in for ``llama_cpp.Llama``: one token per UTF-8 byte, a canned reply streamed
-    in 3-character pieces the way llama-cpp-python yields chunks."""
+    """Stands in for ``llama_cpp.Llama``: one token per UTF-8 byte (and 256, the start token),
+    a canned reply streamed in 3-character pieces the way llama-cpp-python yields chunks.
+
+    ``replies``, when a test sets it, scripts the chat replies instead, one per request (a
+    callable gets the request's messages). For answer scoring it has llama.cpp's low-level
+    surface pgrag reads logits through: ``eval`` appends to ``input_ids`` at ``n_tokens``
+    (which the caller may set back, as with llama.cpp, to drop what came after), and
+    :func:`stand_in_logits_ith` (``llama_cpp.llama_get_logits_ith``) gives the logits after
+    the last token evaluated, from a toy model that copies what it has read
+    (:func:`copying_logits`)."""
 
     loads: list[dict[str, Any]] = []
     reply = "Monthly subscriptions can be refunded within 14 days [1]."
+    replies: list[str | Callable[[list[dict[str, Any]]], str]] = []
     fail_with: Exception | None = None
+    BOS = 256
 
     def __init__(self, **kwargs: Any) -> None:
         if str(kwargs["model_path"]).endswith("broken.gguf"):
             raise ValueError("Failed to load model from file: broken.gguf")
         StandInLlama.loads.append(kwargs)
         self.calls: list[dict[str, Any]] = []
+        self.n_tokens = 0
+        self.input_ids: list[int] = []
+        self.evaluated: list[list[int]] = []  # each eval() call's tokens
+        self._logits: list[float] = []
+        self.ctx = self
 
-    def tokenize(self, text: bytes, add_bos: bool = True) -> list[int]:
-        assert isinstance(text, bytes) and add_bos is False
-        return list(text)
+    def tokenize(self, text: bytes, add_bos: bool = True, special: bool = False) -> list[int]:
+        assert isinstance(text, bytes) and special is False
+        return ([self.BOS] if add_bos else []) + list(text)
+
+    def n_vocab(self) -> int:
+        return 257
+
+    def eval(self, tokens: list[int]) -> None:
+        assert tokens, "llama.cpp evaluates at least one token"
+        self.evaluated.append(list(tokens))
+        for token in tokens:
+            del self.input_ids[self.n_tokens :]
+            self.input_ids.append(token)
+            self.n_tokens += 1
+        self._logits = copying_logits(self.input_ids[: self.n_tokens])
 
     def create_chat_completion(self, **kwargs: Any) -> Any:
         self.calls.append(kwargs)
+        reply = self.reply
+        if StandInLlama.replies:
+            scripted = StandInLlama.replies.pop(0)
+            reply = scripted(kwargs["messages"]) if callable(scripted) else scripted
         if not kwargs["stream"]:
             if StandInLlama.fail_with is not None:
                 raise StandInLlama.fail_with
-            return {"choices": [{"message": {"role": "assistant", "content": self.reply}}]}
-        return self._chunks()
+            return {"choices": [{"message": {"role": "assistant", "content": reply}}]}
+        return self._chunks(reply)
 
-    def _chunks(self) -> Iterator[dict[str, Any]]:
+    def _chunks(self, reply: str) -> Iterator[dict[str, Any]]:
         # A generator, like llama-cpp-python's: errors surface while it is iterated.
         yield {"choices": [{"delta": {"role": "assistant"}}]}
-        for i in range(0, len(self.reply), 3):
+        for i in range(0, len(reply), 3):
             if StandInLlama.fail_with is not None and i == 6:
                 raise StandInLlama.fail_with
-            yield {"choices": [{"delta": {"content": self.reply[i : i + 3]}}]}
+            yield {"choices": [{"delta": {"content": reply[i : i + 3]}}]}
         yield {"choices": [{"delta": {}, "finish_reason": "stop"}]}
+
+
+def copying_logits(context: list[int]) -> list[float]:
+    """The stand-in's next-token logits: each earlier place where the context's last 1, 2 or
+    3 tokens occurred adds 4 to the token that followed them there."""
+    logits = [0.0] * 257
+    for n in (1, 2, 3):
+        if len(context) <= n:
+            break
+        tail = context[-n:]
+        for j in range(n, len(context)):
+            if context[j - n : j] == tail:
+                logits[context[j]] += 4.0
+    return logits
+
+
+def stand_in_logits_ith(ctx: StandInLlama, i: int) -> Any:
+    """``llama_cpp.llama_get_logits_ith`` for the stand-in: a C float array of the last logits."""
+    import ctypes
+
+    assert i == -1, "pgrag reads the last position's logits only"
+    values = (ctypes.c_float * ctx.n_vocab())(*ctx._logits)
+    return ctypes.cast(values, ctypes.POINTER(ctypes.c_float))

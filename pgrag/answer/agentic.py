@@ -1,7 +1,10 @@
 """``pgrag ask --agentic``: a tool-calling model that may search again.
 
 The question is answered as ``ask`` does it: retrieve, number the sources, fence them as data.
-The model is also offered the ``pgrag_search`` tool (:mod:`pgrag.answer.tools`). Each call it makes
+The model is also offered the ``pgrag_search`` tool (:mod:`pgrag.answer.tools`): an
+OpenAI-compatible endpoint gets it as ``tools``, a local GGUF model (``PGRAG_LLM_GGUF``) as text
+in its prompt, in the tool-calling format Qwen2.5 is trained on (:mod:`pgrag.llm.local_tools`);
+the loop, the checks and the record below are the same for both. Each call it makes
 runs under the user's principals, and the passages it returns are numbered on from the ones
 the model already has, and fenced the same way. After ``max_steps`` searches the model is
 asked once more without the tool, so it must answer. The answer is checked as ``ask`` checks
@@ -31,7 +34,9 @@ from pgrag.answer.tools import NAME, run_search_call, search_tool
 from pgrag.answer.traces import log_answer
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, InputError
-from pgrag.llm.chat import ChatClient, LLMConfig
+from pgrag.llm.chat import LLMConfig
+from pgrag.llm.configured import chat_client
+from pgrag.llm.local import LocalLLMConfig
 from pgrag.retrieval.confidence import collection_model, retrieval_confidence
 from pgrag.retrieval.search import search
 
@@ -74,7 +79,7 @@ def ask_agentic(
     db: Database,
     question: str,
     *,
-    config: LLMConfig,
+    config: LLMConfig | LocalLLMConfig,
     collection: str = "default",
     k: int = 5,
     budget_tokens: int = 1500,
@@ -83,14 +88,15 @@ def ask_agentic(
     principals: Sequence[str] | None = None,
 ) -> Answer:
     """Answer ``question`` with a model that may search ``collection`` again, at most
-    ``max_steps`` times; cited and checked as :func:`pgrag.ask`'s answers are."""
+    ``max_steps`` times; cited and checked as :func:`pgrag.ask`'s answers are. ``config`` is
+    an endpoint that calls tools or a local GGUF model (loaded once per process)."""
     if not question or not question.strip():
         raise InputError(
             'the question is empty; ask something, e.g. pgrag ask "How do refunds work?"'
         )
     if not 0 <= max_steps <= 10:
         raise InputError(f"--max-steps must be between 0 and 10, got {max_steps}")
-    if config.template != "chat":
+    if isinstance(config, LLMConfig) and config.template != "chat":
         raise ConfigError(
             "--agentic needs a chat model that calls tools; unset PGRAG_LLM_TEMPLATE=base"
         )
@@ -98,10 +104,13 @@ def ask_agentic(
         principals = db.principals
     t_start = time.perf_counter()
     timings: dict[str, float] = {}
+    client = chat_client(config)  # a local model is loaded here, before the search
+    if isinstance(config, LocalLLMConfig):
+        timings["load_model_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
     results = search(
         db, question, collection=collection, k=k, timings=timings, principals=principals
     )
-    count, tokenizer = budget_counter(db, config, None)
+    count, tokenizer = budget_counter(db, config, client)
     sources = number_sources(fit_budget(results, budget_tokens, count))
 
     def cost(r: Any) -> int:
@@ -112,7 +121,6 @@ def ask_agentic(
     retrieved = list(results)
     messages: list[dict[str, Any]] = build_messages(question, sources)
     messages[0] = {"role": "system", "content": AGENT_SYSTEM.format(steps=max_steps)}
-    client = ChatClient(config)
     tools = [search_tool(collection)]
     steps = 0
     t_gen = time.perf_counter()
@@ -170,6 +178,7 @@ def ask_agentic(
         text, abstained, reason, citations, invalid = (
             ABSTAIN_TEXT, True, "nothing was retrieved for this question", [], []
         )  # fmt: skip
+    name = config.label if isinstance(config, LocalLLMConfig) else config.model
     answer = Answer(
         question=question,
         answer=text,
@@ -177,7 +186,7 @@ def ask_agentic(
         reason=reason,
         citations=citations,
         sources=sources,
-        generator=f"agentic:{config.model}",
+        generator=f"agentic:{name}",
         timings=timings,
         prompt=_render(messages),
         invalid_citations=invalid,

@@ -2,7 +2,8 @@
 
 For a question x: search; for each retrieved passage z_i ask the generator, in a one-passage
 plain-text prompt that ends in ``Answer:``, for the log-probabilities of each candidate's
-tokens as the continuation (``/v1/completions`` with ``echo``); weigh the passages by the
+tokens as the continuation (``/v1/completions`` with ``echo``, or in-process from a local GGUF
+model, :mod:`pgrag.llm.local_logprobs`); weigh the passages by the
 retriever's p(z_i | x) (``SearchResult.probability``, renormalised over the passages used) and
 combine with :func:`pgrag.answer.marginals.rag_marginals`:
 
@@ -16,7 +17,7 @@ model's preference among them, not a calibrated truth value).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -25,6 +26,7 @@ from pgrag.answer.prompt import Source, fenced
 from pgrag.errors import ConfigError, GenerationError, InputError, PgragError
 from pgrag.llm.chat import LLMConfig
 from pgrag.llm.completions import NO_LOGPROBS, CompletionClient
+from pgrag.llm.local import LocalChatClient, LocalLLMConfig, config_from_settings
 from pgrag.retrieval.search import SearchResult, search
 
 if TYPE_CHECKING:
@@ -142,23 +144,28 @@ def score_answers(
     collection: str = "default",
     k: int = 5,
     principals: Sequence[str] | None = None,
-    llm: LLMConfig | Literal["configured"] | None = "configured",
+    llm: LLMConfig | LocalLLMConfig | Literal["configured"] | None = "configured",
 ) -> Scores:
     """Score ``candidates`` as answers to ``question`` with the RAG marginal over the top
-    ``k`` passages (see the module). Needs an endpoint that returns token log-probabilities
-    for ``/v1/completions`` with ``echo`` (vLLM does): ``llm``, by default the one the
-    connection's settings name (``db.settings``: ``PGRAG_LLM_BASE_URL``...)."""
+    ``k`` passages (see the module). Needs token log-probabilities: a local GGUF model
+    computes them in-process; an endpoint must return them for ``/v1/completions`` with
+    ``echo`` (vLLM does). ``llm`` is by default the model the connection's settings name
+    (``db.settings``: ``PGRAG_LLM_GGUF`` or ``PGRAG_LLM_BASE_URL``...)."""
     if not question or not question.strip():
         raise InputError('the question is empty; e.g. pgrag score "Is the refund window 30 days?"')
     texts = _check_candidates(candidates)
-    config = LLMConfig.from_settings(db.settings) if llm == "configured" else llm
+    config = config_from_settings(db.settings) if llm == "configured" else llm
     if config is None:
         raise ConfigError(
             "scoring answers needs a model that returns token log-probabilities: set"
-            " PGRAG_LLM_BASE_URL to an OpenAI-compatible server with /v1/completions (vLLM)"
+            " PGRAG_LLM_GGUF to a local GGUF model, or PGRAG_LLM_BASE_URL to an"
+            " OpenAI-compatible server with /v1/completions and echo (vLLM)"
         )
-    if not isinstance(config, LLMConfig):
-        raise InputError(f"llm must be an LLMConfig, None or 'configured', got {config!r}")
+    if not isinstance(config, LLMConfig | LocalLLMConfig):
+        raise InputError(
+            f"llm must be an LLMConfig, a LocalLLMConfig, None or 'configured', got {config!r}"
+        )
+    score = _scorer(config)  # a local model is loaded before the search
     results = search(
         db,
         question,
@@ -175,10 +182,10 @@ def score_answers(
     total = math.fsum(p for p in probabilities if p is not None)
     if any(p is None or p <= 0 for p in probabilities) or total <= 0:
         raise PgragError("the search returned passages without probabilities; cannot weigh them")
-    client = CompletionClient(config)
     passages = []
     for r in results:
         prefix = passage_prompt(question, r)
+        rows = score(prefix, [" " + t for t in texts])
         passages.append(
             PassageScore(
                 rank=r.rank,
@@ -187,7 +194,7 @@ def score_answers(
                 title=r.title,
                 section=r.section,
                 prior=(r.probability or 0.0) / total,
-                token_logprobs={t: continuation_logprobs(client, prefix, " " + t) for t in texts},
+                token_logprobs=dict(zip(texts, rows, strict=True)),
             )
         )
     log_prior = [math.log(p.prior) for p in passages]
@@ -219,5 +226,19 @@ def score_answers(
             for t, s, tok in scored
         ],
         passages=passages,
-        generator=f"openai-compatible:{config.model}",
+        generator=(
+            config.label
+            if isinstance(config, LocalLLMConfig)
+            else f"openai-compatible:{config.model}"
+        ),
     )
+
+
+def _scorer(config: LLMConfig | LocalLLMConfig) -> Callable[[str, list[str]], list[list[float]]]:
+    """What gives the log-probabilities of each continuation's tokens after a prompt."""
+    if isinstance(config, LocalLLMConfig):
+        return LocalChatClient(config).continuation_logprobs
+    client = CompletionClient(config)
+    return lambda prefix, continuations: [
+        continuation_logprobs(client, prefix, c) for c in continuations
+    ]

@@ -23,7 +23,7 @@ from pgrag.cli.options import (
     stdout_is_terminal,
 )
 from pgrag.cli.output import echo
-from pgrag.llm.chat import LLMConfig
+from pgrag.llm.local import config_from_settings
 from pgrag.retrieval.confidence import parse_setting
 from pgrag.retrieval.rerank import reranker_from_settings
 
@@ -105,16 +105,12 @@ def ask(
             if given:
                 remote.refuse(option, why)
     if agentic:
-        if state(ctx).settings.llm_gguf:
-            raise click.UsageError(
-                "--agentic does not support a local model (PGRAG_LLM_GGUF) yet; unset it and set"
-                " PGRAG_LLM_BASE_URL to a tool-calling endpoint, e.g. llama.cpp's llama-server"
-            )
-        config = LLMConfig.from_settings(state(ctx).settings)
+        config = config_from_settings(state(ctx).settings)
         if config is None:
             raise click.UsageError(
                 "--agentic needs a tool-calling model: set PGRAG_LLM_BASE_URL (or"
-                " OPENAI_BASE_URL) to an OpenAI-compatible endpoint"
+                " OPENAI_BASE_URL) to an OpenAI-compatible endpoint, or PGRAG_LLM_GGUF to a"
+                " local GGUF model"
             )
         if reranker_spec or context != "chunk" or min_confidence is not None:
             raise click.UsageError(

@@ -296,8 +296,9 @@ def score(
     """Score candidate answers with the RAG marginal: the generator's token log-probabilities
     per retrieved passage, weighed by the retriever's probabilities.
 
-    Needs PGRAG_LLM_BASE_URL pointing at a server that returns log-probabilities for
-    /v1/completions with echo (vLLM). See docs/generation.md.
+    Needs PGRAG_LLM_GGUF (a local GGUF model; the log-probabilities are computed in-process)
+    or PGRAG_LLM_BASE_URL pointing at a server that returns them for /v1/completions with echo
+    (vLLM). See docs/generation.md and docs/local.md.
     """
     scores = score_answers(
         database(ctx),

@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from pgrag.config import Settings
-from pgrag.errors import ConfigError, GenerationError
+from pgrag.errors import ConfigError, GenerationError, PgragError
 from pgrag.http import one_line
 from pgrag.llm.chat import LLMConfig
+from pgrag.llm.local_tools import parse_reply, plain_messages
 
 ENV_GGUF = "PGRAG_LLM_GGUF"
 GGUF_MAGIC = b"GGUF"
@@ -193,6 +194,32 @@ class LocalChatClient:
                 pieces.append(piece)
                 on_token(piece)
         return "".join(pieces)
+
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> dict[str, Any]:
+        """The assistant's message for ``messages``, offered ``tools``, as
+        :meth:`pgrag.llm.chat.ChatClient.respond` returns it (``{"content": ...,
+        "tool_calls": [...]}``): tool calling written out as text in the model's prompt and
+        read back from its reply (:mod:`pgrag.llm.local_tools`). Not streamed."""
+        text = self.complete(plain_messages(messages, tools))
+        if not tools:  # nothing was offered: the reply is the answer, whatever it says
+            return {"content": text, "tool_calls": []}
+        return parse_reply(text)
+
+    def continuation_logprobs(self, prefix: str, continuations: list[str]) -> list[list[float]]:
+        """The log-probabilities of each continuation's tokens after ``prefix``, read from the
+        model's logits in-process (:mod:`pgrag.llm.local_logprobs`; the prompt is evaluated
+        once for all of them)."""
+        from pgrag.llm.local_logprobs import continuation_logprobs, failed
+
+        with self._lock:
+            try:
+                return continuation_logprobs(self.model, prefix, continuations)
+            except PgragError:
+                raise
+            except Exception as exc:  # llama.cpp reports a full context as RuntimeError
+                raise failed(self.config.model_path.name, exc) from None
 
     def _failed(self, exc: Exception, pieces: list[str]) -> GenerationError:
         return GenerationError(

@@ -96,10 +96,14 @@ def test_without_llama_cpp_pgrag_ask_says_how_to_install_it(
     assert line.endswith("pip install 'pgrag[local]', or unset PGRAG_LLM_GGUF")
 
 
-def test_agentic_says_it_does_not_take_a_local_model(dsn: str, gguf_file: Path) -> None:
-    result = ask_cli(dsn, {"PGRAG_LLM_GGUF": str(gguf_file)}, "--agentic")
-    assert result.exit_code == 2, result.stderr
-    assert "--agentic does not support a local model (PGRAG_LLM_GGUF)" in result.stderr
+def test_agentic_without_llama_cpp_says_how_to_install_it(
+    dsn: str, gguf_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # --agentic takes the local model (tests/integration/test_local_agentic.py), so it needs
+    # the extra as ask does.
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)
+    line = one_error_line(ask_cli(dsn, {"PGRAG_LLM_GGUF": str(gguf_file)}, "--agentic"))
+    assert line.startswith("error: PGRAG_LLM_GGUF is set but llama-cpp-python is not installed")
 
 
 # --- ask() through a STAND-IN llama_cpp module (adapter logic only) --------------------------

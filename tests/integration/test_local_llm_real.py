@@ -13,14 +13,19 @@ stream through ``on_token`` into the answer, and that answer goes through the ci
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
 import pgrag
+from pgrag.answer.agentic import ask_agentic
 from pgrag.answer.ask import judge
+from pgrag.answer.marginals import rag_marginals
 from pgrag.answer.prompt import fit_budget
+from pgrag.answer.scoring import score_answers
 from pgrag.cli import cli
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
@@ -146,3 +151,126 @@ def test_a_truncated_gguf_fails_to_load_in_one_line(tiny_gguf: Path, tmp_path: P
     message = str(err.value)
     assert message.startswith(f"llama.cpp could not load PGRAG_LLM_GGUF={cut} (")
     assert "\n" not in message
+
+
+# --- pgrag score: log-probabilities in-process ------------------------------------------------
+
+
+def _log_softmax_rows(model: Any, tokens: list[int]) -> Any:
+    """Every position's next-token log-probabilities, from one evaluation with
+    ``logits_all=True`` (affordable for the tiny model's vocabulary): the reference."""
+    import numpy as np
+
+    model.reset()
+    model.eval(tokens)
+    logits = np.asarray(model.scores[: len(tokens)], dtype=np.float64)
+    top = logits.max(axis=1, keepdims=True)
+    return logits - (top + np.log(np.exp(logits - top).sum(axis=1, keepdims=True)))
+
+
+def test_logprobs_from_the_prompts_state_equal_a_whole_evaluation(tiny_gguf: Path) -> None:
+    import llama_cpp
+
+    client = LocalChatClient(LocalLLMConfig(tiny_gguf, n_ctx=1024, n_threads=1))
+    prompt = "Source: monthly subscriptions can be refunded within 14 days.\nAnswer:"
+    candidates = [" 14 days", " 14 weeks", " no"]
+    rows = client.continuation_logprobs(prompt, candidates)
+    # Real numbers, <= 0; a shared prefix (" 14") gets the same values under both.
+    assert all(math.isfinite(v) and v <= 0 for row in rows for v in row)
+    days, weeks, _ = rows
+    shared = len(client.model.tokenize(prompt.encode() + b" 14", add_bos=True)) - len(
+        client.model.tokenize(prompt.encode(), add_bos=True)
+    )
+    assert shared >= 1 and days[:shared] == pytest.approx(weeks[:shared], abs=1e-4)
+    assert days != pytest.approx(weeks, abs=1e-4)
+    # The order of the candidates changes nothing: each starts from the prompt's state.
+    again = client.continuation_logprobs(prompt, candidates[::-1])[::-1]
+    for a, b in zip(again, rows, strict=True):
+        assert a == pytest.approx(b, abs=1e-4)
+    # And each equals what one evaluation of prompt + candidate with all logits kept gives.
+    reference = llama_cpp.Llama(
+        model_path=str(tiny_gguf), n_ctx=1024, n_threads=1, logits_all=True, verbose=False
+    )
+    head = reference.tokenize(prompt.encode(), add_bos=True)
+    for candidate, row in zip(candidates, rows, strict=True):
+        full = reference.tokenize((prompt + candidate).encode(), add_bos=True)
+        start = len(head)
+        while full[:start] != head[:start]:  # a token merged across the boundary
+            start -= 1
+        table = _log_softmax_rows(reference, full)
+        expected = [float(table[i - 1][full[i]]) for i in range(start, len(full))]
+        assert row == pytest.approx(expected, abs=1e-3)
+
+
+def test_score_answers_with_the_real_model(loaded: Database, tiny_gguf: Path) -> None:
+    config = LocalLLMConfig(tiny_gguf, n_ctx=2048, n_threads=1)
+    scores = score_answers(
+        loaded, QUESTION, ["Yes", "No", "14 days"], collection="docs", k=3, llm=config
+    )
+    assert scores.generator == "llama-cpp:tiny.gguf" and len(scores.passages) == 3
+    assert math.isclose(sum(c.probability for c in scores.candidates), 1.0)
+    log_prior = [math.log(p.prior) for p in scores.passages]
+    for c in scores.candidates:
+        rows = [p.token_logprobs[c.text] for p in scores.passages]
+        assert all(math.isfinite(v) and v <= 0 for row in rows for v in row)
+        assert math.isclose(c.rag_sequence, rag_marginals(log_prior, rows)[0], rel_tol=1e-9)
+    # The state scoring leaves (the KV cache ask then re-uses a prefix of) does not change the
+    # next answer: it is the one the model gives from a reset state.
+    after_scoring = pgrag.ask(loaded, QUESTION, collection="docs", llm=config, log=False)
+    LocalChatClient(config).model.reset()  # (the same, cached model)
+    from_reset = pgrag.ask(loaded, QUESTION, collection="docs", llm=config, log=False)
+    assert after_scoring.raw_answer == from_reset.raw_answer
+
+
+# --- ask --agentic: tool calls as text ---------------------------------------------------------
+
+
+def test_the_agentic_loop_ends_within_max_steps_with_a_random_model(
+    loaded: Database, tiny_gguf: Path
+) -> None:
+    # Each turn of noise may run to max_tokens. The tool's description alone is ~930 tokens
+    # of this model's letter-by-letter vocabulary (~300 of Qwen2.5's).
+    config = LocalLLMConfig(tiny_gguf, n_ctx=4096, n_threads=1, max_tokens=128)
+    got = ask_agentic(
+        loaded, QUESTION, config=config, collection="docs", k=2, budget_tokens=400, max_steps=2
+    )
+    assert got.generator == "agentic:llama-cpp:tiny.gguf"
+    assert 0 <= got.timings["searches"] <= 2
+    assert got.prompt.count("(tool call pgrag_search:") <= 2
+    # Whatever the noise said is what the checks made of it.
+    text, abstained, reason, citations, invalid = judge(got.raw_answer or "", got.sources)
+    assert (got.answer, got.abstained, got.reason) == (text, abstained, reason)
+
+
+def test_the_text_protocol_renders_as_qwen25s_template_renders_tools(tiny_gguf: Path) -> None:
+    # llama-cpp-python's own Jinja formatter, with the chat template of the Qwen2.5 GGUF: the
+    # plain turns pgrag sends equal what the template writes for OpenAI tool messages.
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    from pgrag.answer.tools import search_tool
+    from pgrag.llm.local_tools import plain_messages
+
+    template = (Path(__file__).parents[1] / "qwen25_chat_template.jinja").read_text()
+    render = Jinja2ChatFormatter(template, eos_token="<|im_end|>", bos_token="")
+    tool = search_tool("docs")
+    calls = [
+        {"id": "a", "function": {"name": "pgrag_search", "arguments": {"query": "Lisbon"}}},
+        {"id": "b", "function": {"name": "pgrag_search", "arguments": {"query": "café", "k": 2}}},
+    ]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "Answer from the sources."},
+        {"role": "user", "content": "Sources:\n\n[1] x\n<<<\ny\n>>>\n\nQuestion: When?"},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "a", "content": "[2] Office\n<<<\nopens at 8\n>>>"},
+        {"role": "tool", "tool_call_id": "b", "content": "(no new sources were found)"},
+        {"role": "assistant", "content": "Once more.", "tool_calls": calls[:1]},
+        {"role": "tool", "tool_call_id": "c", "content": "(no new sources were found)"},
+    ]
+    native = render(messages=messages, tools=[tool]).prompt
+    ours = render(messages=plain_messages(messages, [tool])).prompt
+    assert "<tools>" in native and "<tool_response>" in native
+    assert ours == native  # byte for byte
+    # Without tools (the last, forced answer) they agree too.
+    assert (
+        render(messages=plain_messages(messages, None)).prompt == render(messages=messages).prompt
+    )
