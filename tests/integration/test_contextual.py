@@ -365,3 +365,50 @@ def test_a_restricted_principal_reads_no_context_of_another(
     assert hits == []
     hits = pgrag.search(cdb, "Kilauea", collection="ctx", mode="keyword", principals=["alice"])
     assert len(parking(hits)) == 1
+
+
+# -- a local GGUF model (llama-cpp-python's Llama, stood in for) ----------------------------------
+
+
+def test_a_local_model_is_loaded_once_and_its_window_fits_its_context(
+    dsn: str,
+    embedder: Any,
+    gguf_file: Any,
+    stand_in: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pgrag.llm import local as local_llm
+
+    monkeypatch.setattr(local_llm, "_loaded", {})
+    settings = from_env({"PGRAG_LLM_GGUF": str(gguf_file), "PGRAG_LLM_CTX": "1200"})
+    db = pgrag.connect(dsn, embedder=embedder, settings=settings)
+    try:
+        long_doc = OBSERVATORY + "\n".join(
+            f"\n## Room {i}\n\nRoom {i} holds seismometers." for i in range(40)
+        )
+        report = pgrag.ingest_documents(
+            db, [from_text("observatory.md", long_doc, format="markdown")], collection="ctx",
+            contextual=True,
+        )  # fmt: skip
+        assert len(stand_in.loads) == 1
+        ((model, _),) = local_llm._loaded.values()
+        assert len(model.calls) == report.chunks_written == report.contexts_written > 3
+        for call in model.calls:
+            assert call["max_tokens"] == 80 and call["stream"] is False
+            window = (
+                call["messages"][0]["content"].split("<document>\n", 1)[1].split("\n</document>")[0]
+            )
+            # The stand-in's tokenizer: a byte a token. 1200 less room for the chunk and reply.
+            assert len(window.encode()) <= 1200 - (200 + 80 + 2 * embedder.max_tokens)
+            assert long_doc.startswith(window)
+        assert all(
+            r[0] == stand_in.reply for r in db.conn.execute("SELECT context FROM pgrag.chunks")
+        )
+        monkeypatch.setattr(local_llm, "_loaded", {})
+        again = pgrag.ingest_documents(
+            db, [from_text("observatory.md", long_doc, format="markdown")], collection="ctx",
+            contextual=True,
+        )  # fmt: skip
+        assert again.count("unchanged") == 1 and len(stand_in.loads) == 1  # not even loaded
+    finally:
+        db.close()
