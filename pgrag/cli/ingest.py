@@ -63,6 +63,21 @@ from pgrag.ingest.removal import remove
     metavar="FIELD,...",
     help="JSON Lines: the fields kept as metadata (default: all the others).",
 )
+@click.option(
+    "--contextual",
+    is_flag=True,
+    help="Have the configured language model (PGRAG_LLM_BASE_URL or PGRAG_LLM_GGUF) write a line"
+    " situating each new chunk in its document, embedded and keyword-indexed with the chunk"
+    " (docs/ingest.md#contextual-retrieval). Slow: one model call per chunk.",
+)
+@click.option(
+    "--context-window",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="TOKENS",
+    help="With --contextual: how much of each document the model is shown, from its"
+    " beginning (default 2000; a local model's window also bounds it).",
+)
 @json_option
 @click.pass_context
 def ingest(
@@ -76,6 +91,8 @@ def ingest(
     jsonl_title: str,
     jsonl_id: str | None,
     jsonl_metadata: str | None,
+    contextual: bool,
+    context_window: int | None,
     as_json: bool,
 ) -> None:
     """Chunk, embed and index files and directories: Markdown, text, HTML, PDF, JSON Lines.
@@ -84,7 +101,8 @@ def ingest(
     .xhtml .pdf .jsonl .ndjson). Unchanged files are skipped (with --allow, their access is
     updated without re-embedding); in a changed one only the chunks whose text changed are
     embedded again. A file that cannot be read is reported on one line and the others are
-    still ingested; the exit status is then 1.
+    still ingested; the exit status is then 1. With --contextual each new chunk also gets a
+    context line from the configured language model.
     """
     # `kill`, systemd and Kubernetes stop with SIGTERM: unwind normally, so an interrupted
     # bulk load still rebuilds the index it dropped.
@@ -108,15 +126,23 @@ def ingest(
 
     def on_plan(total: int) -> None:
         nonlocal bar
-        if total:
+        if total and not contextual:
             bar = ChunkProgress(total)
+
+    def on_context(done: int, total: int) -> None:
+        # (With --contextual the model's calls take the time: the bar counts them.)
+        nonlocal bar
+        if bar is None and total:
+            bar = ChunkProgress(total, label="context lines")
+        elif bar is not None and done:
+            bar.advance(1)
 
     def on_batch(files_done: int, files_total: int) -> None:
         if bar is not None:
             bar.files_done(files_done, files_total)
 
     def progress(n: int) -> None:
-        if bar is not None:
+        if bar is not None and not contextual:
             bar.advance(n)
 
     try:
@@ -134,6 +160,9 @@ def ingest(
             dry_run=dry_run,
             prune=prune,
             on_wait=lambda line: echo(line, err=True, layout=False),
+            contextual=contextual,
+            context_window=context_window,
+            on_context=on_context,
         )
     finally:
         if bar is not None:

@@ -4,7 +4,8 @@ A downgrade past a migration drops what that migration added. Before it does, :f
 counts the rows it would drop, per migration, and says what becomes of each: *kept* (saved in
 ``pgrag_saved.rows`` and put back by the next upgrade to this release: role mappings, model
 links, the embedding queue, calibrated thresholds, half-precision index settings, bodies of
-documents written with SQL, answer checks, keyword calibrations, API keys, conversations),
+documents written with SQL, answer checks, keyword calibrations, API keys, conversations,
+chunks' context lines),
 *rebuilt* (access lists and keyword postings, which the upgrade recomputes from documents and
 chunks), or *lost* (a cache, or everything, on a downgrade to base). An upgrade from before the
 queue existed also queues every chunk that has no vector of its collection's model
@@ -41,6 +42,13 @@ class Item:
 
 
 ITEMS = (
+    Item(
+        "0014",
+        "context lines of chunks (contextual ingest)",
+        "count_contexts",
+        KEPT,
+        "contexts",
+    ),
     Item("0013", "API keys of pgrag serve", "count_api_keys", KEPT, "api_keys"),
     Item("0013", "conversations", "count_conversations", KEPT, "conversations"),
     Item(
@@ -93,6 +101,7 @@ RESTORE = (
     "api_keys",
     "conversations",
     "conversation_turns",
+    "contexts",  # last: the keyword trigger indexes their words at the restored calibration
 )
 
 

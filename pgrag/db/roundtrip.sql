@@ -1,3 +1,6 @@
+-- name: count_contexts
+SELECT count(*) FROM pgrag.chunks WHERE context IS NOT NULL OR context_for IS NOT NULL;
+
 -- name: count_checks
 SELECT count(*) FROM pgrag.queries WHERE checks IS NOT NULL;
 
@@ -278,6 +281,21 @@ SELECT t.conversation_id, t.turn, t.role, t.content, t.standalone_query, t.sourc
  WHERE s.kind = 'conversation_turns'
    AND EXISTS (SELECT 1 FROM pgrag.conversations v WHERE v.id = t.conversation_id)
 ON CONFLICT DO NOTHING;
+
+-- name: save_contexts
+INSERT INTO pgrag_saved.rows (kind, data)
+SELECT 'contexts', jsonb_build_object('id', id, 'context', context, 'context_for', context_for,
+                                      'content_hash', content_hash)
+  FROM pgrag.chunks WHERE context IS NOT NULL OR context_for IS NOT NULL;
+
+-- name: restore_contexts
+-- A chunk gets its context line back unless it was rewritten meanwhile (its vector was made
+-- with the context: the content hash says so); the keyword trigger indexes the line's words.
+UPDATE pgrag.chunks c SET context = s.data ->> 'context', context_for = s.data ->> 'context_for'
+  FROM pgrag_saved.rows s
+ WHERE s.kind = 'contexts' AND c.id = (s.data ->> 'id')::bigint
+   AND c.content_hash = s.data ->> 'content_hash'
+   AND c.context IS NULL AND c.context_for IS NULL;
 
 -- name: forget_restored
 DELETE FROM pgrag_saved.rows WHERE kind = ANY (%(kinds)s);

@@ -135,10 +135,10 @@ def _batch(
                 },
             ).fetchall()
         )
-    todo: dict[str, tuple[str | None, str]] = {}
-    for _, section, content, digest in rows:
+    todo: dict[str, tuple[str | None, str, str | None]] = {}
+    for _, section, content, digest, context in rows:
         if digest not in known:
-            todo.setdefault(digest, (section, content))
+            todo.setdefault(digest, (section, content, context))
     if todo:
         known.update(zip(todo, embed_chunks(embedder, list(todo.values())), strict=True))
     with transaction(db) as conn:

@@ -11,7 +11,7 @@ SELECT pgrag.model_missing(%(collection_id)s, %(model_id)s);
 
 -- name: chunks_without_vector
 -- The next chunks of a collection after an id without the model's vector (queued ones too if asked).
-SELECT c.id, c.section, c.content, c.content_hash FROM pgrag.chunks c
+SELECT c.id, c.section, c.content, c.content_hash, c.context FROM pgrag.chunks c
  WHERE c.collection_id = %(collection_id)s AND c.id > %(after)s
    AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
                     WHERE e.model_id = %(model_id)s AND e.chunk_id = c.id)

@@ -26,6 +26,7 @@ from pgrag.db.connect import describe_error, transaction
 from pgrag.embeddings.models import embedder_for, models_by_id
 from pgrag.errors import DatabaseError, PgragError
 from pgrag.text.chunking import CONTEXT_TOKENS
+from pgrag.text.vector_text import vector_text
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -48,27 +49,33 @@ class WorkReport:
     errors: list[str] = field(default_factory=list)
 
 
-def embed_text(section: str | None, content: str, embedder: Embedder) -> str:
-    """What a chunk's vector is made from: its section (cut short) and its text, as ingest."""
+def embed_text(
+    section: str | None, content: str, embedder: Embedder, context: str | None = None
+) -> str:
+    """What a chunk's vector is made from, as ingest makes it: its section (cut short), its
+    context line (contextual ingest: cut to what is left of the model's input) and its text
+    (:func:`pgrag.text.vector_text.vector_text`)."""
+    pieces = embedder.tokens.cut(section, CONTEXT_TOKENS) if section else []
+    heading = pieces[0] if pieces else ""
+    return vector_text(heading, content, context, embedder.tokens, embedder.max_tokens)
 
-    if not section:
-        return content
-    pieces = embedder.tokens.cut(section, CONTEXT_TOKENS)
-    return f"{pieces[0]}\n{content}" if pieces else content
+
+Chunk = tuple[str | None, str] | tuple[str | None, str, str | None]
 
 
-def embed_chunks(embedder: Embedder, chunks: Sequence[tuple[str | None, str]]) -> Any:
-    """Vectors of (section, text) chunks. A chunk longer than the model's input (one written
-    with SQL, chunked in words) is embedded as the mean of its pieces' vectors, each piece
-    within the input, normalised as the model's are: none of its text is left out."""
+def embed_chunks(embedder: Embedder, chunks: Sequence[Chunk]) -> Any:
+    """Vectors of (section, text) or (section, text, context line) chunks. A chunk longer than
+    the model's input (one written with SQL, chunked in words) is embedded as the mean of its
+    pieces' vectors, each piece within the input, normalised as the model's are: none of its
+    text is left out."""
     import numpy as np
 
     budget = max(8, embedder.max_tokens - 2)  # [CLS] and [SEP], or their like
     counter = embedder.tokens
     texts: list[str] = []
     spans: list[tuple[int, int]] = []
-    for section, content in chunks:
-        text = embed_text(section, content, embedder)
+    for section, content, *context in chunks:
+        text = embed_text(section, content, embedder, context[0] if context else None)
         pieces = [text] if counter.count(text) <= budget else counter.cut(text, budget) or [text]
         spans.append((len(texts), len(pieces)))
         texts.extend(pieces)
@@ -185,7 +192,7 @@ def run_once(
                     f" {model.dimension} are recorded"
                 )
             embedder = built
-            matrix = embed_chunks(embedder, [(r[3], r[4]) for r in items])
+            matrix = embed_chunks(embedder, [(r[3], r[4], r[6]) for r in items])
             done = [(r[0], v) for r, v in zip(items, matrix, strict=True)]
         except Exception as err:  # noqa: BLE001 - whatever it is, keep the items and go on
             if embedder is None or len(items) == 1 or not _item_error(err):
@@ -195,7 +202,7 @@ def run_once(
                 _renew(db, model_id, [r[0] for r in items], lease)
                 for i, r in enumerate(items):
                     try:
-                        done.append((r[0], embed_chunks(embedder, [(r[3], r[4])])[0]))
+                        done.append((r[0], embed_chunks(embedder, [(r[3], r[4], r[6])])[0]))
                     except Exception as one:  # noqa: BLE001
                         failed.setdefault(_message(one), []).append(r[0])
                         if not _item_error(one):  # the server went away: leave the rest

@@ -27,7 +27,7 @@ RETURNING q.chunk_id, q.model_id;
 
 -- name: claimed_chunks
 -- The claimed (chunk, model) items with their chunk's text and the model's status there.
-SELECT c.id, m.model_id, c.collection_id, c.section, c.content, cm.status
+SELECT c.id, m.model_id, c.collection_id, c.section, c.content, cm.status, c.context
   FROM unnest(%(chunk_ids)s::bigint[], %(model_ids)s::int[]) AS m(chunk_id, model_id)
   JOIN pgrag.chunks c ON c.id = m.chunk_id
   LEFT JOIN pgrag.collection_models cm

@@ -3,6 +3,8 @@
 1. Plan (:mod:`~pgrag.ingest.plan`): read each file, skip it when its bytes are unchanged
    since the last ingest, chunk it. A file that cannot be used is reported (one line) and the
    others go on.
+   (Contextual: :mod:`~pgrag.ingest.contextual` asks the configured language model for each
+   new chunk's context line, a batch at a time before it is embedded, holding no lock.)
 2. Embed (:mod:`~pgrag.ingest.embed`) the new chunks in batches (identical chunk texts once; a
    changed file reuses the vectors of its chunks that did not change).
 3. Write (:mod:`~pgrag.ingest.writer`) each batch of documents in one transaction with binary
@@ -37,6 +39,7 @@ from pgrag.db.waits import reporting_waits
 from pgrag.embeddings.local import configured_embedder
 from pgrag.embeddings.models import active_embedder
 from pgrag.errors import InputError
+from pgrag.ingest.contextual import Contextualizer, check_configured, stored_contexts
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.embed import batches, embed_batch, stored_vectors
 from pgrag.ingest.formats.jsonl import JsonlFields
@@ -71,6 +74,9 @@ def ingest(
     prune: bool = False,
     on_wait: Callable[[str], None] | None = None,
     on_warning: Callable[[str, str], None] | None = None,
+    contextual: bool = False,
+    context_window: int | None = None,
+    on_context: Callable[[int, int], None] | None = None,
 ) -> IngestReport:
     """Ingest files and directories (recursively) into ``collection``.
 
@@ -97,6 +103,14 @@ def ingest(
     embedded and written (within a large file too, a batch at a time), and ``on_batch(done,
     total)`` with the documents written so far. The collection is created when the first
     document is written (not by an ingest that writes nothing).
+
+    ``contextual`` (:mod:`pgrag.ingest.contextual`, docs/ingest.md#contextual-retrieval) has
+    the configured language model write a line situating each new chunk in its document,
+    embedded and keyword-indexed with the chunk (a :class:`pgrag.errors.ConfigError` when no
+    model is configured); ``context_window`` is how many tokens of each document the model
+    is shown (default 2,000: its beginning), and ``on_context(done, total)`` hears of each
+    chunk given its line. An unchanged document is not asked about again, unless some of its
+    chunks have no line for its current version yet.
     """
     roots = [Path(p) for p in paths]
     seen = Seen()
@@ -114,6 +128,9 @@ def ingest(
         dry_run=dry_run,
         on_wait=on_wait,
         on_warning=on_warning,
+        contextual=contextual,
+        context_window=context_window,
+        on_context=on_context,
     )
     if prune:
         directories = [str(p.resolve()) for p in roots if p.is_dir()]
@@ -138,11 +155,15 @@ def ingest_documents(
     on_wait: Callable[[str], None] | None = None,
     on_warning: Callable[[str, str], None] | None = None,
     write_for: Sequence[str] | None = None,
+    contextual: bool = False,
+    context_window: int | None = None,
+    on_context: Callable[[int, int], None] | None = None,
 ) -> IngestReport:
     """Ingest documents given as text (build them with :func:`pgrag.ingest.loaders.from_text`),
     or read from files (:func:`pgrag.ingest.loaders.load_path`), with the same guarantees as
     :func:`ingest`: unchanged ones are skipped, changed ones replaced whole, in transactions of
-    whole documents; ``allow``, ``on_wait`` and ``on_warning`` as for :func:`ingest`.
+    whole documents; ``allow``, ``on_wait``, ``on_warning``, ``contextual``,
+    ``context_window`` and ``on_context`` as for :func:`ingest`.
 
     ``write_for`` (``pgrag serve``: the caller's principals) plans and writes the documents
     reading as those principals and writing for them only: PostgreSQL refuses a document
@@ -164,6 +185,9 @@ def ingest_documents(
         on_wait=on_wait,
         on_warning=on_warning,
         write_for=write_for,
+        contextual=contextual,
+        context_window=context_window,
+        on_context=on_context,
     )
 
 
@@ -195,10 +219,15 @@ def _run(
     on_warning: Callable[[str, str], None] | None,
     on_wait: Callable[[str], None] | None = None,
     write_for: Sequence[str] | None = None,
+    contextual: bool = False,
+    context_window: int | None = None,
+    on_context: Callable[[int, int], None] | None = None,
 ) -> IngestReport:
     check_name(collection)
     principals = None if allow is None else check_principals(allow, "--allow principal")
-    report = IngestReport(collection=collection, dry_run=dry_run)
+    if contextual:
+        check_configured(db)  # before anything is read (nothing is loaded yet)
+    report = IngestReport(collection=collection, dry_run=dry_run, contextual=contextual)
     with acting_for(db.conn, write_for):
         written = _plan_and_write(
             db,
@@ -214,6 +243,9 @@ def _run(
             bulk_threshold=bulk_threshold,
             dry_run=dry_run,
             on_warning=on_warning,
+            contextual=contextual,
+            context_window=context_window,
+            on_context=on_context,
         )
     if written is None:
         return report
@@ -254,6 +286,9 @@ def _plan_and_write(
     bulk_threshold: int,
     dry_run: bool,
     on_warning: Callable[[str, str], None] | None,
+    contextual: bool = False,
+    context_window: int | None = None,
+    on_context: Callable[[int, int], None] | None = None,
 ) -> tuple[Collection, bool, bool] | None:
     """Plan and write the documents into ``report``: (the collection, whether it is new,
     whether the load was a bulk one), or None when nothing was written."""
@@ -265,7 +300,9 @@ def _plan_and_write(
         if active is not None:
             embedder = active[1]
         check_model(db, coll, embedder)
-    docs, access = plan(db, coll, embedder, items, report, on_error, principals, on_warning)
+    docs, access = plan(
+        db, coll, embedder, items, report, on_error, principals, on_warning, contextual
+    )
     if dry_run:
         _dry_run(db, coll, docs, report)
         return None
@@ -290,6 +327,21 @@ def _plan_and_write(
     # (The index is not dropped for a bulk load: searches of every collection of the model
     # use it. A bulk load refreshes the planner's statistics afterwards.)
     bulk = total >= bulk_threshold
+    contexts = None
+    if contextual:
+        contexts = _Contexts(
+            Contextualizer(db, embedder, window=context_window),
+            total=sum(len(d.chunks) for d in docs if d.streamed is None),
+            on_context=on_context,
+            on_warning=on_warning,
+        )
+        for d in docs:
+            if d.streamed is not None and on_warning:
+                on_warning(
+                    d.result.path,
+                    "a large file, streamed: written without context lines (a contextual"
+                    " ingest holds a document whole)",
+                )
     _write(
         db,
         coll,
@@ -301,7 +353,10 @@ def _plan_and_write(
         on_error=on_error,
         progress=progress,
         on_batch=on_batch,
+        contexts=contexts,
     )
+    if contexts is not None:
+        contexts.report(report)
     return coll, new_collection, bulk
 
 
@@ -314,6 +369,11 @@ def _dry_run(
     stored = set(stored_vectors(db, coll, hashes, vectors=False)) if coll and hashes else set()
     for doc in docs:
         doc.result.embed = len({c.content_hash for c in doc.chunks} - stored)
+        if report.contextual and doc.streamed is None:
+            # (At most: every chunk's text changes with its line; those an unchanged document
+            # has for this version are kept.)
+            doc.result.embed = len(doc.chunks)
+            report.contexts_written += len(doc.chunks)
         report.files.append(doc.result)
         report.chunks_written += len(doc.chunks)
         report.chunks_embedded += doc.result.embed
@@ -333,12 +393,16 @@ def _write(
     on_error: Callable[[str, str], None] | None,
     progress: Callable[[int], None] | None,
     on_batch: Callable[[int, int], None] | None,
+    contexts: _Contexts | None = None,
 ) -> None:
     """Embed and write the planned documents: batches of whole documents, then the streamed
-    ones, each in a transaction of its own, into the live indexes."""
+    ones, each in a transaction of its own, into the live indexes. ``contexts``: each batch's
+    chunks are given their context lines first."""
     files_done = 0
     streamed = [d for d in docs if d.streamed is not None]
     for batch in batches([d for d in docs if d.streamed is None], batch_chunks):
+        if contexts is not None:
+            contexts.write(batch)
         embedded = report.chunks_embedded
         vectors = embed_batch(
             batch, embedder, report, db, coll, size=batch_chunks, progress=progress
@@ -371,3 +435,47 @@ def _write(
         files_done += 1
         if on_batch:
             on_batch(files_done, len(docs))
+
+
+class _Contexts:
+    """An ingest's context lines: each batch's documents asked in order (so a document's
+    prompts follow each other and share their prefix), progress and warnings reported."""
+
+    def __init__(
+        self,
+        contextualizer: Contextualizer,
+        *,
+        total: int,
+        on_context: Callable[[int, int], None] | None,
+        on_warning: Callable[[str, str], None] | None,
+    ) -> None:
+        self.contextualizer = contextualizer
+        self.total = total
+        self.done = 0
+        self.on_context = on_context
+        self.on_warning = on_warning
+        if on_context:
+            on_context(0, total)
+
+    def write(self, batch: list[PreparedDoc]) -> None:
+        for doc in batch:
+            if doc.duplicate_of is not None:
+                continue
+            note = self.contextualizer.write(
+                doc, stored_contexts(self.contextualizer.db, doc), self._chunk_done
+            )
+            if note and self.on_warning:
+                self.on_warning(doc.result.path, note)
+
+    def _chunk_done(self) -> None:
+        self.done += 1
+        if self.on_context:
+            self.on_context(self.done, self.total)
+
+    def report(self, report: IngestReport) -> None:
+        stats = self.contextualizer.stats
+        report.contexts_written += stats.written
+        report.contexts_empty += stats.empty
+        report.contexts_missing += stats.missing
+        report.contexts_reused += stats.reused
+        report.context_seconds += round(stats.seconds, 3)

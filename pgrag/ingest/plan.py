@@ -1,5 +1,7 @@
 """Planning an ingest: which documents changed, which are copies of another, and the chunks of
-each one to write (with the heading context each chunk is embedded with)."""
+each one to write (with the heading context each chunk is embedded with). A contextual ingest
+(:mod:`pgrag.ingest.contextual`) also rewrites an unchanged document whose chunks lack the
+context lines of its current version."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.report import FileResult, IngestReport
 from pgrag.text.chunking import CONTEXT_TOKENS, Chunk, chunk_text, markdown_headings
+from pgrag.text.vector_text import CONTEXT_LINE_TOKENS, vector_text
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -30,9 +33,25 @@ class PreparedChunk:
     text: str
     section: str | None
     token_count: int
-    content_hash: str  # of the embedded text: heading context + chunk text
+    content_hash: str  # of the embedded text: heading context (+ context line) + chunk text
     embed_text: str
     page: int | None = None  # PDF: the page the chunk is on (chunks never span pages)
+    heading: str = ""  # the heading context as embedded (the section, cut short)
+    # Contextual ingest: the model's line situating the chunk in its document, and the content
+    # hash of the document version it was asked for (None: never asked).
+    context: str | None = None
+    context_for: str | None = None
+
+    def set_context(
+        self, context: str | None, asked_for: str, counter: TokenCounter, max_tokens: int
+    ) -> None:
+        """Give the chunk its context line (None: the model gave none of use) for the document
+        version ``asked_for``; its embedded text and content hash follow."""
+        self.context, self.context_for = context, asked_for
+        self.embed_text = vector_text(
+            self.heading, self.text, context, counter, max_tokens, self.token_count
+        )
+        self.content_hash = hashlib.sha256(self.embed_text.encode()).hexdigest()
 
 
 @dataclass
@@ -54,11 +73,15 @@ def plan(
     on_error: Callable[[str, str], None] | None,
     principals: list[str] | None = None,
     on_warning: Callable[[str, str], None] | None = None,
+    contextual: bool = False,
 ) -> tuple[list[PreparedDoc], list[int]]:
     """The documents to write, and the ids of stored ones whose access alone changes. A file
     the walk skipped with a reason (:class:`~pgrag.errors.SkippedInput`) is reported as
     "skipped" through ``on_warning``; one that cannot be used as "failed" through
-    ``on_error``."""
+    ``on_error``. ``contextual``: chunked with room for a context line, and an unchanged
+    document some of whose chunks have no context for its current version is rewritten
+    (status "updated"); without it, a changed document that had contexts is warned about
+    (its new chunks have none)."""
     docs: list[PreparedDoc] = []
     access: list[int] = []
     seen: set[str] = set()
@@ -79,7 +102,7 @@ def plan(
         )
         return doc
 
-    limit, overlap = chunk_limits(coll, embedder)
+    limit, overlap = chunk_limits(coll, embedder, contextual)
     for label, item in items:
         if isinstance(item, SkippedInput):
             report.files.append(FileResult(label, "skipped", reason=str(item)))
@@ -97,8 +120,21 @@ def plan(
             if coll is not None:
                 with transaction(db) as conn:
                     row = conn.execute(
-                        Q.document_by_source, {"collection_id": coll.id, "source": file.source}
+                        Q.document_by_source,
+                        {
+                            "collection_id": coll.id,
+                            "source": file.source,
+                            "contextual": contextual,
+                        },
                     ).fetchone()
+            if row is not None and row[1] == file.content_hash and row[3] and file.stream is None:
+                # Unchanged, but some of its chunks have no context for this version yet (a
+                # plain ingest wrote them, or the model failed): rewritten with contexts; those
+                # it has are kept (pgrag.ingest.contextual reads them back).
+                doc = prepare(file, label, row[0])
+                doc.result.reason = "contexts to write"
+                docs.append(doc)
+                continue
             if row is not None and row[1] == file.content_hash:
                 if principals is not None and set(principals) != set(row[2]):
                     access.append(row[0])
@@ -106,6 +142,12 @@ def plan(
                 else:
                     report.files.append(FileResult(label, "unchanged"))
                 continue
+            if row is not None and row[4] and on_warning:
+                on_warning(
+                    label,
+                    "changed: its chunks had context lines, and are rewritten without them"
+                    " (ingest with --contextual to write them again)",
+                )
             original = None
             if row is None:
                 # A new location of content the collection holds (or this run writes) with the
@@ -172,12 +214,16 @@ def plan(
     return docs, access
 
 
-def chunk_limits(coll: Collection | None, embedder: Embedder) -> tuple[int, int]:
+def chunk_limits(
+    coll: Collection | None, embedder: Embedder, contextual: bool = False
+) -> tuple[int, int]:
     """(chunk size, overlap) in the model's tokens: the collection's, within what the model
-    reads once the heading context is put in front."""
+    reads once the heading context (and, ``contextual``, room for a context line:
+    :data:`~pgrag.text.vector_text.CONTEXT_LINE_TOKENS`) is put in front."""
     chunk_tokens = coll.chunk_tokens if coll else DEFAULT_CHUNK_TOKENS
     chunk_overlap = coll.chunk_overlap if coll else DEFAULT_CHUNK_OVERLAP
-    limit = min(chunk_tokens, embedder.max_tokens - 2 - CONTEXT_TOKENS)
+    room = CONTEXT_TOKENS + (CONTEXT_LINE_TOKENS if contextual else 0)
+    limit = max(8, min(chunk_tokens, embedder.max_tokens - 2 - room))
     return limit, min(chunk_overlap, limit - 1)
 
 
@@ -255,4 +301,5 @@ def prepare_chunk(
         content_hash=hashlib.sha256(embed_text.encode()).hexdigest(),
         embed_text=embed_text,
         page=page,
+        heading=heading,
     )

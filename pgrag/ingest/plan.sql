@@ -1,7 +1,15 @@
 -- name: document_by_source
--- The stored document of a source in a collection, if any.
-SELECT id, content_hash, principals FROM pgrag.documents
- WHERE collection_id = %(collection_id)s AND source = %(source)s;
+-- The stored document of a source in a collection, if any; for a contextual ingest whether
+-- some of its chunks have no context for its current version, else whether any has one.
+SELECT d.id, d.content_hash, d.principals,
+       %(contextual)s::boolean AND EXISTS (
+           SELECT 1 FROM pgrag.chunks c
+            WHERE c.document_id = d.id AND c.context_for IS DISTINCT FROM d.content_hash),
+       NOT %(contextual)s::boolean AND EXISTS (
+           SELECT 1 FROM pgrag.chunks c
+            WHERE c.document_id = d.id AND c.context_for IS NOT NULL)
+  FROM pgrag.documents d
+ WHERE d.collection_id = %(collection_id)s AND d.source = %(source)s;
 
 -- name: originals
 -- Stored documents with this content that a copy may point to, with their readers.

@@ -27,6 +27,7 @@ Q = queries.load(__name__)
 # The types of copy_chunks' columns, in order.
 _CHUNK_TYPES = [
     "int8", "int8", "int4", "int4", "text", "text", "int4", "int4", "text", "text[]", "text",
+    "text", "text",
 ]  # fmt: skip
 
 
@@ -230,6 +231,8 @@ def chunk_row(
         chunk.content_hash,
         principals,
         coll.text_config,
+        chunk.context,
+        chunk.context_for,
     )
 
 
@@ -237,9 +240,10 @@ def replace_document(
     conn: Any, coll: Collection, doc: PreparedDoc, principals: list[str] | None
 ) -> tuple[int, list[str], set[int]]:
     """Insert or update the document's row, and make its stored chunks the prepared ones: a
-    chunk whose embedded text and page are unchanged keeps its row (and id, and vector), moved
-    to its new position; the others are deleted (an identical document elsewhere inherits them
-    all first). Returns the document's id, its stored readers and the ordinals kept."""
+    chunk whose embedded text, page and context line are unchanged keeps its row (and id, and
+    vector), moved to its new position (a context line asked again for this version says so:
+    context_for); the others are deleted (an identical document elsewhere inherits them all
+    first). Returns the document's id, its stored readers and the ordinals kept."""
     from psycopg.types.json import Jsonb
 
     f = doc.file
@@ -264,18 +268,25 @@ def replace_document(
             Q.hand_over, {"document_id": doc_id, "collection_id": coll.id, "source": f.source}
         )
     keep: dict[int, int] = {}  # chunk id -> its new ordinal
+    asked: list[int] = []  # kept chunks whose context line was asked for this version
     if doc.replaces is not None and doc.streamed is None:
-        # (The section too: the embedded text holds only its first 32 tokens.)
-        stored: dict[tuple[str, int | None, str | None], list[int]] = {}
-        for chunk_id, content_hash, page, section in conn.execute(
+        # (The section too: the embedded text holds only its first 32 tokens; and the context
+        # line, which the embedded text may hold only part of.)
+        stored: dict[tuple[str, int | None, str | None, str | None], list[int]] = {}
+        for chunk_id, content_hash, page, section, context in conn.execute(
             Q.stored_chunks, {"document_id": doc_id}
         ).fetchall():
-            stored.setdefault((content_hash, page, section), []).append(chunk_id)
+            stored.setdefault((content_hash, page, section, context), []).append(chunk_id)
         for ordinal, chunk in enumerate(doc.chunks):
-            same = stored.get((chunk.content_hash, chunk.page, chunk.section))
+            same = stored.get((chunk.content_hash, chunk.page, chunk.section, chunk.context))
             if same:
-                keep[same.pop(0)] = ordinal
+                kept_id = same.pop(0)
+                keep[kept_id] = ordinal
+                if chunk.context_for is not None:
+                    asked.append(kept_id)
     conn.execute(Q.delete_chunks_except, {"document_id": doc_id, "keep": list(keep)})
+    if asked:
+        conn.execute(Q.contexts_asked_for, {"ids": asked, "content_hash": f.content_hash})
     if keep:
         # In two steps, as (document, ordinal) is unique: out of the way, then into place.
         conn.execute(Q.park_ordinals, {"ids": list(keep)})

@@ -54,8 +54,13 @@ SELECT pgrag.documents_hand_over(%(document_id)s, %(collection_id)s, %(source)s)
 
 -- name: stored_chunks
 -- A document's stored chunks, in order: what identifies each one's content.
-SELECT id, content_hash, page, section FROM pgrag.chunks
+SELECT id, content_hash, page, section, context FROM pgrag.chunks
  WHERE document_id = %(document_id)s ORDER BY ordinal;
+
+-- name: contexts_asked_for
+-- Kept chunks whose context line (or its absence) was asked for this document version.
+UPDATE pgrag.chunks SET context_for = %(content_hash)s
+ WHERE id = ANY (%(ids)s) AND context_for IS DISTINCT FROM %(content_hash)s;
 
 -- name: delete_chunks_except
 -- Delete a document's chunks but those kept.
@@ -75,7 +80,8 @@ UPDATE pgrag.chunks c SET ordinal = m.ordinal
 -- A session-private table shaped like the chunk columns ingest writes, emptied at each commit.
 CREATE TEMP TABLE IF NOT EXISTS pgrag_staging_chunks ON COMMIT DELETE ROWS AS
 SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,
-       content_hash, principals, text_config FROM pgrag.chunks WITH NO DATA;
+       content_hash, principals, text_config, context, context_for FROM pgrag.chunks
+  WITH NO DATA;
 
 -- name: staging_vectors_table
 -- A session-private table shaped like the vector columns ingest writes, emptied at each commit.
@@ -85,7 +91,7 @@ SELECT model_id, chunk_id, embedding FROM pgrag.chunk_embeddings WITH NO DATA;
 -- name: copy_chunks
 -- Chunks into the staging table, in binary.
 COPY pgrag_staging_chunks (id, document_id, collection_id, ordinal, content,
-     section, page, token_count, content_hash, principals, text_config)
+     section, page, token_count, content_hash, principals, text_config, context, context_for)
 FROM STDIN (FORMAT BINARY);
 
 -- name: copy_vectors
@@ -95,9 +101,9 @@ COPY pgrag_staging_vectors (model_id, chunk_id, embedding) FROM STDIN (FORMAT BI
 -- name: insert_staged_chunks
 -- The staged chunks into pgrag.chunks (through its row-level security policies).
 INSERT INTO pgrag.chunks (id, document_id, collection_id, ordinal, content, section,
-       page, token_count, content_hash, principals, text_config)
+       page, token_count, content_hash, principals, text_config, context, context_for)
 SELECT id, document_id, collection_id, ordinal, content, section, page, token_count,
-       content_hash, principals, text_config FROM pgrag_staging_chunks;
+       content_hash, principals, text_config, context, context_for FROM pgrag_staging_chunks;
 
 -- name: insert_staged_vectors
 -- The staged vectors into pgrag.chunk_embeddings.

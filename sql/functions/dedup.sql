@@ -77,9 +77,11 @@ BEGIN
              SELECT c.* FROM pgrag.chunks c WHERE c.document_id = v_original),
          copied AS (
              INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, section,
-                                       page, token_count, content_hash, principals, text_config)
+                                       page, token_count, content_hash, principals, text_config,
+                                       context, context_for)
              SELECT p_document_id, s.collection_id, s.ordinal, s.content, s.section, s.page,
-                    s.token_count, s.content_hash, s.principals, s.text_config
+                    s.token_count, s.content_hash, s.principals, s.text_config, s.context,
+                    s.context_for
                FROM source_chunks s
              RETURNING id, ordinal),
          vectors AS (

@@ -18,10 +18,27 @@
 -- caller's visible chunks and never reveal a hidden one. A change of a chunk's access moves its
 -- postings and statistics.
 --
--- Term frequency and length come from the stored tsvector (pgrag.chunk_tsvector: stop words
--- removed, words stemmed; the section path counts as text): tf = the lexeme's positions, length =
--- all positions. A tsvector keeps at most 255 positions per lexeme, so tf saturates there, where
--- BM25 has long since saturated anyway.
+-- Term frequency and length come from the chunk's words (pgrag.chunk_words: the stored
+-- tsvector, pgrag.chunk_tsvector, with the words of the chunk's context line, if it has one;
+-- stop words removed, words stemmed; the section path counts as text): tf = the lexeme's
+-- positions, length = all positions. A tsvector keeps at most 255 positions per lexeme, so tf
+-- saturates there, where BM25 has long since saturated anyway.
+CREATE OR REPLACE FUNCTION pgrag.chunk_words(tsv tsvector, config text, context text)
+RETURNS tsvector
+LANGUAGE sql
+IMMUTABLE
+PARALLEL SAFE
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    -- (A chunk without a context keeps exactly its stored tsvector, so the index of chunks
+    -- written before contexts existed needs no rebuild.)
+    SELECT CASE WHEN coalesce(context, '') = '' THEN tsv
+                ELSE tsv || to_tsvector(config::regconfig, context) END
+$fn$;
+
+COMMENT ON FUNCTION pgrag.chunk_words(tsvector, text, text) IS
+    'The words the keyword index holds for a chunk: its stored tsvector and its context line.';
+
 CREATE OR REPLACE FUNCTION pgrag.keyword_sync() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
@@ -38,30 +55,37 @@ DECLARE
     v_new_acls         integer[];
     v_new_tsv          tsvector[];
 BEGIN
-    -- What leaves and what enters, as a set difference on (id, collection, access, words): it holds
-    -- for any UPDATE, including one that changes ids, and for INSERT ... ON CONFLICT, MERGE or
-    -- a row matched twice. An UPDATE that leaves all four alone touches nothing.
+    -- What leaves and what enters, as a set difference on (id, collection, access, words: the
+    -- stored tsvector and the context line): it holds for any UPDATE, including one that
+    -- changes ids, and for INSERT ... ON CONFLICT, MERGE or a row matched twice. An UPDATE
+    -- that leaves all four alone touches nothing.
     IF TG_OP = 'DELETE' THEN
-        SELECT array_agg(o.collection_id), array_agg(o.id), array_agg(o.acl_id), array_agg(o.tsv)
+        SELECT array_agg(o.collection_id), array_agg(o.id), array_agg(o.acl_id),
+               array_agg(pgrag.chunk_words(o.tsv, o.text_config, o.context))
           INTO v_gone_collections, v_gone_ids, v_gone_acls, v_gone_tsv
           FROM old_rows o;
     ELSIF TG_OP = 'INSERT' THEN
-        SELECT array_agg(n.collection_id), array_agg(n.id), array_agg(n.acl_id), array_agg(n.tsv)
+        SELECT array_agg(n.collection_id), array_agg(n.id), array_agg(n.acl_id),
+               array_agg(pgrag.chunk_words(n.tsv, n.text_config, n.context))
           INTO v_new_collections, v_new_ids, v_new_acls, v_new_tsv
           FROM new_rows n;
     ELSE
-        SELECT array_agg(o.collection_id), array_agg(o.id), array_agg(o.acl_id), array_agg(o.tsv)
+        SELECT array_agg(o.collection_id), array_agg(o.id), array_agg(o.acl_id),
+               array_agg(pgrag.chunk_words(o.tsv, o.text_config, o.context))
           INTO v_gone_collections, v_gone_ids, v_gone_acls, v_gone_tsv
           FROM old_rows o
          WHERE NOT EXISTS (SELECT 1 FROM new_rows n
                             WHERE n.id = o.id AND n.collection_id = o.collection_id
-                              AND n.acl_id = o.acl_id AND n.tsv = o.tsv);
-        SELECT array_agg(n.collection_id), array_agg(n.id), array_agg(n.acl_id), array_agg(n.tsv)
+                              AND n.acl_id = o.acl_id AND n.tsv = o.tsv
+                              AND n.context IS NOT DISTINCT FROM o.context);
+        SELECT array_agg(n.collection_id), array_agg(n.id), array_agg(n.acl_id),
+               array_agg(pgrag.chunk_words(n.tsv, n.text_config, n.context))
           INTO v_new_collections, v_new_ids, v_new_acls, v_new_tsv
           FROM new_rows n
          WHERE NOT EXISTS (SELECT 1 FROM old_rows o
                             WHERE o.id = n.id AND o.collection_id = n.collection_id
-                              AND o.acl_id = n.acl_id AND o.tsv = n.tsv);
+                              AND o.acl_id = n.acl_id AND o.tsv = n.tsv
+                              AND o.context IS NOT DISTINCT FROM n.context);
     END IF;
 
     IF v_gone_ids IS NOT NULL THEN

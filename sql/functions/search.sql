@@ -816,7 +816,8 @@ BEGIN
                FROM (SELECT u.lexeme FROM unnest(to_tsvector('simple'::regconfig, query_text)) u
                       ORDER BY u.lexeme LIMIT 100) u),
          -- The chunks read: the first fallback_chunks the caller may see and the filter admits,
-         -- each with the numbers of the words its section or text contains, as whole words
+         -- each with the numbers of the words its section, context line or text contains, as
+         -- whole words
          -- ('simple' lexemes of the chunk: one parse of the chunk, whatever the words, never
          -- a pattern per word). Each chunk read checks the search's time limit.
          sample AS MATERIALIZED (
@@ -827,7 +828,8 @@ BEGIN
                JOIN pgrag.documents d ON d.id = c.document_id
               CROSS JOIN LATERAL (
                     SELECT tsvector_to_array(to_tsvector('simple'::regconfig,
-                               coalesce(c.section, '') || ' ' || c.content)) AS lexemes
+                               coalesce(c.section, '') || ' ' || coalesce(c.context, '') || ' '
+                               || c.content)) AS lexemes
                     OFFSET 0) l  -- (parsed once per chunk, not once per word)
               WHERE c.collection_id = v_collection_id
                 AND (v_acls IS NULL OR c.acl_id = ANY (v_acls) AND d.acl_id = ANY (v_acls))

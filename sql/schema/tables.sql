@@ -106,6 +106,11 @@ CREATE TABLE pgrag.chunks (
                       pgrag.chunk_tsvector(text_config, section, content)
                   ) STORED,
     acl_id        integer NOT NULL,          -- the document's, set by a trigger
+    -- Contextual retrieval (migration 0014): a line a language model wrote to situate the
+    -- chunk in its document, embedded and keyword-indexed with it (pgrag.chunk_words), and
+    -- the content hash of the document version it was asked for (NULL: never asked).
+    context       text,
+    context_for   text,
     UNIQUE (document_id, ordinal)
 );
 CREATE INDEX chunks_tsv_idx ON pgrag.chunks USING gin (tsv);

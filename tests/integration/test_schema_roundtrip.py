@@ -55,6 +55,10 @@ COUNTS = {
         "SELECT count(*) FROM pgrag.keyword_postings"
         " WHERE abs(impact - tf / (tf + 1.5 * (0.25 + 0.75 * dl / 7.5))) < 1e-6"
     ),
+    "contexts": "SELECT count(*) FROM pgrag.chunks WHERE context = 'Zyxwv quokka context line.'",
+    "postings of a context word": (
+        "SELECT count(*) FROM pgrag.keyword_postings WHERE lexeme = 'quokka'"
+    ),
 }
 # What does not exist at an earlier revision is not counted there.
 SINCE = {
@@ -71,6 +75,8 @@ SINCE = {
     "bodies": "0008",
     "thresholds": "0009",
     "answer checks": "0009",
+    "contexts": "0014",
+    "postings of a context word": "0002",
 }
 
 
@@ -137,6 +143,12 @@ def populated(db: pgrag.Database, corpus: Path, admin_dsn: str) -> str:
             "INSERT INTO pgrag.queries (question, principals, checks)"
             " VALUES ('q', '{public}', '{\"confidence\": 0.5}')"
         )
+        # A chunk's context line (contextual ingest), in the keyword index with it.
+        conn.execute(
+            "UPDATE pgrag.chunks c SET context = 'Zyxwv quokka context line.',"
+            " context_for = d.content_hash FROM pgrag.documents d"
+            " WHERE d.id = c.document_id AND c.id = (SELECT min(id) FROM pgrag.chunks)"
+        )
     return db.dsn
 
 
@@ -149,6 +161,7 @@ def test_a_round_trip_to_0001_loses_nothing_an_upgrade_can_restore(populated: st
     assert before["answer checks"] == 1 and before["orphaned vectors"] == 0
     assert before["keyword calibrations"] == 1
     assert before["impacts at the calibration"] == before["postings"] > 0
+    assert before["contexts"] == before["postings of a context word"] == 1
 
     # Named first, and refused without confirmation: nothing changes.
     with pytest.raises(InputError) as refused:
