@@ -298,3 +298,18 @@ def test_a_reply_with_nothing_usable_gives_a_reason(
     llm.reply = reply
     generated, problem = generate(client(llm), QueryRewrite(method), QUESTION)
     assert generated == [] and problem is not None and problem.startswith(says)
+
+
+# --- the command line, before any database ----------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["search", "ask"])
+def test_a_remote_service_does_not_rewrite(command: str) -> None:
+    from click.testing import CliRunner
+
+    from pgrag.cli import cli
+
+    env = {"PGRAG_URL": "http://127.0.0.1:9", "PGRAG_DSN": None}
+    result = CliRunner().invoke(cli, [command, QUESTION, "--rewrite", "hyde"], env=env)
+    assert result.exit_code == 2, result.output
+    assert "--rewrite with PGRAG_URL: the service does not rewrite queries" in result.stderr
