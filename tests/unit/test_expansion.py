@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,9 +25,10 @@ from pgrag.retrieval.expansion import (
     generate,
     multi_messages,
     parse_paraphrases,
+    rewrite_client,
 )
 from pgrag.retrieval.search import SearchResult, embedded_texts, mean_vector
-from tests.fakes import LLMServer
+from tests.fakes import LLMServer, StandInLlama
 
 QUESTION = "When was the University of Chicago founded?"
 
@@ -313,3 +315,25 @@ def test_a_remote_service_does_not_rewrite(command: str) -> None:
     result = CliRunner().invoke(cli, [command, QUESTION, "--rewrite", "hyde"], env=env)
     assert result.exit_code == 2, result.output
     assert "--rewrite with PGRAG_URL: the service does not rewrite queries" in result.stderr
+
+
+def test_a_local_model_rewrites_with_its_tokens_capped(
+    gguf_file: Path, stand_in: type[StandInLlama]
+) -> None:
+    # PGRAG_LLM_GGUF, as the benchmark runs it: the model is loaded once, and each rewrite's
+    # call is capped (80 tokens for a passage, 40 per paraphrase) whatever ask's cap is.
+    from pgrag.llm.local import LocalChatClient, LocalLLMConfig
+
+    config = LocalLLMConfig(model_path=gguf_file)
+
+    # (No connection: it is read only when neither the rewrite nor ask names a model.)
+    hyde = rewrite_client(None, QueryRewrite("hyde"), config)  # type: ignore[arg-type]
+    multi = rewrite_client(None, QueryRewrite("multi"), config)  # type: ignore[arg-type]
+    assert isinstance(hyde, LocalChatClient) and isinstance(multi, LocalChatClient)
+    assert len(stand_in.loads) == 1
+    stand_in.reply = "The University of Chicago was founded in 1890."
+    assert generate(hyde, QueryRewrite("hyde"), QUESTION) == ([stand_in.reply], None)
+    generate(multi, QueryRewrite("multi"), QUESTION)
+    calls = hyde.model.calls
+    assert [c["max_tokens"] for c in calls] == [HYDE_TOKENS, 3 * PARAPHRASE_TOKENS]
+    assert all(c["stream"] is False for c in calls)
