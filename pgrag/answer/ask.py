@@ -47,6 +47,14 @@ from pgrag.retrieval.confidence import (
     retrieval_confidence,
     threshold_for,
 )
+from pgrag.retrieval.expansion import (
+    Chat,
+    Expanded,
+    QueryRewrite,
+    as_rewrite,
+    expanded_search,
+    rewrite_client,
+)
 from pgrag.retrieval.search import check_text, search
 from pgrag.retrieval.sections import widen
 from pgrag.text.tokens import generator_counter
@@ -74,6 +82,7 @@ def ask(
     principals: Sequence[str] | None = None,
     context: str = "chunk",
     min_confidence: float | Configured | None = "configured",
+    rewrite: str | QueryRewrite | None = None,
     conversation_id: str | None = None,
     history: Sequence[Mapping[str, Any]] | None = None,
     owner: str | None = None,
@@ -90,6 +99,16 @@ def ask(
     the answer is built only from passages they (or public) may read. ``context="section"``
     is small-to-big retrieval: each retrieved chunk is handed to the prompt as its whole
     section (:mod:`pgrag.retrieval.sections`), within the same token budget.
+
+    ``rewrite`` (``"hyde"``, ``"multi"`` or a :class:`pgrag.retrieval.expansion.QueryRewrite`)
+    has a language model rewrite the query before it is searched: the rewrite's own ``llm``,
+    else the generator, else the connection's configured model (so the offline reader, with
+    ``llm=None``, can read passages a rewrite found). What it wrote is in
+    ``answer.expansion``; a failed rewrite searches the question as asked, with a warning in
+    ``answer.warnings``. Whether to abstain is still decided on the question's own search,
+    which the threshold was calibrated on, and made first: a rewrite changes what the
+    generator reads, not when ``ask`` says it does not know, and no model is asked to rewrite
+    a question ``ask`` abstains on.
 
     When the retrieval confidence (:mod:`pgrag.retrieval.confidence`) is below
     ``min_confidence`` the answer is an abstention and no generator is asked. By default the
@@ -126,6 +145,7 @@ def ask(
     if style not in STYLES:
         raise InputError(f"style must be one of {', '.join(map(repr, STYLES))}, got {style!r}")
     config = _generator(db, llm)
+    rewriting = as_rewrite(rewrite)
     stored, earlier = _conversation(db, collection, conversation_id, history, owner)
     model = collection_model(db, collection)
     threshold, threshold_from = _threshold(db, model, min_confidence)
@@ -140,14 +160,15 @@ def ask(
         generator = config.label
     elif config is not None:
         client, generator = ChatClient(config), label(config)
+    expander = None if rewriting is None else rewrite_client(db, rewriting, config)
     if principals is None:
         principals = db.principals
     t_rewrite = time.perf_counter()
     before = [t.for_rewrite() for t in earlier]
-    rewrite = standalone_query(question, before, _rewriter(config, client))
+    followup = standalone_query(question, before, _rewriter(config, client))
     if earlier:
         timings["rewrite_ms"] = round((time.perf_counter() - t_rewrite) * 1000, 2)
-    query = rewrite.standalone
+    query = followup.standalone
     results = search(
         db,
         query,
@@ -157,12 +178,29 @@ def ask(
         timings=timings,
         principals=principals,
     )
-    passages = widen(db, results, principals=principals) if context == "section" else results
     measured = retrieval_confidence(
         query, results, model[1] if model else configured_embedder(db).distance
     )
     confidence = measured.value if measured else None
     doubtful = threshold is not None and confidence is not None and confidence < threshold
+    expansion: dict[str, Any] | None = None
+    warnings: list[str] = []
+    if rewriting is not None and expander is not None:
+        # Only for an answer the generator will write: an abstention asks no model.
+        expansion = {
+            "method": rewriting.method,
+            "generated": [],
+            "fallback": False,
+            "skipped": True,
+        }
+        if results and not doubtful:
+            expanded, spent = _rewritten(
+                db, query, rewriting, expander, collection, k, reranker, principals
+            )
+            results, expansion, warnings = expanded.results, expanded.to_dict(), expanded.warnings
+            for name, value in spent.items():
+                timings[name] = round(timings.get(name, 0.0) + value, 2)
+    passages = widen(db, results, principals=principals) if context == "section" else results
     # The budget is counted in the generator's own tokens when known.
     count, tokenizer = budget_counter(db, config, client)
     kept = fit_budget(passages, budget_tokens, count)
@@ -230,8 +268,10 @@ def ask(
         threshold=threshold,
         threshold_from=threshold_from,
         tokenizer=tokenizer,
+        warnings=warnings,
+        expansion=expansion,
         standalone_query=query,
-        rewrite=rewrite.method if earlier else None,
+        rewrite=followup.method if earlier else None,
         short_answer=short,
         retried=retried,
     )
@@ -239,8 +279,34 @@ def ask(
     if log:
         log_answer(db, collection, answer, results, principals)
     if conversation_id is not None:
-        answer.conversation_id = _remember(db, collection, stored, earlier, rewrite, answer, owner)
+        answer.conversation_id = _remember(db, collection, stored, earlier, followup, answer, owner)
     return answer
+
+
+def _rewritten(
+    db: Database,
+    query: str,
+    rewriting: QueryRewrite,
+    client: Chat,
+    collection: str,
+    k: int,
+    reranker: Reranker | None,
+    principals: Sequence[str] | None,
+) -> tuple[Expanded, dict[str, float]]:
+    """The rewritten search whose passages the generator reads, and its timings."""
+    spent: dict[str, float] = {}
+    expanded = expanded_search(
+        db,
+        query,
+        rewriting,
+        client=client,
+        collection=collection,
+        k=k,
+        reranker=reranker,
+        timings=spent,
+        principals=principals,
+    )
+    return expanded, spent
 
 
 def _conversation(

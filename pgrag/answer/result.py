@@ -42,6 +42,10 @@ class Answer:
     tokenizer: str = ""
     # What went wrong around the answer without changing it (e.g. it could not be logged).
     warnings: list[str] = field(default_factory=list)
+    # The query rewrite ask(rewrite=...) searched with (pgrag.retrieval.expansion): its method,
+    # what the model wrote (a passage, or paraphrases) and whether it fell back to the
+    # question as asked. None without one. (Not ``rewrite``: that is a follow-up's, below.)
+    expansion: dict[str, Any] | None = None
     # What was searched, put in the prompt and logged: the question, or the standalone query a
     # follow-up was rewritten into (pgrag.answer.rewrite); how ("heuristic", "llm",
     # "unchanged"; None: no earlier turns); and the stored conversation the answer is a turn of.
@@ -89,6 +93,7 @@ class Answer:
             "threshold_from": self.threshold_from,
             "tokenizer": self.tokenizer,
             "warnings": self.warnings,
+            "expansion": self.expansion,
             "standalone_query": self.standalone_query,
             "rewrite": self.rewrite,
             "conversation_id": self.conversation_id,
@@ -103,6 +108,7 @@ class Answer:
             "threshold": self.threshold,
             "threshold_from": self.threshold_from,
             "invalid_citations": self.invalid_citations,
+            **({"expansion": self.expansion} if self.expansion is not None else {}),
             "sentences": self.sentences,
             "faithfulness": self.faithfulness,
             "tokenizer": self.tokenizer,

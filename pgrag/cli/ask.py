@@ -18,7 +18,9 @@ from pgrag.cli.options import (
     json_option,
     place,
     principal_option,
+    query_rewrite,
     reranker_option,
+    rewrite_options,
     state,
     stdout_is_terminal,
 )
@@ -63,6 +65,7 @@ from pgrag.retrieval.rerank import reranker_from_settings
 @principal_option
 @json_option
 @reranker_option
+@rewrite_options
 @click.pass_context
 def ask(
     ctx: click.Context,
@@ -80,6 +83,8 @@ def ask(
     agentic: bool = False,
     max_steps: int = 3,
     min_confidence: str | None = None,
+    rewrite: str | None = None,
+    paraphrases: int = 3,
 ) -> None:
     """Answer a question, citing numbered sources.
 
@@ -90,9 +95,11 @@ def ask(
     With PGRAG_URL set (and no --dsn), a running `pgrag serve` answers, with its generator and
     as PGRAG_API_KEY's principals: nothing is loaded here (docs/serve.md).
     """
+    rewriting = query_rewrite(ctx, rewrite, paraphrases)
     service = remote.client(ctx)
     if service is not None:
         for given, option, why in (
+            (rewriting is not None, "--rewrite", "the service does not rewrite queries"),
             (agentic, "--agentic", "the service's /v1/ask does not search again"),
             (show_prompt, "--show-prompt", "the prompt stays on the service"),
             (bool(principals), "--principal", "the service reads as its API key's principals"),
@@ -116,6 +123,10 @@ def ask(
             raise click.UsageError(
                 "--agentic does not take --reranker, --context or --min-confidence: the model"
                 " may search again, so a weak first search does not stop it"
+            )
+        if rewriting is not None:
+            raise click.UsageError(
+                "--agentic does not take --rewrite: the model writes its own searches"
             )
         result = ask_agentic(
             database(ctx),
@@ -170,6 +181,7 @@ def ask(
         log=not no_log,
         principals=list(principals) if principals else None,
         context=context,
+        rewrite=rewriting,
         **extra,
     )
     _show_answer(answer, as_json=as_json, show_prompt=show_prompt, streamed=streamed)

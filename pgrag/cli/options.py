@@ -220,6 +220,38 @@ def mmr_option(f: F) -> F:
     )(f)
 
 
+def rewrite_options(f: F) -> F:
+    """``--rewrite hyde|multi`` and ``--paraphrases N``; the command passes them to
+    :func:`query_rewrite`."""
+    f = click.option(
+        "--paraphrases",
+        type=click.IntRange(1, 10),
+        default=3,
+        show_default=True,
+        help="With --rewrite multi: how many paraphrases the model writes.",
+    )(f)
+    return click.option(
+        "--rewrite",
+        type=click.Choice(["hyde", "multi"]),
+        help="Have the language model (PGRAG_LLM_BASE_URL or PGRAG_LLM_GGUF) rewrite the query"
+        " first: hyde writes a passage that would answer it, and the vector arm searches with"
+        " that; multi writes paraphrases, and their searches are fused. One model call per"
+        " query; off by default (docs/search.md).",
+    )(f)
+
+
+def query_rewrite(ctx: click.Context, rewrite: str | None, paraphrases: int) -> Any:
+    """The :class:`pgrag.retrieval.expansion.QueryRewrite` the options ask for, or None."""
+    given = ctx.get_parameter_source("paraphrases") is ParameterSource.COMMANDLINE
+    if given and rewrite != "multi":
+        raise click.UsageError("--paraphrases is for --rewrite multi")
+    if rewrite is None:
+        return None
+    from pgrag.retrieval.expansion import QueryRewrite
+
+    return QueryRewrite(rewrite, paraphrases=paraphrases)
+
+
 def tuning_options(f: F) -> F:
     """search_v5's knobs; each left unset keeps the function's measured default (documented
     once, in docs/search.md, so that a default changes in sql/functions/search.sql and there).

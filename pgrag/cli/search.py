@@ -15,7 +15,9 @@ from pgrag.cli.options import (
     mmr_option,
     place,
     principal_option,
+    query_rewrite,
     reranker_option,
+    rewrite_options,
     search_settings,
     state,
     tuning_options,
@@ -60,6 +62,7 @@ from pgrag.retrieval.search import search_sql
 )
 @reranker_option
 @mmr_option
+@rewrite_options
 @tuning_options
 @json_option
 @click.pass_context
@@ -77,6 +80,8 @@ def search(
     principals: tuple[str, ...],
     as_json: bool,
     model_name: str | None = None,
+    rewrite: str | None = None,
+    paraphrases: int = 3,
     **tuning: Any,
 ) -> None:
     """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v5).
@@ -86,7 +91,15 @@ def search(
     """
     filt = _parse_filter(filter_json)
     settings = search_settings(tuning)
+    rewriting = query_rewrite(ctx, rewrite, paraphrases)
+    if rewriting is not None and show_sql:
+        raise click.UsageError(
+            "--sql prints one statement, and --rewrite has the model write the queries first;"
+            " drop one of them"
+        )
     service = None if show_sql else remote.client(ctx)  # (--sql prints, it needs no model)
+    if service is not None and rewriting is not None:
+        remote.refuse("--rewrite", "the service does not rewrite queries")
     if service is not None:
         results = _remote(
             ctx,
@@ -116,6 +129,22 @@ def search(
             )
         )
         return
+    elif rewriting is not None:
+        results = _rewritten(
+            ctx,
+            query,
+            rewriting,
+            collection=collection,
+            k=k,
+            mode=mode,
+            filter=filt,
+            settings=settings,
+            reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
+            mmr=mmr,
+            principals=list(principals) if principals else None,
+            model=model_name,
+            quiet=as_json,
+        )
     else:
         results = run_search(
             database(ctx),
@@ -145,6 +174,21 @@ def search(
         echo(f"   {r.source}", layout=False)
         snippet = " ".join(r.text.split())
         echo(f"   {snippet[:300]}{'…' if len(snippet) > 300 else ''}\n")
+
+
+def _rewritten(
+    ctx: click.Context, query: str, rewriting: Any, *, quiet: bool, **options: Any
+) -> list[Any]:
+    """The rewritten search's results; what the model wrote, and any fallback, on stderr."""
+    from pgrag.retrieval.expansion import expanded_search
+
+    expanded = expanded_search(database(ctx), query, rewriting, **options)
+    for warning in expanded.warnings:
+        echo(f"warning: {warning}", err=True, layout=False)
+    if not quiet:
+        for text in expanded.generated:
+            echo(f"{expanded.method}: {text}", err=True)
+    return expanded.results
 
 
 def _remote(

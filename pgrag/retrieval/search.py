@@ -17,7 +17,7 @@ from pgrag.db import principals as access
 from pgrag.db import queries
 from pgrag.db.connect import transaction
 from pgrag.embeddings.models import query_model
-from pgrag.embeddings.query_cache import embed_query
+from pgrag.embeddings.query_cache import check_query_vector, embed_query
 from pgrag.errors import CollectionNotFound, DatabaseError, InputError, PgragError
 from pgrag.retrieval.filter_values import check_filter_values
 from pgrag.retrieval.rerank import mmr as mmr_order
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from psycopg import sql
 
     from pgrag.db.connect import Database
+    from pgrag.retrieval.expansion import QueryRewrite
     from pgrag.retrieval.rerank import Reranker
 
 Q = queries.load(__name__)
@@ -207,6 +208,8 @@ def search(
     timings: dict[str, float] | None = None,
     principals: Sequence[str] | None = None,
     model: str | None = None,
+    embed_text: str | Sequence[str] | None = None,
+    rewrite: str | QueryRewrite | None = None,
 ) -> list[SearchResult]:
     """Ranked chunks for ``query``; ``mode`` is hybrid, keyword or vector.
 
@@ -223,25 +226,42 @@ def search(
     ``principals`` overrides the connection's (:func:`pgrag.connect`) for this call: only
     chunks they or public may read are searched, counted in BM25 statistics, or returned.
     ``filter`` is a metadata filter (docs/search.md#filters), applied inside the search.
+
+    ``embed_text`` is what the vector arm searches with when it is not ``query`` itself (the
+    keyword arm and a reranker always read ``query``): a text, or several texts whose
+    embeddings are averaged (HyDE's hypothetical passage and the question). Each text's
+    vector is cached as a question's is, under its own text, so a later search of ``query``
+    alone is not changed by it.
+
+    ``rewrite`` (``"hyde"``, ``"multi"`` or a :class:`pgrag.retrieval.expansion.QueryRewrite`)
+    has the configured language model rewrite the question first (docs/search.md, "Query
+    rewriting"); when the model fails, the question is searched as asked and a
+    :class:`pgrag.retrieval.expansion.RewriteWarning` says so.
     """
-    if mode not in MODES:
-        raise InputError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
-    if not query or not query.strip():
-        raise InputError("the search query is empty; pass some words to search for")
-    check_text(query, "the search query")
-    if len(query) > MAX_QUERY_CHARS:
-        raise InputError(
-            f"the search query is {len(query)} characters; the limit is {MAX_QUERY_CHARS}:"
-            " search with a shorter question"
+    if rewrite is not None:
+        if embed_text is not None:
+            raise InputError(
+                "pass embed_text or rewrite, not both: a rewrite chooses what to embed"
+            )
+        from pgrag.retrieval.expansion import search_rewritten
+
+        return search_rewritten(
+            db,
+            query,
+            rewrite,
+            collection=collection,
+            k=k,
+            mode=mode,
+            filter=filter,
+            settings=settings,
+            reranker=reranker,
+            mmr=mmr,
+            timings=timings,
+            principals=principals,
+            model=model,
         )
-    if not 1 <= k <= 1000:
-        raise InputError(f"k must be between 1 and 1000, got {k}")
-    if filter is not None and not isinstance(filter, dict):
-        raise InputError(f"filter must be a dict such as {{'team': 'billing'}}, got {filter!r}")
-    if filter is not None:
-        check_filter_values(filter, "filter")
-    if mmr is not None and not 0.0 <= mmr <= 1.0:
-        raise InputError(f"mmr must be between 0 and 1 (1 = relevance only), got {mmr}")
+    check_arguments(query, mode=mode, k=k, filter=filter, mmr=mmr)
+    embedded = embedded_texts(query, embed_text)
     from psycopg.types.json import Jsonb
 
     t0 = time.perf_counter()
@@ -257,7 +277,8 @@ def search(
             spec, embedder = resolved
             model_name, model_id = spec.name, spec.id
             readers = db.principals if principals is None else principals
-            embedding = embed_query(db, spec, embedder, query, readers)
+            vectors = [embed_query(db, spec, embedder, t, readers) for t in embedded]
+            embedding = vectors[0] if len(vectors) == 1 else mean_vector(vectors, embedder.name)
     t1 = time.perf_counter()
     fetch = candidates(k) if (reranker is not None or mmr is not None) else k
     with transaction(db) as conn:
@@ -277,7 +298,7 @@ def search(
     results = [SearchResult(*row) for row in rows]
     t2 = time.perf_counter()
     if reranker is not None:
-        results = _reranked(query, results, reranker, k if mmr is None else fetch)
+        results = reranked(query, results, reranker, k if mmr is None else fetch)
     t3 = time.perf_counter()
     if mmr is not None and results:
         results = _diversified(db, model_id, embedding, results, k, mmr)
@@ -290,14 +311,74 @@ def search(
     return results
 
 
+def check_arguments(
+    query: str, *, mode: str, k: int, filter: dict[str, Any] | None, mmr: float | None
+) -> None:
+    """What :func:`search` refuses before it embeds or asks anything: a one-line
+    :class:`InputError` for each bad argument."""
+    if mode not in MODES:
+        raise InputError(f"unknown search mode {mode!r}; use one of {', '.join(MODES)}")
+    if not query or not query.strip():
+        raise InputError("the search query is empty; pass some words to search for")
+    check_length(query, "the search query")
+    if not 1 <= k <= 1000:
+        raise InputError(f"k must be between 1 and 1000, got {k}")
+    if filter is not None and not isinstance(filter, dict):
+        raise InputError(f"filter must be a dict such as {{'team': 'billing'}}, got {filter!r}")
+    if filter is not None:
+        check_filter_values(filter, "filter")
+    if mmr is not None and not 0.0 <= mmr <= 1.0:
+        raise InputError(f"mmr must be between 0 and 1 (1 = relevance only), got {mmr}")
+
+
+def check_length(text: str, what: str) -> None:
+    """Valid text (:func:`check_text`) of at most :data:`MAX_QUERY_CHARS` characters."""
+    check_text(text, what)
+    if len(text) > MAX_QUERY_CHARS:
+        raise InputError(
+            f"{what} is {len(text)} characters; the limit is {MAX_QUERY_CHARS}:"
+            " search with a shorter question"
+        )
+
+
+def embedded_texts(query: str, embed_text: str | Sequence[str] | None) -> list[str]:
+    """The texts whose embeddings the vector arm searches with (see :func:`search`)."""
+    if embed_text is None:
+        return [query]
+    texts = [embed_text] if isinstance(embed_text, str) else list(embed_text)
+    if not texts:
+        raise InputError("embed_text is an empty list; pass a text to embed, or None")
+    for text in texts:
+        if not isinstance(text, str) or not text.strip():
+            raise InputError(f"embed_text holds {text!r}; each text to embed must have words")
+        check_length(text, "the text to embed")
+    return texts
+
+
+def mean_vector(vectors: Sequence[Any], model: str) -> Any:
+    """The mean of ``vectors``, scaled to their mean length (unit length for a normalised
+    model, the scale of its own vectors for any other)."""
+    import numpy as np
+
+    stacked = np.asarray(vectors, dtype=np.float64)
+    mean = stacked.mean(axis=0)
+    norm = float(np.linalg.norm(mean))
+    length = float(np.linalg.norm(stacked, axis=1).mean())
+    out = (mean * (length / norm) if norm > 0 else mean).astype(np.float32)
+    check_query_vector(out, model)
+    return out
+
+
 def candidates(k: int) -> int:
     """How many results a second stage (reranker, MMR) chooses its ``k`` from."""
     return min(1000, max(4 * k, 40))
 
 
-def _reranked(
+def reranked(
     query: str, results: list[SearchResult], reranker: Reranker, keep: int
 ) -> list[SearchResult]:
+    """The best ``keep`` of ``results`` by ``reranker``'s scores for ``query``, renumbered,
+    each with its score and a softmax over the scores as its probability."""
     ranked = rerank(query, results, reranker, top_k=keep)
     if not ranked:
         return []
