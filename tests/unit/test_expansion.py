@@ -318,7 +318,7 @@ def test_a_remote_service_does_not_rewrite(command: str) -> None:
 
 
 def test_a_local_model_rewrites_with_its_tokens_capped(
-    gguf_file: Path, stand_in: type[StandInLlama]
+    gguf_file: Path, stand_in: type[StandInLlama], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # PGRAG_LLM_GGUF, as the benchmark runs it: the model is loaded once, and each rewrite's
     # call is capped (80 tokens for a passage, 40 per paraphrase) whatever ask's cap is.
@@ -331,7 +331,8 @@ def test_a_local_model_rewrites_with_its_tokens_capped(
     multi = rewrite_client(None, QueryRewrite("multi"), config)  # type: ignore[arg-type]
     assert isinstance(hyde, LocalChatClient) and isinstance(multi, LocalChatClient)
     assert len(stand_in.loads) == 1
-    stand_in.reply = "The University of Chicago was founded in 1890."
+    # The stand-in is a class: its reply is set for this test only.
+    monkeypatch.setattr(stand_in, "reply", "The University of Chicago was founded in 1890.")
     assert generate(hyde, QueryRewrite("hyde"), QUESTION) == ([stand_in.reply], None)
     generate(multi, QueryRewrite("multi"), QUESTION)
     calls = hyde.model.calls
