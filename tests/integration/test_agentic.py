@@ -88,7 +88,8 @@ def test_the_step_limit_forces_an_answer(loaded: Any, llm: LLMServer) -> None:
     assert [("tools" in r.body) for r in llm.requests] == [True, True, False]
     assert got.timings["searches"] == 2
     # The forced answer ("x") cites nothing it was given: an abstention, with the reason.
-    assert got.abstained and "cites no source" in (got.reason or "")
+    assert got.abstained and got.raw_answer is not None, got.raw_answer
+    assert "cites no source" in (got.reason or "") or "no content" in (got.reason or ""), got.reason
 
 
 def test_bad_calls_go_back_to_the_model(loaded: Any, llm: LLMServer) -> None:
