@@ -129,36 +129,23 @@ def search(
             )
         )
         return
-    elif rewriting is not None:
-        results = _rewritten(
-            ctx,
-            query,
-            rewriting,
-            collection=collection,
-            k=k,
-            mode=mode,
-            filter=filt,
-            settings=settings,
-            reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
-            mmr=mmr,
-            principals=list(principals) if principals else None,
-            model=model_name,
-            quiet=as_json,
-        )
     else:
-        results = run_search(
-            database(ctx),
-            query,
-            collection=collection,
-            k=k,
-            mode=mode,
-            filter=filt,
-            settings=settings,
-            reranker=reranker_from_settings(state(ctx).settings, reranker_spec),
-            mmr=mmr,
-            principals=list(principals) if principals else None,
-            model=model_name,
-        )
+        # One set of arguments for both local paths, so a new option cannot reach only one.
+        options: dict[str, Any] = {
+            "collection": collection,
+            "k": k,
+            "mode": mode,
+            "filter": filt,
+            "settings": settings,
+            "reranker": reranker_from_settings(state(ctx).settings, reranker_spec),
+            "mmr": mmr,
+            "principals": list(principals) if principals else None,
+            "model": model_name,
+        }
+        if rewriting is not None:
+            results = _rewritten(ctx, query, rewriting, quiet=as_json, **options)
+        else:
+            results = run_search(database(ctx), query, **options)
     if as_json:
         emit_json([r.to_dict() for r in results])
         return
