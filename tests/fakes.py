@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from pgrag.evaluation.judge import QUESTION_SYSTEM
+from pgrag.evaluation.judge import SYSTEM as JUDGE_SYSTEM
 from pgrag.llm.chat import LLMConfig
 
 # --- the server -------------------------------------------------------------------------------
@@ -402,6 +404,8 @@ class LLMServer(FakeServer):
             message = step(body) if callable(step) else step
             return {"choices": [{"index": 0, "message": {"role": "assistant", **message}}]}
         text = self.answer(body) if self.answer is not None else self.reply
+        if body.get("logprobs"):
+            return self.first_token(text)
         if body.get("stream") and self.stream_chat:
             pieces = [w if i == 0 else " " + w for i, w in enumerate(text.split(" "))]
             events = [
@@ -411,6 +415,27 @@ class LLMServer(FakeServer):
             return Reply(sse=[*events, "data: [DONE]"])
         message = {"role": "assistant", "content": text}
         return {"object": "chat.completion", "choices": [{"index": 0, "message": message}]}
+
+    def first_token(self, text: str) -> dict[str, object]:
+        """A one-token chat reply with ``logprobs`` (what ``choice_logprobs`` asks for): the
+        reply's first word at probability 0.8, "Yes" or "No" (whichever it is not) at 0.15,
+        and "Other" at 0.05; ``logprobs_mode`` "none" leaves the log-probabilities out."""
+        first = (text.split() or [""])[0].strip(".,:")
+        other = "No" if first == "Yes" else "Yes"
+        top = [
+            {"token": first, "logprob": math.log(0.8)},
+            {"token": other, "logprob": math.log(0.15)},
+            {"token": "Other", "logprob": math.log(0.05)},
+        ]
+        choice: dict[str, object] = {
+            "index": 0,
+            "message": {"role": "assistant", "content": first},
+            "logprobs": {"content": [{"token": first, "logprob": top[0]["logprob"],
+                                      "top_logprobs": top}]},
+        }  # fmt: skip
+        if self.logprobs_mode == "none":
+            choice["logprobs"] = None
+        return {"object": "chat.completion", "choices": [choice]}
 
     def completions(self, request: Request) -> Answer:
         body = request.body
@@ -464,6 +489,13 @@ class OracleLLM(LLMServer):
         self.fail_status, self.fail_body = 500, b""
 
     def oracle(self, body: dict[str, Any]) -> str:
+        system = body["messages"][0]["content"]
+        if system == JUDGE_SYSTEM:
+            return self.grade(body["messages"][-1]["content"])
+        if system == QUESTION_SYSTEM:  # the judge's "which question does this answer?"
+            said = body["messages"][-1]["content"].lower()
+            asked = [q for q, a in self.answers.items() if a.lower() in said]
+            return asked[0] if asked else "What is this about?"
         # The sources and question; after a correction (ask's second try) the last message is
         # the correction, and the question is in an earlier one.
         prompt = next(
@@ -475,6 +507,21 @@ class OracleLLM(LLMServer):
             if wanted and wanted in text:
                 return f"{wanted[0].upper() + wanted[1:]} [{self.cite or n}]."
         return "I don't know based on the sources."
+
+    def grade(self, asked: str) -> str:
+        """The judge's Yes/No, as a grader who reads exactly: a statement is supported when
+        its answer (after "is:") or every word of it stands in the passages; a passage is
+        useful when it holds the answer."""
+        if "\n\nStatement: " in asked:
+            passages, _, rest = asked.partition("\n\nStatement: ")
+            claim = rest.split("\n\nIs the statement", 1)[0]
+            said = claim.split(" is: ", 1)[1] if " is: " in claim else claim
+            words = re.findall(r"\w+", said.lower())
+            found = set(re.findall(r"\w+", passages.lower()))
+            return "Yes" if words and all(w in found for w in words) else "No"
+        answer = re.search(r"^Answer: (.*)$", asked, re.M)
+        passage = asked.split("Passage:\n<<<\n", 1)[-1]
+        return "Yes" if answer and answer.group(1).strip(" .").lower() in passage.lower() else "No"
 
     @property
     def config(self) -> LLMConfig:

@@ -31,6 +31,7 @@ from pgrag.cli.output import echo
 from pgrag.errors import PgragError
 from pgrag.evaluation.answers import evaluate_answers
 from pgrag.evaluation.datasets import load_dataset, load_squad_answers, sample_queries
+from pgrag.evaluation.judge import make_judge
 from pgrag.evaluation.retrieval import ARMS, evaluate_retrieval
 from pgrag.llm.local import config_from_settings
 from pgrag.retrieval.rerank import reranker_from_settings
@@ -197,6 +198,18 @@ def eval_retrieval(
     is_flag=True,
     help="Measure only the configured model, not the offline extractive reader beside it.",
 )
+@click.option(
+    "--judge",
+    "use_judge",
+    is_flag=True,
+    help="Also judge the answers with the configured model: faithfulness, answer relevance,"
+    " context precision and recall (RAGAS-style; docs/metrics.md).",
+)
+@click.option(
+    "--judge-sample",
+    type=click.IntRange(min=1),
+    help="With --judge: judge only the first N questions of each kind (default: all).",
+)
 @click.option("--cases", "with_cases", is_flag=True, help="With --json: every question too.")
 @json_option
 @click.pass_context
@@ -214,6 +227,8 @@ def eval_answers(
     collection: str | None,
     style: str,
     no_reader: bool,
+    use_judge: bool,
+    judge_sample: int | None,
     with_cases: bool,
     as_json: bool,
 ) -> None:
@@ -228,9 +243,20 @@ def eval_answers(
     if no_reader and config is None:
         fail("--no-reader needs a configured model (PGRAG_LLM_GGUF or PGRAG_LLM_BASE_URL)")
     llms: list[Any] = [None] if config is None else [config] if no_reader else [None, config]
+    if judge_sample is not None and not use_judge:
+        fail("--judge-sample needs --judge")
+    db = database(ctx)
+    judge = None
+    if use_judge:
+        if config is None:
+            fail(
+                "--judge needs a configured model to judge with (PGRAG_LLM_GGUF or"
+                " PGRAG_LLM_BASE_URL)"
+            )
+        judge = make_judge(db, config)
     with stage_progress() as progress:
         report = evaluate_answers(
-            database(ctx),
+            db,
             load_squad_answers(Path(dataset)),
             questions=questions,
             withhold=withhold,
@@ -243,6 +269,8 @@ def eval_answers(
             save=save,
             progress=progress,
             style=style,
+            judge=judge,
+            judge_sample=judge_sample,
         )
     if as_json:
         out = report.to_dict()

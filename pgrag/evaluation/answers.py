@@ -47,6 +47,7 @@ from pgrag.llm.configured import label as generator_label
 if TYPE_CHECKING:
     from pgrag.answer.result import Answer
     from pgrag.db.connect import Database
+    from pgrag.evaluation.judge import Judge
     from pgrag.llm.local import LocalLLMConfig
 
 Q = queries.load(__name__)
@@ -65,7 +66,7 @@ class Case:
     abstained: bool
     reason: str | None
     cited: list[str]  # paragraphs cited, in order of first use
-    given: list[str]  # paragraphs in the prompt
+    given: list[str]  # paragraphs in the prompt, by source number
     confidence: float | None
     ms: float
     calibration: bool  # in the half the threshold is calibrated on
@@ -75,6 +76,9 @@ class Case:
     uncited: int = 0  # of them, those that cite no source
     retried: str | None = None  # the fault that made ask try the model again
     raw: str | None = None  # the generator's reply as it came (None: the extractive reader)
+    support: float | None = None  # the lexical faithfulness estimate (pgrag.answer.support)
+    judgement: dict[str, Any] | None = None  # the judge's metrics (pgrag.evaluation.judge)
+    ranked: list[str] = field(default_factory=list)  # paragraphs in the prompt, by rank
 
 
 @dataclass
@@ -105,6 +109,14 @@ class GeneratorResult:
     uncited_sentence_rate: float | None = None
     retry_rate: float | None = None
     refused_after_retry: int = 0
+    # Judge-based (pgrag.evaluation.judge), over the judged questions: faithfulness and answer
+    # relevance of the answers given, context precision and recall of the answerable ones.
+    judged: int = 0
+    judge_faithfulness: float | None = None
+    judge_answer_relevance: float | None = None
+    judge_context_precision: float | None = None
+    judge_context_recall: float | None = None
+    lexical_support: float | None = None  # the lexical estimate over the same answers
     cases: list[Case] = field(default_factory=list)
 
     def to_dict(self, with_cases: bool = True) -> dict[str, Any]:
@@ -161,6 +173,12 @@ class AnswerReport:
             ("uncited sentences | sentences", "uncited_sentence_rate"),
             ("asked again | questions", "retry_rate"),
             ("refused after asking again", "refused_after_retry"),
+            ("judged questions", "judged"),
+            ("judge: faithfulness", "judge_faithfulness"),
+            ("  lexical support, same answers", "lexical_support"),
+            ("judge: answer relevance", "judge_answer_relevance"),
+            ("judge: context precision", "judge_context_precision"),
+            ("judge: context recall", "judge_context_recall"),
             ("p50 ms per question", "p50_ms"),
         ]
         width = max([10, *(len(r.generator) for r in self.results)])
@@ -206,9 +224,14 @@ def evaluate_answers(
     save: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
     style: str = "short",
+    judge: Judge | None = None,
+    judge_sample: int | None = None,
 ) -> AnswerReport:
     """Index part of ``dataset``, ask ``questions`` answerable and as many unanswerable
-    questions with each generator (None: the extractive reader), and measure the answers."""
+    questions with each generator (None: the extractive reader), and measure the answers.
+
+    With ``judge``, the first ``judge_sample`` questions of each kind (all when None) are
+    also judged (:mod:`pgrag.evaluation.judge`) for every generator."""
     data = dataset.retrieval
     if not 0 < withhold < 1:
         raise InputError(f"--withhold must be between 0 and 1 (a share), got {withhold}")
@@ -256,6 +279,8 @@ def evaluate_answers(
         results=[],
     )
     prefix = f"{data.name}:"
+    if judge_sample is not None and judge_sample < 1:
+        raise InputError(f"--judge-sample must be at least 1, got {judge_sample}")
     for llm in llms:
         label = _label(llm)
         done: list[Case] = []
@@ -274,6 +299,7 @@ def evaluate_answers(
                     llm=llm,
                     prefix=prefix,
                     style=style,
+                    judge=judge if _judged(i, answerable, judge_sample) else None,
                 )
             except PgragError as err:
                 if llm is None:
@@ -298,6 +324,11 @@ def evaluate_answers(
         save_threshold(db, collection, threshold)
         report.saved_threshold = threshold
     return report
+
+
+def _judged(i: int, answerable: int, sample: int | None) -> bool:
+    """Whether the ``i``-th case (answerable ones first) is among the judged sample."""
+    return sample is None or (i if i < answerable else i - answerable) < sample
 
 
 def _label(llm: LLMConfig | LocalLLMConfig | None) -> str:
@@ -362,6 +393,7 @@ def _ask_one(
     llm: LLMConfig | LocalLLMConfig | None,
     prefix: str,
     style: str = "short",
+    judge: Judge | None = None,
 ) -> Case:
     question = dataset.retrieval.queries[qid]
     t = time.perf_counter()
@@ -396,6 +428,9 @@ def _ask_one(
         reason=answer.reason,
         cited=cited,
         given=[paragraph(s.result.source) for s in answer.sources],
+        ranked=[
+            paragraph(s.result.source) for s in sorted(answer.sources, key=lambda s: s.result.rank)
+        ],
         confidence=answer.confidence,
         ms=round(ms, 2),
         calibration=calibration,
@@ -405,6 +440,10 @@ def _ask_one(
         uncited=len(answer.uncited),
         retried=answer.retried,
         raw=answer.raw_answer,
+        support=answer.faithfulness,
+        judgement=None
+        if judge is None
+        else judge.judge(answer, dataset.answers.get(qid, []) if is_answerable else []).to_dict(),
     )
 
 
@@ -483,8 +522,30 @@ def _measure(label: str, cases: list[Case], max_false_refusal: float) -> Generat
         else None,
         retry_rate=_mean([float(c.retried is not None) for c in cases]),
         refused_after_retry=sum(1 for c in cases if (c.reason or "").endswith(AGAIN)),
+        **_judge_means(cases),
         cases=cases,
     )
+
+
+def _judge_means(cases: list[Case]) -> dict[str, Any]:
+    """The judge's metrics averaged over the judged cases they apply to (see GeneratorResult)."""
+    judged = [c for c in cases if c.judgement is not None]
+
+    def mean(key: str, group: list[Case]) -> float | None:
+        return _mean(
+            [c.judgement[key] for c in group if c.judgement and c.judgement[key] is not None]
+        )
+
+    answered = [c for c in judged if not c.abstained]
+    faithful = [c for c in answered if c.judgement and c.judgement["faithfulness"] is not None]
+    return {
+        "judged": len(judged),
+        "judge_faithfulness": mean("faithfulness", answered),
+        "judge_answer_relevance": mean("answer_relevance", answered),
+        "judge_context_precision": mean("context_precision", [c for c in judged if c.answerable]),
+        "judge_context_recall": mean("context_recall", [c for c in judged if c.answerable]),
+        "lexical_support": _mean([c.support for c in faithful if c.support is not None]),
+    }
 
 
 def _round(value: float | None) -> float | None:

@@ -264,6 +264,28 @@ class ChatClient:
 
         return self.endpoint.post(data, headers, read, sleep=self._sleep)
 
+    def choice_logprobs(self, messages: list[dict[str, str]], options: list[str]) -> list[float]:
+        """log p(the reply to ``messages`` begins with ``option``), for each of ``options``,
+        estimated from the first token of a one-token reply with ``logprobs`` (OpenAI's
+        ``top_logprobs``, which llama.cpp's server and vLLM also return): an option gets the
+        probability of the listed first tokens it begins with; one that none of them begins
+        gets at most the least listed one's. A server that returns no log-probabilities
+        decides by its reply alone (0.0 for the option it begins, -inf for the others)."""
+        cfg = self.config
+        body: dict[str, Any] = {"model": cfg.model, "messages": messages, "stream": False}
+        body |= {"temperature": 0.0, "max_tokens": 1, "logprobs": True, "top_logprobs": 20}
+        headers = {"Content-Type": "application/json", "User-Agent": "pgrag"}
+        headers["Accept"] = "application/json"
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        data = json.dumps(body).encode("utf-8")
+
+        def read(response: http.client.HTTPResponse) -> bytes:
+            return self.endpoint.read(response.read)
+
+        raw = self.endpoint.post(data, headers, read, sleep=self._sleep)
+        return first_token_choices(raw, options, self._parse(raw, "message"))
+
     def _parse_message(self, raw: bytes) -> dict[str, Any]:
         payload = json_payload(raw, self.url)
         choices = payload.get("choices") if isinstance(payload, dict) else None
@@ -307,3 +329,40 @@ class ChatClient:
 
     def _malformed(self, what: str, raw: bytes) -> GenerationError:
         return malformed(self.url, what, raw)
+
+
+def first_token_choices(raw: bytes, options: list[str], reply: str) -> list[float]:
+    """:meth:`ChatClient.choice_logprobs` from a one-token chat completion ``raw`` (whose
+    text is ``reply``)."""
+    try:
+        payload = json.loads(raw)
+        top = payload["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
+        listed = [(str(t["token"]).strip().lower(), float(t["logprob"])) for t in top]
+    except (ValueError, KeyError, IndexError, TypeError):
+        listed = []
+    listed = [(token, lp) for token, lp in listed if token and lp <= 0.0]
+    if not listed:
+        said = reply.strip().lower()
+
+        def begins(option: str) -> bool:
+            text = option.strip().lower()
+            return bool(said) and (text.startswith(said) or said.startswith(text))
+
+        return [0.0 if begins(option) else -math.inf for option in options]
+    floor = min(lp for _, lp in listed)
+    out = []
+    for option in options:
+        text = option.strip().lower()
+        found = [lp for token, lp in listed if text.startswith(token)]
+        out.append(math.log(math.fsum(math.exp(lp) for lp in found)) if found else floor)
+    return out
+
+
+def normalized(logprobs: list[float]) -> list[float]:
+    """Log-probabilities as probabilities that sum to 1 over the options (all -inf: equal)."""
+    top = max(logprobs)
+    if top == -math.inf:
+        return [1.0 / len(logprobs)] * len(logprobs)
+    weights = [math.exp(lp - top) for lp in logprobs]
+    total = math.fsum(weights)
+    return [w / total for w in weights]

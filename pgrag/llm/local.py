@@ -221,6 +221,45 @@ class LocalChatClient:
             except Exception as exc:  # llama.cpp reports a full context as RuntimeError
                 raise failed(self.config.model_path.name, exc) from None
 
+    def prompt_text(self, messages: list[dict[str, str]]) -> str:
+        """``messages`` rendered by the model's own chat template, up to where the assistant's
+        reply begins: the text :meth:`complete` has llama.cpp read."""
+        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+        model = self.model
+        template = (getattr(model, "metadata", None) or {}).get("tokenizer.chat_template")
+        if not template:
+            raise GenerationError(
+                f"{self.config.model_path.name} has no chat template (tokenizer.chat_template);"
+                " use a chat (instruct) GGUF model"
+            )
+
+        def text(token: int) -> str:
+            return str(model._model.token_get_text(token)) if token != -1 else ""
+
+        formatter = Jinja2ChatFormatter(
+            template=template, eos_token=text(model.token_eos()), bos_token=text(model.token_bos())
+        )
+        return str(formatter(messages=messages).prompt)
+
+    def choice_logprobs(self, messages: list[dict[str, str]], options: list[str]) -> list[float]:
+        """log p(the reply to ``messages`` begins with ``option``), for each of ``options``,
+        read from llama.cpp's logits (:mod:`pgrag.llm.local_logprobs`): the prompt is read
+        once, and a later :meth:`complete` of the same ``messages`` re-reads none of it."""
+        import math
+
+        from pgrag.llm.local_logprobs import continuation_logprobs, failed
+
+        prefix = self.prompt_text(messages)
+        with self._lock:
+            try:
+                rows = continuation_logprobs(self.model, prefix, options, special=True)
+            except PgragError:
+                raise
+            except Exception as exc:
+                raise failed(self.config.model_path.name, exc) from None
+        return [math.fsum(row) for row in rows]
+
     def _failed(self, exc: Exception, pieces: list[str]) -> GenerationError:
         return GenerationError(
             f"llama.cpp failed on {self.config.model_path.name}"

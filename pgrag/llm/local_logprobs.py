@@ -25,9 +25,12 @@ from typing import Any
 from pgrag.errors import GenerationError, InputError
 
 
-def _tokens(model: Any, text: str) -> list[int]:
+def _tokens(model: Any, text: str, special: bool = False) -> list[int]:
     # add_bos=True adds the model's start token only where its vocabulary asks for one.
-    return list(model.tokenize(text.encode("utf-8"), add_bos=True, special=False))
+    # ``special``: control tokens written as text (``<|im_start|>``) become those tokens, as
+    # llama-cpp-python's chat handler tokenises a rendered chat template; a plain-text prompt
+    # keeps them as text, so a passage cannot write one.
+    return list(model.tokenize(text.encode("utf-8"), add_bos=True, special=special))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
@@ -61,16 +64,17 @@ def _last_logprob(model: Any, token: int) -> float:
 
 
 def continuation_logprobs(
-    model: Any, prefix: str, continuations: Sequence[str]
+    model: Any, prefix: str, continuations: Sequence[str], *, special: bool = False
 ) -> list[list[float]]:
     """For each of ``continuations``, the log-probabilities of its tokens after ``prefix``
-    (see the module). The caller holds the model's lock."""
+    (see the module; ``special`` for a rendered chat template, see :func:`_tokens`). The
+    caller holds the model's lock."""
     if not prefix:
         raise InputError("continuation_logprobs needs a non-empty prefix to condition on")
-    head = _tokens(model, prefix)
+    head = _tokens(model, prefix, special)
     out: list[list[float]] = []
     for continuation in continuations:
-        full = _tokens(model, prefix + continuation)
+        full = _tokens(model, prefix + continuation, special)
         start = max(_common(head, full), 1)  # (the prompt's first token is always context)
         if start >= len(full):
             raise InputError(f"the continuation {continuation!r} adds no token to the prompt")

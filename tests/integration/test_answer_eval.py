@@ -25,6 +25,7 @@ from pgrag.db.connect import Database
 from pgrag.errors import ConfigError, InputError
 from pgrag.evaluation.answers import evaluate_answers, split_paragraphs
 from pgrag.evaluation.datasets import load_squad_answers
+from pgrag.evaluation.judge import average_precision, make_judge
 from pgrag.retrieval.confidence import BUNDLED_DEFAULT
 from tests.fakes import OracleLLM
 from tests.samples import ANSWERS, squad_file
@@ -286,3 +287,73 @@ def test_an_endpoint_failing_half_way_keeps_what_it_answered(
     assert len(reader.cases) == 8 and len(llm.cases) == 3
     assert "stopped after 3 of 8 questions" in report.errors["openai-compatible:oracle"]
     assert "stopped after 3 of 8" in report.table()
+
+
+# -- the judge --------------------------------------------------------------------------------
+
+
+def test_eval_answers_judges_with_a_model_behind_a_real_server(
+    db: Database, squad: Path, oracle: OracleLLM
+) -> None:
+    """The judge (pgrag.evaluation.judge) asks its Yes/No questions over HTTP and reads the
+    one-token reply's log-probabilities; the oracle grades exactly (a claim is supported
+    when its words stand in the passages, a passage useful when it holds the answer), so
+    every number below follows from what reached the prompts."""
+    data = load_squad_answers(squad)
+    judge = make_judge(db, oracle.config)
+    report = evaluate_answers(
+        db, data, questions=4, seed=1, llms=[None, oracle.config], judge=judge, judge_sample=2
+    )
+    reader, llm = report.results
+    # Two of each kind were judged, for each generator; the rest were not.
+    assert reader.judged == llm.judged == 4
+    assert sum(c.judgement is None for c in llm.cases) == len(llm.cases) - 4
+    # The oracle answers with the words of its source: every claim is supported.
+    assert llm.judge_faithfulness == 1.0
+    # The judge wrote back the very question each answer answers.
+    assert llm.judge_answer_relevance is not None and llm.judge_answer_relevance >= 0.99
+    # Every answerable question's paragraph reached the prompt, and holds its answer.
+    assert llm.judge_context_recall == 1.0 and reader.judge_context_recall == 1.0
+    for case in (c for c in llm.cases if c.judgement is not None):
+        verdict = case.judgement
+        if not case.answerable:  # no reference, and the oracle said it does not know
+            assert case.abstained and verdict["faithfulness"] is None
+            assert verdict["context_recall"] is None and verdict["context_precision"] is None
+            continue
+        # Useful passages are exactly those holding the reference answer, in rank order.
+        reference = case.references[0].lower()
+        passages = [data.retrieval.corpus[g].text.lower() for g in case.ranked]
+        assert [p >= 0.5 for p in verdict["useful"]] == [reference in p for p in passages]
+        assert verdict["context_precision"] == average_precision([reference in p for p in passages])
+        assert verdict["calls"] >= 3 and verdict["claims"]
+    # The lexical estimate is reported over the same answers.
+    assert llm.lexical_support is not None
+    assert "judge: faithfulness" in report.table()
+
+
+def test_the_judge_decides_by_the_reply_when_the_server_gives_no_logprobs(
+    db: Database, squad: Path, oracle: OracleLLM
+) -> None:
+    oracle.logprobs_mode = "none"
+    report = evaluate_answers(
+        db,
+        load_squad_answers(squad),
+        questions=2,
+        seed=1,
+        llms=[oracle.config],
+        judge=make_judge(db, oracle.config),
+    )
+    (llm,) = report.results
+    answered = [c for c in llm.cases if c.judgement is not None and not c.abstained]
+    assert answered and llm.judge_faithfulness == 1.0
+    # Each Yes/No came from the reply's word alone: probabilities are 0 or 1.
+    assert all(c["p_yes"] in (0.0, 1.0) for case in answered for c in case.judgement["claims"])
+
+
+def test_cli_eval_answers_judge_needs_a_model(db: Database, squad: Path) -> None:
+    args = ["--dsn", db.dsn, "eval", "answers", str(squad), "--questions", "2"]
+    result = CliRunner().invoke(cli, [*args, "--judge"])
+    assert result.exit_code != 0
+    assert "--judge needs a configured model" in result.output
+    result = CliRunner().invoke(cli, [*args, "--judge-sample", "3"])
+    assert result.exit_code != 0 and "--judge-sample needs --judge" in result.output
