@@ -31,7 +31,7 @@ from pgrag.answer.reader import extractive_answer
 from pgrag.answer.result import Answer
 from pgrag.answer.rewrite import Completer, Rewrite, standalone_query
 from pgrag.answer.traces import log_answer
-from pgrag.answer.verdict import after_retry, check_reply, correction
+from pgrag.answer.verdict import after_retry, check_reply, correction, ground
 from pgrag.answer.verdict import judge as judge  # re-exported: pgrag.answer.agentic
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import InputError
@@ -215,6 +215,7 @@ def ask(
     citations: list[Citation] = []
     short: str | None = None
     retried: str | None = None
+    evidence: dict[str, Any] | None = None
     if not sources:
         text, abstained, reason = ABSTAIN_TEXT, True, "nothing was retrieved for this question"
     elif doubtful:
@@ -229,10 +230,10 @@ def ask(
         if isinstance(config, LLMConfig) and config.template == "base":
             prompt = build_base_prompt(query, sources)
             raw = CompletionClient(config).complete(prompt, stop=BASE_STOP, on_token=on_token)
-            verdict = check_reply(raw, sources)
+            verdict = ground(check_reply(raw, sources), query, sources)
         else:
             raw = client.complete(messages, on_token=on_token)
-            verdict = check_reply(raw, sources)
+            verdict = ground(check_reply(raw, sources), query, sources)
             if verdict.fault is not None:  # only markers, or no valid citation: once more
                 retried = verdict.fault
                 again = [
@@ -243,10 +244,11 @@ def ask(
                 if on_token is not None:
                     on_token("\n")  # the draft on the terminal is followed by the second try
                 raw = client.complete(again, on_token=on_token)
-                verdict = after_retry(check_reply(raw, sources))
+                verdict = after_retry(ground(check_reply(raw, sources), query, sources))
                 prompt = render(again)
         text, abstained, reason = verdict.text, verdict.abstained, verdict.reason
         citations, invalid, short = verdict.citations, verdict.invalid, verdict.short
+        evidence = verdict.evidence
     timings["generate_ms"] = round((time.perf_counter() - t_gen) * 1000, 2)
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
 
@@ -274,6 +276,7 @@ def ask(
         rewrite=followup.method if earlier else None,
         short_answer=short,
         retried=retried,
+        evidence=evidence,
     )
     answer.check_support()
     if log:

@@ -52,6 +52,13 @@ def parse_reply(raw: str) -> Reply:
     """The short answer and the explanation in ``raw`` (see the module)."""
     text = raw.strip()
     m = _ANSWER.search(text)
+    e = _EXPLANATION.match(text)
+    if m is not None and e is not None and m.start() >= e.end():
+        # Evidence first ("Evidence: <sentence> [2]\nAnswer: <phrase>"), the form that has a
+        # small model find the sentence before it names the answer.
+        explanation, short_part = text[e.end() : m.start()].strip(), text[m.end() :]
+        short_part = short_part.strip().partition("\n")[0]
+        return _structured(short_part, explanation)
     if m is None or text[: m.start()].strip():
         # No "Answer:" field first: a prose reply (an explanation-only label is dropped).
         e = _EXPLANATION.match(text)
@@ -64,6 +71,13 @@ def parse_reply(raw: str) -> Reply:
         # "Answer: Denver Broncos [2]" or "Answer: X\nThe sources say ... [1]."
         first, _, after = rest.strip().partition("\n")
         short_part, explanation = first, after.strip()
+    return _structured(short_part, explanation, rest)
+
+
+def _structured(short_part: str, explanation: str, rest: str | None = None) -> Reply:
+    """The reply of the two fields' texts (``rest``: both, as written, for a reply that is
+    nothing but marks)."""
+    written = rest if rest is not None else f"{short_part}\n{explanation}"
     short = _clean_short(short_part)
     cites = cited_numbers(short_part)
     if explanation and cites and not cited_numbers(explanation):
@@ -79,7 +93,8 @@ def parse_reply(raw: str) -> Reply:
         body = without_citations(short_part).strip().rstrip(".!?")
         explanation = f"{body} [{', '.join(map(str, both))}]." if both else _sentence(body)
         if not body:
-            explanation = rest.strip()  # nothing but marks: left for has_content to refuse
+            # nothing but marks: left for has_content to refuse
+            explanation = written.strip()
     return Reply(short, explanation, True)
 
 

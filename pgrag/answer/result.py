@@ -57,6 +57,10 @@ class Answer:
     # ask try the model a second time (pgrag.answer.verdict), None when one try sufficed.
     short_answer: str | None = None
     retried: str | None = None
+    # The sentence of the sources that holds the short answer, which the answer shows and
+    # cites (pgrag.answer.evidence), with the numbers the model itself cited; None without a
+    # short answer (the extractive reader, a prose reply, an abstention).
+    evidence: dict[str, Any] | None = None
 
     @property
     def uncited(self) -> list[str]:
@@ -98,6 +102,7 @@ class Answer:
             "rewrite": self.rewrite,
             "conversation_id": self.conversation_id,
             "retried": self.retried,
+            "evidence": self.evidence,
         }
 
     def checks(self) -> dict[str, Any]:
@@ -113,6 +118,7 @@ class Answer:
             "faithfulness": self.faithfulness,
             "tokenizer": self.tokenizer,
             **({"retried": self.retried} if self.retried is not None else {}),
+            **({"evidence": self.evidence} if self.evidence is not None else {}),
             **(
                 {"rewrite": {"question": self.question, "method": self.rewrite}}
                 if self.rewrite is not None

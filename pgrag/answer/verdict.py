@@ -8,15 +8,21 @@ one of:
   declines and cites nothing);
 - an answer: it has content of its own and cites at least one source that was in the prompt;
 - a *fault* a second try could fix -- ``no_content`` (nothing but citation markers: ``[1]``,
-  ``Answer: [2]``) or ``uncited`` (content, but no valid citation). ``ask`` asks once more
-  with :func:`correction`; a fault that remains is an abstention with its reason. Never is a
-  bare ``[2]`` accepted as a cited answer.
+  ``Answer: [2]``), ``uncited`` (content, but no valid citation) or ``ungrounded`` (a short
+  answer that stands in none of the sources, :func:`ground`). ``ask`` asks once more with
+  :func:`correction`; a fault that remains is an abstention with its reason. Never is a bare
+  ``[2]`` accepted as a cited answer.
+
+A short answer is then *grounded* (:func:`ground`): the sentence of the sources that holds it
+(:mod:`pgrag.answer.evidence`) is what the answer shows and cites, whatever source number the
+model wrote -- small models name the answer far better than they cite it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from pgrag.answer.citations import (
     Citation,
@@ -25,6 +31,7 @@ from pgrag.answer.citations import (
     says_unknown,
     without_citations,
 )
+from pgrag.answer.evidence import locate
 from pgrag.answer.prompt import ABSTAIN_TEXT, Source
 from pgrag.answer.reply import has_content, parse_reply
 from pgrag.answer.support import split_sentences
@@ -32,10 +39,12 @@ from pgrag.answer.support import split_sentences
 AGAIN = " (also when asked again)"  # ends the reason of a fault that a second try kept
 NO_CONTENT = "no_content"
 UNCITED = "uncited"
+UNGROUNDED = "ungrounded"
 
 _REASONS = {
     NO_CONTENT: "the model's answer has no content of its own, only citation markers",
     UNCITED: "the model's answer cites no source that was in the prompt",
+    UNGROUNDED: "the model's short answer is not in any of the sources",
 }
 _FORM = (
     "Reply again in this form:\nAnswer: <the answer itself>\nExplanation: <a sentence from the"
@@ -44,6 +53,8 @@ _FORM = (
 _CORRECTIONS = {
     NO_CONTENT: "Your reply gave only source numbers, not the answer. " + _FORM,
     UNCITED: "Your reply did not cite any of the numbered sources. " + _FORM,
+    UNGROUNDED: "Your answer is not in the sources. Answer with words copied from the sources. "
+    + _FORM,
 }
 
 
@@ -55,7 +66,10 @@ class Verdict:
     reason: str | None
     citations: list[Citation]
     invalid: list[int]  # numbers cited that were not in the prompt
-    fault: str | None = None  # NO_CONTENT or UNCITED: what a second try could fix
+    fault: str | None = None  # NO_CONTENT, UNCITED or UNGROUNDED: what a second try could fix
+    # The sentence of the sources the answer shows and cites (pgrag.answer.evidence) and the
+    # numbers the model itself cited: {"n", "sentence", "coverage", "model_cited"}.
+    evidence: dict[str, Any] | None = None
 
 
 def check_reply(raw: str, sources: Sequence[Source]) -> Verdict:
@@ -83,6 +97,33 @@ def check_reply(raw: str, sources: Sequence[Source]) -> Verdict:
     if not checked.citations:
         return _fault(UNCITED, invalid)
     return Verdict(checked.text, reply.short, False, None, checked.citations, invalid)
+
+
+def ground(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdict:
+    """An answer with a short answer, shown and cited as the sentence of ``sources`` that
+    holds it (:func:`pgrag.answer.evidence.locate`); an ``ungrounded`` fault when none does.
+    An abstention, a fault and an answer without a short answer are returned as they are."""
+    if verdict.abstained or verdict.short is None:
+        return verdict
+    found = locate(question, verdict.short, sources)
+    if found is None:
+        return _fault(UNGROUNDED, verdict.invalid)
+    checked = check_citations(_cited(found.sentence, found.n), sources)
+    evidence = {
+        "n": found.n,
+        "sentence": found.sentence,
+        "coverage": found.coverage,
+        "model_cited": [c.n for c in verdict.citations],
+    }
+    return replace(verdict, text=checked.text, citations=checked.citations, evidence=evidence)
+
+
+def _cited(sentence: str, n: int) -> str:
+    """``sentence`` citing source ``n`` before its closing stop: "… in 1990 [1]."; markers
+    the passage itself holds ("1990.[12]") are not citations of the prompt's sources."""
+    body = " ".join(without_citations(sentence).split())
+    end = body[-1] if body and body[-1] in ".!?" else "."
+    return f"{body.rstrip('.!?')} [{n}]{end}"
 
 
 def _fault(fault: str, invalid: list[int]) -> Verdict:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from pgrag.config import from_env
 from pgrag.db.connect import Database
 from pgrag.embeddings.embedder import Embedder
 from pgrag.errors import ConfigError, InputError
+from pgrag.llm.chat import LLMConfig
 from tests.fakes import LLMServer
 
 
@@ -177,3 +179,73 @@ def test_ask_reports_settings_given_to_connect(loaded: Database, embedder: Embed
             pgrag.ask(db, "refund", collection="docs", log=False, llm="offline")  # type: ignore[arg-type]
     finally:
         db.close()
+
+
+REFUND = "How many days do I have to get a refund on a monthly subscription?"
+
+
+def _numbers(body: dict[str, object]) -> dict[int, str]:
+    """The numbered sources of a chat request's prompt, by number."""
+    messages = body["messages"]
+    assert isinstance(messages, list)
+    prompt = next(m["content"] for m in messages if "Sources:" in m["content"])
+    found = re.findall(r"^\[(\d+)\][^\n]*\n<<<\n(.*?)\n>>>", prompt, re.M | re.S)
+    return {int(n): text for n, text in found}
+
+
+def test_ask_cites_the_sentence_that_holds_the_short_answer(
+    loaded: Database, completions_llm: LLMServer
+) -> None:
+    """A small model's habit, measured with the real one: the right short answer, a bare
+    marker for an explanation, and the number of a source that does not hold it. The answer
+    shows and cites the sentence that does."""
+    wrong: list[int] = []
+
+    def miscited(body: dict[str, object]) -> dict[str, object]:
+        sources = _numbers(body)
+        wrong.append(next(n for n, text in sources.items() if "14 days" not in text))
+        return {"content": f"Answer: 14 days\nExplanation: [{wrong[0]}]"}
+
+    completions_llm.script = [miscited]
+    config = LLMConfig(base_url=completions_llm.url, model="test", max_retries=0)
+    answer = pgrag.ask(loaded, REFUND, collection="docs", llm=config, min_confidence=None)
+    assert not answer.abstained and answer.short_answer == "14 days"
+    (cited,) = answer.citations
+    assert cited.source.endswith("refunds.md") and cited.n != wrong[0]
+    held = {s.n: s.result.text for s in answer.sources}[cited.n]
+    sentence = answer.evidence["sentence"] if answer.evidence else ""
+    assert "14 days" in sentence and sentence in held
+    assert answer.answer.endswith(f"[{cited.n}].") and answer.evidence["model_cited"] == wrong
+    assert answer.raw_answer == f"Answer: 14 days\nExplanation: [{wrong[0]}]"
+    # The query log keeps what the model cited beside what the answer cites.
+    checks = loaded.conn.execute(
+        "SELECT checks FROM pgrag.queries WHERE id = %s", (answer.query_id,)
+    ).fetchone()[0]
+    assert checks["evidence"]["model_cited"] == wrong and checks["evidence"]["n"] == cited.n
+
+
+def test_ask_refuses_a_short_answer_that_is_in_no_source(
+    loaded: Database, completions_llm: LLMServer
+) -> None:
+    completions_llm.script = [
+        {"content": "Answer: 90 days\nExplanation: Refunds take a month [1]."},
+        {"content": "Answer: 90 days [1]"},
+    ]
+    config = LLMConfig(base_url=completions_llm.url, model="test", max_retries=0)
+    answer = pgrag.ask(loaded, REFUND, collection="docs", llm=config, min_confidence=None)
+    assert answer.abstained and answer.retried == "ungrounded" and answer.citations == []
+    assert answer.reason == (
+        "the model's short answer is not in any of the sources (also when asked again)"
+    )
+    # The second request carried the first reply and the correction.
+    second = completions_llm.requests[-1].body["messages"]
+    assert second[-2]["content"].startswith("Answer: 90 days")
+    assert "Your answer is not in the sources" in second[-1]["content"]
+    # Asked again, a grounded answer is taken.
+    completions_llm.script = [
+        {"content": "Answer: 90 days [1]"},
+        {"content": "Answer: 14 days [1]"},
+    ]
+    again = pgrag.ask(loaded, REFUND, collection="docs", llm=config, min_confidence=None)
+    assert not again.abstained and again.short_answer == "14 days"
+    assert again.retried == "ungrounded" and again.citations[0].source.endswith("refunds.md")

@@ -1,0 +1,76 @@
+"""A short answer grounded in the sentence of the sources that holds it (pgrag.answer.evidence
+and pgrag.answer.verdict.ground): the answer cites where its words stand, not the number the
+model wrote, and a short answer that stands in no source is not an answer."""
+
+from __future__ import annotations
+
+from pgrag.answer.evidence import coverage, locate, words
+from pgrag.answer.verdict import UNGROUNDED, after_retry, check_reply, correction, ground
+from tests.unit.test_support import source
+
+SOURCES = [
+    source(
+        1,
+        "Super Bowl 50 was played at Levi's Stadium. The Denver Broncos defeated the Carolina"
+        " Panthers 24–10 to earn their third Super Bowl title.",
+    ),
+    source(
+        2,
+        "The Panthers finished the regular season with a 15–1 record. Eight teams had reached"
+        " the game before. The Broncos were coached by Gary Kubiak [3].",
+    ),
+]
+Q = "Which team won Super Bowl 50?"
+
+
+def test_words_read_numbers_and_possessives_alike() -> None:
+    assert words("Eight teams") == words("8 team")
+    assert coverage("Levi's Stadium", "played at Levi Stadium") == 1.0
+    assert coverage("the", "the") == 0.0  # no content words: nothing to find
+
+
+def test_the_sentence_holding_the_answer_is_located_by_the_question_too() -> None:
+    found = locate(Q, "Denver Broncos", SOURCES)
+    assert found is not None
+    # "Broncos" stands in both sources; the sentence that also says "Super Bowl" wins.
+    assert (found.n, found.coverage) == (1, 1.0)
+    assert found.sentence.startswith("The Denver Broncos defeated")
+    assert locate(Q, "Seattle Seahawks", SOURCES) is None
+    # A short answer with a word the sources lack stands only partly.
+    assert locate(Q, "Denver Broncos football club", SOURCES) is None
+
+
+def test_ground_cites_where_the_answer_stands_not_what_the_model_wrote() -> None:
+    verdict = ground(check_reply("Answer: Denver Broncos\nExplanation: [2]", SOURCES), Q, SOURCES)
+    assert not verdict.abstained and verdict.short == "Denver Broncos"
+    assert [c.n for c in verdict.citations] == [1]
+    assert verdict.text == (
+        "The Denver Broncos defeated the Carolina Panthers 24–10 to earn their third Super Bowl"
+        " title [1]."
+    )
+    assert verdict.evidence is not None and verdict.evidence["model_cited"] == [2]
+    # A marker inside the passage's own text is not a citation of a prompt source.
+    coach = ground(
+        check_reply("Answer: Gary Kubiak [1]", SOURCES), "Who coached the Broncos?", SOURCES
+    )
+    assert coach.text == "The Broncos were coached by Gary Kubiak [2]." and coach.invalid == []
+
+
+def test_a_short_answer_in_no_source_is_a_fault_to_retry() -> None:
+    verdict = ground(
+        check_reply("Answer: Seattle\nExplanation: They won [1].", SOURCES), Q, SOURCES
+    )
+    assert verdict.abstained and verdict.fault == UNGROUNDED and verdict.citations == []
+    assert "not in the sources" in correction(UNGROUNDED)
+    final = after_retry(verdict)
+    assert (
+        final.reason
+        == "the model's short answer is not in any of the sources (also when asked again)"
+    )
+
+
+def test_what_ground_leaves_alone() -> None:
+    # An abstention, a fault, and a prose answer (no short answer) are not grounded.
+    for raw in ("I don't know based on the sources.", "[2]", "The Broncos won [1]."):
+        verdict = check_reply(raw, SOURCES)
+        assert ground(verdict, Q, SOURCES) == verdict
