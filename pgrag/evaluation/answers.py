@@ -15,7 +15,9 @@ makes these hard cases). A sample of each goes through ``ask`` with the threshol
 - the AUROC of the retrieval confidence (:mod:`pgrag.retrieval.confidence`) for telling
   answerable from unanswerable questions;
 - a threshold, calibrated on one half of the questions as the confidence below which at most
-  ``max_false_refusal`` of the answerable ones fall, and both rates with it on the *other* half.
+  ``max_false_refusal`` of the answerable ones are refused -- counting those the generator
+  refused itself, so a generator that refuses more gets a lower threshold -- and both rates
+  with it on the *other* half.
 
 ``save=True`` records the threshold on the collection's active model, where ``ask`` reads it.
 """
@@ -451,14 +453,20 @@ def _mean(values: Sequence[float]) -> float | None:
     return round(sum(values) / len(values), 4) if values else None
 
 
-def calibrate(confidences: Sequence[float], max_false_refusal: float) -> float | None:
-    """The highest threshold below which at most ``max_false_refusal`` of ``confidences``
-    (those of answerable questions) fall; None without any."""
+def calibrate(
+    confidences: Sequence[float], max_false_refusal: float, refused: int = 0
+) -> float | None:
+    """The highest threshold below which at most ``max_false_refusal`` of the answerable
+    questions are refused: ``confidences`` are those the generator answered, ``refused`` how
+    many more it refused itself (they count against the share, so the threshold refuses
+    only what is left of it: nothing when the generator alone refused more). None without
+    any confidence."""
     ordered = sorted(confidences)
     if not ordered:
         return None
     # (+1e-9: 0.29 * 100 is 28.999… in floating point, and 29 of 100 may be refused)
-    return ordered[min(math.floor(max_false_refusal * len(ordered) + 1e-9), len(ordered) - 1)]
+    allowed = math.floor(max_false_refusal * (len(ordered) + refused) + 1e-9) - refused
+    return ordered[min(max(allowed, 0), len(ordered) - 1)]
 
 
 def _measure(label: str, cases: list[Case], max_false_refusal: float) -> GeneratorResult:
@@ -472,9 +480,11 @@ def _measure(label: str, cases: list[Case], max_false_refusal: float) -> Generat
     in_text = {c.qid: normalize(f"{c.short_answer or ''} {plain[c.qid]}") for c in answered}
     sentences = sum(c.sentences for c in cases)
     with_conf = [c for c in cases if c.confidence is not None]
+    calibrating = [c for c in answerable if c.calibration and c.confidence is not None]
     threshold = calibrate(
-        [c.confidence for c in answerable if c.calibration and c.confidence is not None],
+        [c.confidence for c in calibrating if not c.abstained and c.confidence is not None],
         max_false_refusal,
+        refused=sum(c.abstained for c in calibrating),
     )
     held = [c for c in cases if not c.calibration]
 

@@ -47,6 +47,15 @@ def test_calibrate_refuses_at_most_the_allowed_share() -> None:
     assert calibrate(hundred, 0.29) == 0.29  # exactly 29 of 100 below it, not 28
 
 
+def test_calibrate_counts_what_the_generator_refused_itself() -> None:
+    hundred = [i / 100 for i in range(100)]
+    # 100 answered + 10 the generator refused: 11 of 110 may be refused, 1 is left.
+    assert calibrate(hundred, 0.1, refused=10) == 0.01
+    # The generator alone refused more than the share: the threshold refuses nothing more.
+    assert calibrate(hundred, 0.1, refused=30) == 0.0
+    assert sum(c < calibrate(hundred, 0.1, refused=30) for c in hundred) == 0  # type: ignore[operator]
+
+
 def _hit(rank: int, text: str, distance: float | None) -> SearchResult:
     return SearchResult(
         rank, 0.1, rank, rank, f"s{rank}", "Volcanoes", None, text, rank, None, distance, None, {}
