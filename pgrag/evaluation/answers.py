@@ -81,6 +81,9 @@ class Case:
     support: float | None = None  # the lexical faithfulness estimate (pgrag.answer.support)
     judgement: dict[str, Any] | None = None  # the judge's metrics (pgrag.evaluation.judge)
     ranked: list[str] = field(default_factory=list)  # paragraphs in the prompt, by rank
+    # The paragraphs the model itself cited, where ask cites the sentence that holds the short
+    # answer instead (answer.evidence); None when the answer's citations are the model's.
+    model_cited: list[str] | None = None
 
 
 @dataclass
@@ -119,6 +122,9 @@ class GeneratorResult:
     judge_context_precision: float | None = None
     judge_context_recall: float | None = None
     lexical_support: float | None = None  # the lexical estimate over the same answers
+    # Citation accuracy had the answers cited what the model wrote (answer.evidence's
+    # model_cited where ask grounded the short answer): the grounding's effect.
+    model_citation_accuracy: float | None = None
     cases: list[Case] = field(default_factory=list)
 
     def to_dict(self, with_cases: bool = True) -> dict[str, Any]:
@@ -162,6 +168,7 @@ class AnswerReport:
             ("short answer given (answered)", "short_answer_rate"),
             ("citation accuracy (first = gold)", "citation_accuracy"),
             ("citations include gold", "citation_includes_gold"),
+            ("  the model's own citation first", "model_citation_accuracy"),
             ("gold paragraph in prompt", "gold_in_prompt"),
             ("abstain | unanswerable", "abstain_when_unanswerable"),
             ("false refusal | answerable", "false_refusal_rate"),
@@ -415,6 +422,7 @@ def _ask_one(
     def paragraph(source: str) -> str:
         return source.removeprefix(prefix)
 
+    by_n = {s.n: s for s in answer.sources}
     cited = []
     for c in answer.citations:
         if paragraph(c.source) not in cited:
@@ -443,6 +451,15 @@ def _ask_one(
         retried=answer.retried,
         raw=answer.raw_answer,
         support=answer.faithfulness,
+        model_cited=None
+        if answer.evidence is None
+        else list(
+            dict.fromkeys(
+                paragraph(by_n[n].result.source)
+                for n in answer.evidence["model_cited"]
+                if n in by_n
+            )
+        ),
         judgement=None
         if judge is None
         else judge.judge(answer, dataset.answers.get(qid, []) if is_answerable else []).to_dict(),
@@ -532,9 +549,17 @@ def _measure(label: str, cases: list[Case], max_false_refusal: float) -> Generat
         else None,
         retry_rate=_mean([float(c.retried is not None) for c in cases]),
         refused_after_retry=sum(1 for c in cases if (c.reason or "").endswith(AGAIN)),
+        model_citation_accuracy=_mean(
+            [float(bool(own) and own[0] == c.gold) for c in answered for own in [_own(c)]]
+        ),
         **_judge_means(cases),
         cases=cases,
     )
+
+
+def _own(case: Case) -> list[str]:
+    """The paragraphs the model itself cited, first cited first."""
+    return case.cited if case.model_cited is None else case.model_cited
 
 
 def _judge_means(cases: list[Case]) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -135,6 +136,33 @@ def test_eval_answers_never_counts_a_bare_citation_as_an_answer(
     assert llm.answered == 4 and llm.exact_match == 1.0 and llm.short_answer_rate == 1.0
     assert all(c.raw and c.raw.startswith(("Answer:", "I don't know")) for c in llm.cases)
     assert llm.citation_accuracy == 1.0 and llm.uncited_sentence_rate == 0.0
+
+
+def test_eval_answers_scores_the_grounded_citation_beside_the_models_own(
+    db: Database, squad: Path, oracle: OracleLLM
+) -> None:
+    """The right short answer with the number of another source (what the real 1.5B model
+    often does): the answer cites the sentence that holds it, and the report says what the
+    model's own numbers would have scored."""
+
+    def miscited(body: dict[str, Any]) -> str:
+        said = oracle.oracle(body)
+        if said.startswith("I don't know"):
+            return said
+        claim, _, mark = said.rpartition(" [")
+        right = int(mark.rstrip("]."))
+        numbers = re.findall(r"^\[(\d+)\]", body["messages"][1]["content"], re.M)
+        wrong = next(int(n) for n in numbers if int(n) != right)
+        return f"Answer: {claim}\nExplanation: [{wrong}]"
+
+    oracle.answer = miscited
+    report = evaluate_answers(db, load_squad_answers(squad), questions=4, llms=[oracle.config])
+    (llm,) = report.results
+    assert llm.answered == 4 and llm.exact_match == 1.0
+    assert llm.citation_accuracy == 1.0 and llm.model_citation_accuracy == 0.0
+    for case in (c for c in llm.cases if c.answerable):
+        assert case.cited == [case.gold] and case.model_cited and case.model_cited != [case.gold]
+    assert "the model's own citation first" in report.table()
 
 
 def test_eval_answers_refuses_a_collection_with_other_documents(
