@@ -27,10 +27,11 @@ from pgrag.errors import GenerationError, InputError
 
 def _tokens(model: Any, text: str, special: bool = False) -> list[int]:
     # add_bos=True adds the model's start token only where its vocabulary asks for one.
-    # ``special``: control tokens written as text (``<|im_start|>``) become those tokens, as
-    # llama-cpp-python's chat handler tokenises a rendered chat template; a plain-text prompt
-    # keeps them as text, so a passage cannot write one.
-    return list(model.tokenize(text.encode("utf-8"), add_bos=True, special=special))
+    # ``special``: a rendered chat template, tokenised as llama-cpp-python's chat handler does
+    # it -- control tokens written as text (``<|im_start|>``) become those tokens, and no start
+    # token is added (the template writes its own). A plain-text prompt keeps them as text.
+    data = text.encode("utf-8")
+    return list(model.tokenize(data, add_bos=not special, special=special))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:

@@ -274,3 +274,28 @@ def test_the_text_protocol_renders_as_qwen25s_template_renders_tools(tiny_gguf: 
     assert (
         render(messages=plain_messages(messages, None)).prompt == render(messages=messages).prompt
     )
+
+
+def test_choice_logprobs_read_the_prompt_the_chat_handler_reads(tiny_gguf: Path) -> None:
+    """The judge's Yes/No (and any choice between replies) is read from the logits after the
+    prompt llama-cpp-python's chat handler itself evaluates: the GGUF's chat template, its
+    control tokens as tokens."""
+    from pgrag.evaluation.judge import Judge
+    from pgrag.llm.local_logprobs import continuation_logprobs
+
+    client = LocalChatClient(LocalLLMConfig(tiny_gguf, n_ctx=1024, n_threads=1))
+    messages = [
+        {"role": "system", "content": "Answer Yes or No."},
+        {"role": "user", "content": "Is 14 days the refund window?"},
+    ]
+    text = client.prompt_text(messages)
+    assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>system" in text
+    tokens = client.model.tokenize(text.encode(), add_bos=False, special=True)
+    client.model.create_chat_completion(messages=messages, max_tokens=1, temperature=0.0)
+    assert list(client.model.input_ids[: len(tokens)]) == tokens
+    yes, no = client.choice_logprobs(messages, ["Yes", "No"])
+    assert math.isfinite(yes) and math.isfinite(no) and yes <= 0 and no <= 0
+    rows = continuation_logprobs(client.model, text, ["Yes", "No"], special=True)
+    assert [yes, no] == pytest.approx([math.fsum(r) for r in rows], abs=1e-4)
+    p = Judge(client).yes("Passage: refunds within 14 days.\nIs 14 days the window?")
+    assert 0.0 <= p <= 1.0
