@@ -512,9 +512,9 @@ class OracleLLM(LLMServer):
         """The judge's Yes/No, as a grader who reads exactly: a statement is supported when
         its answer (after "is:") or every word of it stands in the passages; a passage is
         useful when it holds the answer."""
-        if "\n\nStatement: " in asked:
-            passages, _, rest = asked.partition("\n\nStatement: ")
-            claim = rest.split("\n\nIs the statement", 1)[0]
+        if "\n\nStatement:\n<<<\n" in asked:
+            passages, _, rest = asked.partition("\n\nStatement:\n<<<\n")
+            claim = rest.split("\n>>>", 1)[0]
             said = claim.split(" is: ", 1)[1] if " is: " in claim else claim
             words = re.findall(r"\w+", said.lower())
             found = set(re.findall(r"\w+", passages.lower()))

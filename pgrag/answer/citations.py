@@ -14,7 +14,10 @@ from typing import Any
 
 from pgrag.answer.prompt import Source
 
-_CITE = re.compile(r"([ \t]*)\[(\s*\d+(?:\s*[,;]\s*\d+)*\s*)\]")
+# The spaces before a marker go with it ("14 days [9]." loses " [9]"). A match starts only
+# where a run of spaces starts, and takes the run whole: a reply with long runs of spaces is
+# read in linear time, not quadratic.
+_CITE = re.compile(r"(?<![ \t])([ \t]*+)\[(\s*\d+(?:\s*[,;]\s*\d+)*\s*)\]")
 # Code is quoted, not cited: `x[1]` and fenced blocks are left exactly as written. A fence
 # must close, and an inline span must not open right after a letter ("customer`s" is a typo
 # for an apostrophe), so a stray backtick cannot hide the citations that follow it.

@@ -22,18 +22,7 @@ import math
 from collections.abc import Sequence
 
 from pgrag.errors import InputError
-
-
-def logsumexp(values: Sequence[float]) -> float:
-    """log(sum(exp(v))), stable; -inf for no values or all -inf."""
-    if not values:
-        return -math.inf
-    top = max(values)
-    if top == -math.inf:
-        return -math.inf
-    if top == math.inf:
-        return math.inf
-    return top + math.log(math.fsum(math.exp(v - top) for v in values))
+from pgrag.llm.chat import logsumexp as logsumexp  # re-exported: pgrag.answer.scoring
 
 
 def rag_marginals(

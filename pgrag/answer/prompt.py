@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from pgrag.llm.control import defused
 from pgrag.retrieval.search import SearchResult
 
 T = TypeVar("T")
@@ -123,13 +124,17 @@ def _header(source: Source) -> str:
     return f"[{source.n}] {' — '.join(parts)} ({where})"
 
 
+def as_data(text: str) -> str:
+    """``text`` safe to put between fences: the fence markers ``<<<``/``>>>`` broken up, so it
+    cannot close its fence, and control-token spellings (``<|im_end|>``) spaced out, so a
+    model's tokenizer cannot read them as its own control tokens (:mod:`pgrag.llm.control`)."""
+    return defused(text.replace("<<<", "< < <").replace(">>>", "> > >"))
+
+
 def fenced(sources: Sequence[Source]) -> str:
     """The numbered sources, each under its header and fenced between ``<<<`` and ``>>>``
-    (fence markers inside a passage are broken up, so a passage cannot close its fence)."""
-    blocks = []
-    for s in sources:
-        text = s.result.text.replace("<<<", "< < <").replace(">>>", "> > >")
-        blocks.append(f"{_header(s)}\n<<<\n{text}\n>>>")
+    (the header and the passage made safe as data: :func:`as_data`)."""
+    blocks = [f"{as_data(_header(s))}\n<<<\n{as_data(s.result.text)}\n>>>" for s in sources]
     return "\n\n".join(blocks) if blocks else "(no sources were found)"
 
 

@@ -21,8 +21,19 @@ from dataclasses import dataclass
 
 from pgrag.answer.citations import cited_numbers, without_citations
 
-_LABEL = r"[ \t>*_#-]*(?:\*\*|__)?\s*{name}\s*(?:\*\*|__)?\s*[:：]\s*(?:\*\*|__)?"
+# A label starts where a run of markup or space starts (the lookbehind), and its runs are
+# possessive: a reply with long runs of spaces is read in linear time, not cubic.
+_LABEL = (
+    r"(?<![ \t>*_#\s-])[ \t>*_#-]*+(?:\*\*|__)?+\s*+{name}\s*+(?:\*\*|__)?+\s*+[:：]"
+    r"\s*+(?:\*\*|__)?+"
+)
 _ANSWER = re.compile(_LABEL.format(name="(?:short\\s+)?answer"), re.IGNORECASE)
+# The answer field of the evidence-first form starts a line ("… the answer: Paris is …" in
+# a sentence is not one).
+_ANSWER_LINE = re.compile(
+    r"(?m)^" + _LABEL.format(name="(?:short\\s+)?answer").removeprefix(r"(?<![ \t>*_#\s-])"),
+    re.IGNORECASE,
+)
 _EXPLANATION = re.compile(
     _LABEL.format(name="(?:explanation|evidence|because|reason|support)"), re.IGNORECASE
 )
@@ -51,14 +62,15 @@ def has_content(text: str) -> bool:
 def parse_reply(raw: str) -> Reply:
     """The short answer and the explanation in ``raw`` (see the module)."""
     text = raw.strip()
-    m = _ANSWER.search(text)
     e = _EXPLANATION.match(text)
-    if m is not None and e is not None and m.start() >= e.end():
+    last = None if e is None else _ANSWER_LINE.search(text, e.end())
+    if e is not None and last is not None:
         # Evidence first ("Evidence: <sentence> [2]\nAnswer: <phrase>"), the form that has a
         # small model find the sentence before it names the answer.
-        explanation, short_part = text[e.end() : m.start()].strip(), text[m.end() :]
+        explanation, short_part = text[e.end() : last.start()].strip(), text[last.end() :]
         short_part = short_part.strip().partition("\n")[0]
         return _structured(short_part, explanation)
+    m = _ANSWER.search(text)
     if m is None or text[: m.start()].strip():
         # No "Answer:" field first: a prose reply (an explanation-only label is dropped).
         e = _EXPLANATION.match(text)

@@ -13,9 +13,11 @@ one of:
   :func:`correction`; a fault that remains is an abstention with its reason. Never is a bare
   ``[2]`` accepted as a cited answer.
 
-A short answer is then *grounded* (:func:`ground`): the sentence of the sources that holds it
-(:mod:`pgrag.answer.evidence`) is what the answer shows and cites, whatever source number the
-model wrote -- small models name the answer far better than they cite it.
+A short answer is then *grounded* (:func:`ground`): unless the model's own explanation is a
+sentence of the passage it cites and that passage holds the short answer, the sentence of the
+sources that holds it (:mod:`pgrag.answer.evidence`) is what the answer shows and cites,
+whatever source number the model wrote -- small models name the answer far better than they
+cite it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ from pgrag.answer.citations import (
     says_unknown,
     without_citations,
 )
-from pgrag.answer.evidence import locate
+from pgrag.answer.evidence import MIN_COVERAGE, answer_words, coverage, is_yes_no, locate, words
+from pgrag.answer.injection import flagged_sources
 from pgrag.answer.prompt import ABSTAIN_TEXT, Source
 from pgrag.answer.reply import has_content, parse_reply
 from pgrag.answer.support import split_sentences
@@ -40,6 +43,9 @@ AGAIN = " (also when asked again)"  # ends the reason of a fault that a second t
 NO_CONTENT = "no_content"
 UNCITED = "uncited"
 UNGROUNDED = "ungrounded"
+# The model's explanation is taken as a sentence of the passage it cites when at least this
+# share of its words stand there.
+QUOTED = 0.8
 
 _REASONS = {
     NO_CONTENT: "the model's answer has no content of its own, only citation markers",
@@ -100,20 +106,39 @@ def check_reply(raw: str, sources: Sequence[Source]) -> Verdict:
 
 
 def ground(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdict:
-    """An answer with a short answer, shown and cited as the sentence of ``sources`` that
-    holds it (:func:`pgrag.answer.evidence.locate`); an ``ungrounded`` fault when none does.
-    An abstention, a fault and an answer without a short answer are returned as they are."""
-    if verdict.abstained or verdict.short is None:
+    """An answer's short answer grounded in ``sources`` (:mod:`pgrag.answer.evidence`): the
+    model's own explanation and citation are kept when the explanation is a sentence of the
+    passage it cites (at least :data:`QUOTED` of its words stand there) and that passage holds
+    the short answer; otherwise the answer shows and cites the sentence of the sources that
+    holds it (:func:`pgrag.answer.evidence.locate`), and with none, it is an ``ungrounded``
+    fault. An abstention, a fault, an answer without a short answer and a yes/no answer are
+    returned as they are."""
+    if verdict.abstained or verdict.short is None or is_yes_no(verdict.short):
         return verdict
-    found = locate(question, verdict.short, sources)
+    short = verdict.short
+    own = [c.n for c in verdict.citations]
+    texts = {s.n: s.result.text for s in sources}
+    said = without_citations(verdict.text)
+    first = own[0] if own else None
+    if (
+        first in texts
+        and len(words(said)) > len(answer_words(short))
+        and coverage(said, texts[first]) >= QUOTED
+        and coverage(short, texts[first]) >= MIN_COVERAGE
+    ):
+        evidence = {"by": "model", "n": first, "sentence": said.strip(), "model_cited": own}
+        return replace(verdict, evidence=evidence)
+    avoid = {f["n"] for f in flagged_sources(sources)}
+    found = locate(question, short, sources, avoid=avoid)
     if found is None:
         return _fault(UNGROUNDED, verdict.invalid)
     checked = check_citations(_cited(found.sentence, found.n), sources)
     evidence = {
+        "by": "located",
         "n": found.n,
         "sentence": found.sentence,
         "coverage": found.coverage,
-        "model_cited": [c.n for c in verdict.citations],
+        "model_cited": own,
     }
     return replace(verdict, text=checked.text, citations=checked.citations, evidence=evidence)
 

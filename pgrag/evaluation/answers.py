@@ -117,6 +117,7 @@ class GeneratorResult:
     # Judge-based (pgrag.evaluation.judge), over the judged questions: faithfulness and answer
     # relevance of the answers given, context precision and recall of the answerable ones.
     judged: int = 0
+    judge_errors: int = 0  # judged questions the judge failed on (its error is in the case)
     judge_faithfulness: float | None = None
     judge_answer_relevance: float | None = None
     judge_context_precision: float | None = None
@@ -478,7 +479,9 @@ def calibrate(
     many more it refused itself (they count against the share, so the threshold refuses
     only what is left of it: nothing when the generator alone refused more). None without
     any confidence."""
-    ordered = sorted(confidences)
+    if refused < 0:
+        raise InputError(f"refused must be a count of questions, got {refused}")
+    ordered = sorted(c for c in confidences if math.isfinite(c))
     if not ordered:
         return None
     # (+1e-9: 0.29 * 100 is 28.999… in floating point, and 29 of 100 may be refused)
@@ -575,6 +578,7 @@ def _judge_means(cases: list[Case]) -> dict[str, Any]:
     faithful = [c for c in answered if c.judgement and c.judgement["faithfulness"] is not None]
     return {
         "judged": len(judged),
+        "judge_errors": sum(1 for c in judged if c.judgement and c.judgement.get("error")),
         "judge_faithfulness": mean("faithfulness", answered),
         "judge_answer_relevance": mean("answer_relevance", answered),
         "judge_context_precision": mean("context_precision", [c for c in judged if c.answerable]),

@@ -4,13 +4,17 @@ Four metrics, after RAGAS (Es et al., 2023), each built from Yes/No questions to
 The judge's answer is read as the probability of "Yes" against "No" for the first word of its
 reply (log-probabilities: in-process for a local GGUF model, ``top_logprobs`` from an
 OpenAI-compatible endpoint; see ``choice_logprobs`` in :mod:`pgrag.llm.chat` and
-:mod:`pgrag.llm.local`); a verdict is "Yes" when that probability is at least 0.5.
+:mod:`pgrag.llm.local`); a verdict is "Yes" when that probability is above 0.5. A judge that
+shows no preference (neither word among its likely first tokens, or both equally likely) has
+no verdict: that question is left out of the metric, never counted as Yes.
 
 - **faithfulness**: the share of the answer's claims that its *cited* passages support. The
   claims are the short answer (as "the answer to QUESTION is SHORT") and each sentence of the
-  explanation. RAGAS has the judge split an answer into atomic claims first; a small model
-  does that badly, and pgrag's answers are a short answer and one or two sentences, so their
-  sentences are the claims.
+  explanation -- but for a sentence ``ask`` quoted from the sources itself (its grounding,
+  :mod:`pgrag.answer.evidence`), which would be supported by construction. RAGAS has the
+  judge split an answer into atomic claims first; a small model does that badly, and
+  pgrag's answers are a short answer and one or two sentences, so their sentences are the
+  claims.
 - **answer relevance**: the judge writes the question the answer answers; the cosine
   similarity of its embedding to the question's (the collection's embedding model). An
   answer that does not address the question gets a question unlike it.
@@ -34,7 +38,9 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pgrag.answer.citations import without_citations
+from pgrag.answer.prompt import as_data
 from pgrag.answer.support import split_sentences
+from pgrag.errors import PgragError
 from pgrag.llm.chat import normalized
 
 if TYPE_CHECKING:
@@ -54,8 +60,8 @@ QUESTION_SYSTEM = (
     " on one line."
 )
 _SUPPORTED = (
-    "{passages}\n\nStatement: {claim}\n\nIs the statement supported by the passages above?"
-    " Answer Yes or No."
+    "{passages}\n\nStatement:\n<<<\n{claim}\n>>>\n\nIs the statement supported by the"
+    " passages above? Answer Yes or No."
 )
 _USEFUL = (
     "Question: {question}\nAnswer: {answer}\n\nPassage:\n<<<\n{passage}\n>>>\n\nIs this passage"
@@ -80,13 +86,14 @@ class Judgement:
     reference for the context recall)."""
 
     faithfulness: float | None = None
-    claims: list[dict[str, Any]] = field(default_factory=list)  # {claim, p_yes}
+    claims: list[dict[str, Any]] = field(default_factory=list)  # {claim, p_yes (None: no verdict)}
     answer_relevance: float | None = None
     generated_question: str | None = None
     context_precision: float | None = None
-    useful: list[float] = field(default_factory=list)  # P(yes) per passage, in rank order
+    useful: list[float | None] = field(default_factory=list)  # P(yes) per passage, by rank
     context_recall: float | None = None
     calls: int = 0  # questions put to the judge
+    error: str | None = None  # the judge failed (the metrics it had not computed are None)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,11 +105,8 @@ def claim_of(question: str, short: str) -> str:
 
 
 def fenced_passages(texts: Sequence[str]) -> str:
-    """Passages as the judge reads them, each fenced (fence markers inside are broken up)."""
-    blocks = []
-    for i, text in enumerate(texts, start=1):
-        clean = text.replace("<<<", "< < <").replace(">>>", "> > >")
-        blocks.append(f"Passage {i}:\n<<<\n{clean}\n>>>")
+    """Passages as the judge reads them, each fenced (see :func:`pgrag.answer.prompt.as_data`)."""
+    blocks = [f"Passage {i}:\n<<<\n{as_data(text)}\n>>>" for i, text in enumerate(texts, 1)]
     return "\n\n".join(blocks)
 
 
@@ -115,19 +119,23 @@ class Judge:
         self.embedder = embedder
         self.calls = 0
 
-    def yes(self, user: str) -> float:
-        """P("Yes") for the question ``user``, against "No"."""
+    def yes(self, user: str) -> float | None:
+        """P("Yes") for the question ``user``, against "No"; None when the judge shows no
+        preference (see the module)."""
         self.calls += 1
         messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
-        return normalized(self.client.choice_logprobs(messages, YES_NO))[0]
+        p_yes, p_no = normalized(self.client.choice_logprobs(messages, YES_NO))
+        return None if p_yes == p_no else round(p_yes, 4)
 
-    def supported(self, claim: str, passages: Sequence[str]) -> float:
+    def supported(self, claim: str, passages: Sequence[str]) -> float | None:
         """P(the passages support ``claim``). The passages come first, so a local model reads
         them once for all the claims about them (its prompt prefix is reused)."""
-        return self.yes(_SUPPORTED.format(passages=fenced_passages(passages), claim=claim))
+        return self.yes(_SUPPORTED.format(passages=fenced_passages(passages), claim=as_data(claim)))
 
-    def useful(self, question: str, answer: str, passage: str) -> float:
-        return self.yes(_USEFUL.format(question=question.strip(), answer=answer, passage=passage))
+    def useful(self, question: str, answer: str, passage: str) -> float | None:
+        return self.yes(
+            _USEFUL.format(question=question.strip(), answer=answer, passage=as_data(passage))
+        )
 
     def question_for(self, answer: str) -> str:
         self.calls += 1
@@ -142,19 +150,35 @@ class Judge:
         self, answer: Answer, references: Sequence[str] = (), *, relevance: bool = True
     ) -> Judgement:
         """The metrics of the module for ``answer`` (what :func:`pgrag.ask` returned), with
-        SQuAD-style ``references`` (accepted answers) when known."""
-        start = self.calls
+        SQuAD-style ``references`` (accepted answers) when known. A judge that fails (its
+        endpoint is down, its model errs) leaves the metrics it had not computed as None and
+        says why in ``error``: the answer it judged is measured all the same."""
         out = Judgement()
+        start = self.calls
+        try:
+            self._judge(out, answer, references, relevance)
+        except PgragError as err:
+            out.error = str(err)
+        out.calls = self.calls - start
+        return out
+
+    def _judge(
+        self, out: Judgement, answer: Answer, references: Sequence[str], relevance: bool
+    ) -> None:
         ranked = [s.result.text for s in sorted(answer.sources, key=lambda s: s.result.rank)]
         reference = next((r for r in references if r.strip()), None)
         if not answer.abstained:
             by_n = {s.n: s.result.text for s in answer.sources}
             cited = [by_n[c.n] for c in answer.citations if c.n in by_n] or ranked
-            claims = claims_of(answer.question, answer.short_answer, answer.answer)
+            # A sentence ask quoted from the sources for the short answer (answer.evidence) is
+            # pgrag's quotation, not a claim of the model's: only the short answer is judged.
+            quoted = (answer.evidence or {}).get("by") == "located"
+            claims = claims_of(
+                answer.question, answer.short_answer, "" if quoted else answer.answer
+            )
             for claim in claims:
-                out.claims.append({"claim": claim, "p_yes": round(self.supported(claim, cited), 4)})
-            if out.claims:
-                out.faithfulness = _share(c["p_yes"] >= 0.5 for c in out.claims)
+                out.claims.append({"claim": claim, "p_yes": self.supported(claim, cited)})
+            out.faithfulness = _share(c["p_yes"] for c in out.claims)
             if relevance and self.embedder is not None:
                 shown = answer.short_answer or without_citations(answer.answer)
                 text = without_citations(answer.answer)
@@ -164,14 +188,13 @@ class Judge:
         target = reference or (None if answer.abstained else answer.short_answer or answer.answer)
         if ranked and target:
             out.useful = [
-                round(self.useful(answer.question, without_citations(target), p), 4) for p in ranked
+                self.useful(answer.question, without_citations(target), p) for p in ranked
             ]
-            out.context_precision = average_precision([p >= 0.5 for p in out.useful])
+            if all(p is not None for p in out.useful):
+                out.context_precision = average_precision([_yes(p) for p in out.useful])
         if ranked and reference:
             p = self.supported(claim_of(answer.question, reference), ranked)
-            out.context_recall = 1.0 if p >= 0.5 else 0.0
-        out.calls = self.calls - start
-        return out
+            out.context_recall = None if p is None else float(_yes(p))
 
     def similarity(self, question: str, written: str) -> float:
         if not written.strip():
@@ -208,9 +231,15 @@ def average_precision(useful: Sequence[bool]) -> float:
     return round(total / hits, 4) if hits else 0.0
 
 
-def _share(flags: Any) -> float:
-    values = [bool(f) for f in flags]
-    return round(sum(values) / len(values), 4)
+def _yes(p: float | None) -> bool:
+    """A verdict: Yes above 0.5 (None, no verdict, is not Yes)."""
+    return p is not None and p > 0.5
+
+
+def _share(probabilities: Any) -> float | None:
+    """The share of Yes among the verdicts given (None: none given)."""
+    decided = [p for p in probabilities if p is not None]
+    return round(sum(_yes(p) for p in decided) / len(decided), 4) if decided else None
 
 
 def make_judge(db: Database, config: LLMConfig | LocalLLMConfig) -> Judge:

@@ -45,6 +45,7 @@ from pgrag.http import one_line
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.plan import PreparedDoc
 from pgrag.llm.configured import chat_client, label
+from pgrag.llm.control import defused
 from pgrag.llm.local import LocalLLMConfig, config_from_settings
 
 if TYPE_CHECKING:
@@ -83,8 +84,8 @@ def messages(window: str, chunk: str, order: str = "document-first") -> list[dic
     measure what the order saves."""
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    document = f"<document>\n{window}\n</document>"
-    piece = f"{SITUATE}\n<chunk>\n{chunk}\n</chunk>"
+    document = f"<document>\n{defused(window)}\n</document>"
+    piece = f"{SITUATE}\n<chunk>\n{defused(chunk)}\n</chunk>"
     parts = (document, piece) if order == "document-first" else (piece, document)
     return [{"role": "user", "content": f"{parts[0]}\n{parts[1]}\n{INSTRUCTION}"}]
 

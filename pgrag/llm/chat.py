@@ -13,7 +13,7 @@ import json
 import math
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -333,36 +333,65 @@ class ChatClient:
 
 def first_token_choices(raw: bytes, options: list[str], reply: str) -> list[float]:
     """:meth:`ChatClient.choice_logprobs` from a one-token chat completion ``raw`` (whose
-    text is ``reply``)."""
+    text is ``reply``). An option gets the summed probability of the listed first tokens it
+    begins with; one that none of them begins gets what the list leaves unclaimed (1 minus
+    the listed tokens' sum), never more than the least listed one. Entries that are not a
+    token and a log-probability <= 0 are ignored."""
     try:
-        payload = json.loads(raw)
-        top = payload["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
-        listed = [(str(t["token"]).strip().lower(), float(t["logprob"])) for t in top]
+        top = json.loads(raw)["choices"][0]["logprobs"]["content"][0]["top_logprobs"]
     except (ValueError, KeyError, IndexError, TypeError):
-        listed = []
-    listed = [(token, lp) for token, lp in listed if token and lp <= 0.0]
+        top = None
+    listed: list[tuple[str, float]] = []
+    for entry in top if isinstance(top, list) else []:
+        token = entry.get("token") if isinstance(entry, dict) else None
+        value = entry.get("logprob") if isinstance(entry, dict) else None
+        if not isinstance(token, str) or not token.strip():
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        if math.isnan(value) or value > 0.0:
+            continue
+        listed.append((token.strip().lower(), float(value)))
     if not listed:
         said = reply.strip().lower()
 
         def begins(option: str) -> bool:
             text = option.strip().lower()
-            return bool(said) and (text.startswith(said) or said.startswith(text))
+            return bool(said) and bool(text) and (text.startswith(said) or said.startswith(text))
 
         return [0.0 if begins(option) else -math.inf for option in options]
-    floor = min(lp for _, lp in listed)
+    mass = math.fsum(math.exp(lp) for _, lp in listed)
+    unclaimed = math.log(1.0 - mass) if mass < 1.0 else -math.inf
+    floor = min(min(lp for _, lp in listed), unclaimed)
     out = []
     for option in options:
         text = option.strip().lower()
-        found = [lp for token, lp in listed if text.startswith(token)]
-        out.append(math.log(math.fsum(math.exp(lp) for lp in found)) if found else floor)
+        found = [lp for token, lp in listed if text and text.startswith(token)]
+        out.append(logsumexp(found) if found else floor)
     return out
 
 
-def normalized(logprobs: list[float]) -> list[float]:
-    """Log-probabilities as probabilities that sum to 1 over the options (all -inf: equal)."""
-    top = max(logprobs)
+def logsumexp(values: Sequence[float]) -> float:
+    """log(sum(exp(v))), stable; -inf for no values or all -inf."""
+    if not values:
+        return -math.inf
+    top = max(values)
     if top == -math.inf:
-        return [1.0 / len(logprobs)] * len(logprobs)
-    weights = [math.exp(lp - top) for lp in logprobs]
+        return -math.inf
+    if top == math.inf:
+        return math.inf
+    return top + math.log(math.fsum(math.exp(v - top) for v in values))
+
+
+def normalized(logprobs: list[float]) -> list[float]:
+    """Log-probabilities as probabilities that sum to 1 over the options; all -inf (or
+    not numbers) gives them equal shares: no preference."""
+    clean = [-math.inf if math.isnan(lp) else lp for lp in logprobs]
+    top = max(clean, default=-math.inf)
+    if top == -math.inf:
+        return [1.0 / len(clean)] * len(clean) if clean else []
+    if top == math.inf:
+        return [1.0 if lp == math.inf else 0.0 for lp in clean]
+    weights = [math.exp(lp - top) for lp in clean]
     total = math.fsum(weights)
     return [w / total for w in weights]

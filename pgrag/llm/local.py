@@ -222,25 +222,38 @@ class LocalChatClient:
                 raise failed(self.config.model_path.name, exc) from None
 
     def prompt_text(self, messages: list[dict[str, str]]) -> str:
-        """``messages`` rendered by the model's own chat template, up to where the assistant's
-        reply begins: the text :meth:`complete` has llama.cpp read."""
-        from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        """``messages`` rendered as :meth:`complete` has llama.cpp read them, up to where the
+        assistant's reply begins (see :meth:`_rendered`)."""
+        return self._rendered(messages)[0]
+
+    def _rendered(self, messages: list[dict[str, str]]) -> tuple[str, bool]:
+        """The prompt text llama-cpp-python's chat handler makes of ``messages``, and whether
+        it adds the model's start token when tokenising it: the formatter of the built-in chat
+        format llama-cpp-python chose for the model (it picks one when the GGUF's template is
+        exactly a known one), else the GGUF's own template (``tokenizer.chat_template``)."""
+        from llama_cpp import llama_chat_format
 
         model = self.model
-        template = (getattr(model, "metadata", None) or {}).get("tokenizer.chat_template")
-        if not template:
-            raise GenerationError(
-                f"{self.config.model_path.name} has no chat template (tokenizer.chat_template);"
-                " use a chat (instruct) GGUF model"
+        builtin = _BUILTIN_FORMATTERS.get(str(getattr(model, "chat_format", "")))
+        formatter = getattr(llama_chat_format, builtin, None) if builtin else None
+        if formatter is None:
+            template = (getattr(model, "metadata", None) or {}).get("tokenizer.chat_template")
+            if not template:
+                raise GenerationError(
+                    f"{self.config.model_path.name} has no chat template"
+                    " (tokenizer.chat_template); use a chat (instruct) GGUF model"
+                )
+
+            def text(token: int) -> str:
+                return str(model._model.token_get_text(token)) if token != -1 else ""
+
+            formatter = llama_chat_format.Jinja2ChatFormatter(
+                template=template,
+                eos_token=text(model.token_eos()),
+                bos_token=text(model.token_bos()),
             )
-
-        def text(token: int) -> str:
-            return str(model._model.token_get_text(token)) if token != -1 else ""
-
-        formatter = Jinja2ChatFormatter(
-            template=template, eos_token=text(model.token_eos()), bos_token=text(model.token_bos())
-        )
-        return str(formatter(messages=messages).prompt)
+        result = formatter(messages=messages)
+        return str(result.prompt), not bool(result.added_special)
 
     def choice_logprobs(self, messages: list[dict[str, str]], options: list[str]) -> list[float]:
         """log p(the reply to ``messages`` begins with ``option``), for each of ``options``,
@@ -250,10 +263,12 @@ class LocalChatClient:
 
         from pgrag.llm.local_logprobs import continuation_logprobs, failed
 
-        prefix = self.prompt_text(messages)
+        prefix, add_bos = self._rendered(messages)
         with self._lock:
             try:
-                rows = continuation_logprobs(self.model, prefix, options, special=True)
+                rows = continuation_logprobs(
+                    self.model, prefix, options, special=True, add_bos=add_bos
+                )
             except PgragError:
                 raise
             except Exception as exc:
@@ -266,6 +281,15 @@ class LocalChatClient:
             f"{' mid-answer' if pieces else ''} ({one_line(str(exc), 160)}); if the"
             " prompt is too long raise PGRAG_LLM_CTX or lower --budget"
         )
+
+
+# llama-cpp-python's built-in chat formats that it picks for a GGUF whose template is exactly
+# theirs (llama_chat_format.guess_chat_format_from_gguf_metadata), by their formatters' names.
+_BUILTIN_FORMATTERS = {
+    "chatml": "format_chatml",
+    "mistral-instruct": "format_mistral_instruct",
+    "llama-3": "format_llama3",
+}
 
 
 def _message_text(result: Any) -> str:

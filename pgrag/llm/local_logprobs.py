@@ -25,13 +25,13 @@ from typing import Any
 from pgrag.errors import GenerationError, InputError
 
 
-def _tokens(model: Any, text: str, special: bool = False) -> list[int]:
+def _tokens(model: Any, text: str, special: bool = False, add_bos: bool = True) -> list[int]:
     # add_bos=True adds the model's start token only where its vocabulary asks for one.
     # ``special``: a rendered chat template, tokenised as llama-cpp-python's chat handler does
-    # it -- control tokens written as text (``<|im_start|>``) become those tokens, and no start
-    # token is added (the template writes its own). A plain-text prompt keeps them as text.
-    data = text.encode("utf-8")
-    return list(model.tokenize(data, add_bos=not special, special=special))
+    # it -- control tokens written as text (``<|im_start|>``) become those tokens, and the start
+    # token is added only where the handler adds it (``add_bos``: not when the template writes
+    # its own). A plain-text prompt keeps control-token spellings as text.
+    return list(model.tokenize(text.encode("utf-8"), add_bos=add_bos, special=special))
 
 
 def _common(a: Sequence[int], b: Sequence[int]) -> int:
@@ -65,17 +65,22 @@ def _last_logprob(model: Any, token: int) -> float:
 
 
 def continuation_logprobs(
-    model: Any, prefix: str, continuations: Sequence[str], *, special: bool = False
+    model: Any,
+    prefix: str,
+    continuations: Sequence[str],
+    *,
+    special: bool = False,
+    add_bos: bool = True,
 ) -> list[list[float]]:
     """For each of ``continuations``, the log-probabilities of its tokens after ``prefix``
     (see the module; ``special`` for a rendered chat template, see :func:`_tokens`). The
     caller holds the model's lock."""
     if not prefix:
         raise InputError("continuation_logprobs needs a non-empty prefix to condition on")
-    head = _tokens(model, prefix, special)
+    head = _tokens(model, prefix, special, add_bos)
     out: list[list[float]] = []
     for continuation in continuations:
-        full = _tokens(model, prefix + continuation, special)
+        full = _tokens(model, prefix + continuation, special, add_bos)
         start = max(_common(head, full), 1)  # (the prompt's first token is always context)
         if start >= len(full):
             raise InputError(f"the continuation {continuation!r} adds no token to the prompt")

@@ -295,7 +295,7 @@ def test_choice_logprobs_read_the_prompt_the_chat_handler_reads(tiny_gguf: Path)
     assert list(client.model.input_ids[: len(tokens)]) == tokens
     yes, no = client.choice_logprobs(messages, ["Yes", "No"])
     assert math.isfinite(yes) and math.isfinite(no) and yes <= 0 and no <= 0
-    rows = continuation_logprobs(client.model, text, ["Yes", "No"], special=True)
+    rows = continuation_logprobs(client.model, text, ["Yes", "No"], special=True, add_bos=False)
     assert [yes, no] == pytest.approx([math.fsum(r) for r in rows], abs=1e-4)
     p = Judge(client).yes("Passage: refunds within 14 days.\nIs 14 days the window?")
     assert 0.0 <= p <= 1.0

@@ -8,8 +8,11 @@ import math
 
 import pytest
 
-from pgrag.evaluation.judge import average_precision, claim_of, claims_of
-from pgrag.llm.chat import first_token_choices, normalized
+from pgrag.answer.result import Answer
+from pgrag.evaluation.judge import Judge, average_precision, claim_of, claims_of
+from pgrag.llm.chat import ChatClient, LLMConfig, first_token_choices, normalized
+from tests.fakes import LLMServer
+from tests.unit.test_support import source
 
 
 def _reply(top: list[tuple[str, float]] | None, text: str = "Yes") -> bytes:
@@ -69,3 +72,47 @@ def test_first_token_choices_without_logprobs_decides_by_the_reply() -> None:
         0.0,
         -math.inf,
     ]
+
+
+def _answer(short: str, text: str) -> Answer:
+    from pgrag.answer.citations import check_citations
+
+    sources = [source(1, "The Hubble Space Telescope was launched in 1990 aboard Discovery.")]
+    checked = check_citations(text, sources)
+    return Answer(
+        question="When was Hubble launched?", answer=checked.text, abstained=False, reason=None,
+        citations=checked.citations, sources=sources, generator="test", timings={}, prompt="",
+        short_answer=short,
+    )  # fmt: skip
+
+
+def test_a_judge_without_a_preference_gives_no_verdict_never_a_yes() -> None:
+    """A reply that is neither Yes nor No, and no log-probabilities: the judge has no verdict,
+    so the metrics it would have made are None, not 1.0."""
+    with LLMServer(reply="Perhaps.") as server:
+        server.logprobs_mode = "none"
+        judge = Judge(ChatClient(LLMConfig(base_url=server.url, model="m", max_retries=0)))
+        out = judge.judge(_answer("1990", "It was launched in 1990 [1]."), ["1990"])
+    assert [c["p_yes"] for c in out.claims] == [None, None]
+    assert out.faithfulness is None and out.context_recall is None
+    assert out.useful == [None] and out.context_precision is None
+    assert out.error is None and out.calls == 4
+
+
+def test_a_failing_judge_leaves_its_metrics_unset_and_says_why() -> None:
+    with LLMServer() as server:
+        server.fail_next = 10
+        judge = Judge(ChatClient(LLMConfig(base_url=server.url, model="m", max_retries=0)))
+        out = judge.judge(_answer("1990", "It was launched in 1990 [1]."), ["1990"])
+    assert out.faithfulness is None and out.context_recall is None
+    assert out.error is not None and "HTTP 503" in out.error
+
+
+def test_a_quoted_sentence_is_not_judged_as_the_models_claim() -> None:
+    with LLMServer(reply="Yes") as server:
+        judge = Judge(ChatClient(LLMConfig(base_url=server.url, model="m", max_retries=0)))
+        answer = _answer("1990", "The Hubble Space Telescope was launched in 1990 [1].")
+        answer.evidence = {"by": "located", "n": 1, "sentence": "…", "model_cited": []}
+        out = judge.judge(answer, relevance=False)
+    assert [c["claim"] for c in out.claims] == [claim_of("When was Hubble launched?", "1990")]
+    assert out.faithfulness == 1.0
