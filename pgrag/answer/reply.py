@@ -39,6 +39,7 @@ _EXPLANATION = re.compile(
 )
 _WORD = re.compile(r"[^\W_]", re.UNICODE)
 _EDGE = " \t\n\"'`*_.,;:!?-–—"
+_ABBREVIATION = re.compile(r"(?<![^\W\d_])[^\W\d_]\.[^\W\d_]$")
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,10 @@ def _structured(short_part: str, explanation: str, rest: str | None = None) -> R
 
 
 def _clean_short(part: str) -> str | None:
-    short = without_citations(part).strip().strip(_EDGE).strip()
+    bare = without_citations(part).strip()
+    short = bare.strip(_EDGE).strip()
+    if bare.rstrip("*_ ").endswith(".") and _ABBREVIATION.search(short):
+        short += "."  # "5 p.m.", "U.S.": the stop is the abbreviation's
     short = re.sub(r"\s+", " ", short)
     return short if _WORD.search(short) else None
 

@@ -27,6 +27,12 @@ from tests.unit.test_prompt import _result
         # An explanation that is only a marker: the short answer is shown with it.
         ("Answer: Denver Broncos\nExplanation: [2]", "Denver Broncos", "Denver Broncos [2]."),
         ("Answer: X [1] Explanation: it says so [1].", "X", "it says so [1]."),
+        # An abbreviation keeps its stop; a sentence's stop is dropped.
+        ("Answer: 5 p.m.", "5 p.m.", "5 p.m."),
+        # The evidence first, then the answer (the form that has a model find the sentence).
+        ("Evidence: It opened in 1990 [1].\nAnswer: 1990", "1990", "It opened in 1990 [1]."),
+        # "answer:" inside a sentence is not a field.
+        ("Explanation: The correct answer: Paris [1].", None, "The correct answer: Paris [1]."),
         # Prose (no fields) is read as the explanation, with no short answer.
         ("The library opens at 9:00 [1].", None, "The library opens at 9:00 [1]."),
     ],
