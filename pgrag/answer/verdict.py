@@ -73,8 +73,8 @@ class Verdict:
     citations: list[Citation]
     invalid: list[int]  # numbers cited that were not in the prompt
     fault: str | None = None  # NO_CONTENT, UNCITED or UNGROUNDED: what a second try could fix
-    # The sentence of the sources the answer shows and cites (pgrag.answer.evidence) and the
-    # numbers the model itself cited: {"n", "sentence", "coverage", "model_cited"}.
+    # What grounds the short answer (ground): {"by": "model" (its own quotation) or "located"
+    # (the sentence pgrag found), "n", "sentence", "coverage", "model_cited"}.
     evidence: dict[str, Any] | None = None
 
 
@@ -120,13 +120,20 @@ def ground(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdic
     texts = {s.n: s.result.text for s in sources}
     said = without_citations(verdict.text)
     first = own[0] if own else None
+    held = coverage(short, texts[first]) if first in texts else 0.0
     if (
         first in texts
+        and held >= MIN_COVERAGE
         and len(words(said)) > len(answer_words(short))
         and coverage(said, texts[first]) >= QUOTED
-        and coverage(short, texts[first]) >= MIN_COVERAGE
     ):
-        evidence = {"by": "model", "n": first, "sentence": said.strip(), "model_cited": own}
+        evidence = {
+            "by": "model",
+            "n": first,
+            "sentence": said.strip(),
+            "coverage": round(held, 4),
+            "model_cited": own,
+        }
         return replace(verdict, evidence=evidence)
     avoid = {f["n"] for f in flagged_sources(sources)}
     found = locate(question, short, sources, avoid=avoid)
