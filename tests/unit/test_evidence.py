@@ -5,7 +5,14 @@ model wrote, and a short answer that stands in no source is not an answer."""
 from __future__ import annotations
 
 from pgrag.answer.evidence import coverage, locate, words
-from pgrag.answer.verdict import UNGROUNDED, after_retry, check_reply, correction, ground
+from pgrag.answer.verdict import (
+    UNCITED,
+    UNGROUNDED,
+    after_retry,
+    check_reply,
+    correction,
+    ground,
+)
 from tests.unit.test_support import source
 
 SOURCES = [
@@ -67,6 +74,27 @@ def test_a_short_answer_in_no_source_is_a_fault_to_retry() -> None:
         final.reason
         == "the model's short answer is not in any of the sources (also when asked again)"
     )
+
+
+def test_an_uncited_reply_is_cited_where_its_short_answer_stands() -> None:
+    # The model named the answer but cited nothing: the sentence that holds it is cited, and
+    # no second try is needed.
+    raw = "Answer: Denver Broncos\nExplanation: According to the sources, the Broncos won."
+    assert check_reply(raw, SOURCES).fault == UNCITED
+    verdict = ground(check_reply(raw, SOURCES), Q, SOURCES)
+    assert not verdict.abstained and verdict.fault is None and verdict.short == "Denver Broncos"
+    assert [c.n for c in verdict.citations] == [1] and verdict.text.endswith("title [1].")
+    assert verdict.evidence is not None and verdict.evidence["model_cited"] == []
+    # Not in any source, yes/no, or no short answer at all: still the fault, and no short
+    # answer leaks out of it.
+    for raw in (
+        "Answer: Seattle\nExplanation: They won.",
+        "Answer: Yes\nExplanation: They won.",
+        "The Broncos won the game.",
+    ):
+        kept = ground(check_reply(raw, SOURCES), Q, SOURCES)
+        assert kept.abstained and kept.fault == UNCITED and kept.short is None, raw
+        assert after_retry(kept).reason.endswith("(also when asked again)")
 
 
 def test_what_ground_leaves_alone() -> None:
