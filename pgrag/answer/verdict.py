@@ -102,8 +102,14 @@ def check_reply(raw: str, sources: Sequence[Source]) -> Verdict:
     if not has_content(reply.text) and reply.short is None:
         return _fault(NO_CONTENT, invalid)
     if not checked.citations:
-        # The short answer rides along: ground() cites the sentence that holds it, if any.
-        return replace(_fault(UNCITED, invalid), short=reply.short)
+        fault = _fault(UNCITED, invalid)
+        # The short answer rides along for ground() to cite where it stands -- only when the
+        # reply stands behind it: its explanation states it ("Answer: 14 days / Explanation: it
+        # cannot be determined" is a doubt to ask about again, not an answer).
+        said = without_citations(reply.text)
+        if reply.short is not None and coverage(reply.short, said) >= MIN_COVERAGE:
+            fault = replace(fault, short=reply.short)
+        return fault
     return Verdict(checked.text, reply.short, False, None, checked.citations, invalid)
 
 
@@ -159,13 +165,14 @@ def _uncited(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verd
     cited -- what :func:`ground` shows for any answer whose own citation does not hold -- rather
     than a second try: on SQuAD dev, 9 of 10 false refusals of a 1.5B model followed a retry,
     and 6 of them began as such a reply (docs/benchmarks.md). Without a short answer, a yes/no
-    one, or one in none of the sources, it stays the fault."""
+    one, one its own explanation does not state (:func:`check_reply`), or one that only a
+    passage reading like an instruction holds, it stays the fault."""
     short = verdict.short
     if short is None or is_yes_no(short):
         return replace(verdict, short=None)
     avoid = {f["n"] for f in flagged_sources(sources)}
     found = locate(question, short, sources, avoid=avoid)
-    if found is None:
+    if found is None or found.n in avoid:  # pgrag does not pick an instruction-like passage
         return replace(verdict, short=None)
     checked = check_citations(_cited(found.sentence, found.n), sources)
     evidence = {
