@@ -8,8 +8,9 @@ the loop, the checks and the record below are the same for both. Each call it ma
 runs under the user's principals, and the passages it returns are numbered on from the ones
 the model already has, and fenced the same way. After ``max_steps`` searches the model is
 asked once more without the tool, so it must answer. The answer is checked as ``ask`` checks
-one: citations must name a source the model was given (``judge``). The whole exchange, tool
-calls included, is the recorded prompt.
+one (:mod:`pgrag.answer.verdict`): citations must name a source the model was given, and a
+short answer is cited where it stands in the sources; there is no second try. The whole
+exchange, tool calls included, is the recorded prompt.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgrag.answer.ask import budget_counter, judge
+from pgrag.answer.ask import budget_counter
 from pgrag.answer.injection import flagged_sources
 from pgrag.answer.prompt import (
     ABSTAIN_TEXT,
@@ -32,6 +33,7 @@ from pgrag.answer.prompt import (
 from pgrag.answer.result import Answer
 from pgrag.answer.tools import NAME, run_search_call, search_tool
 from pgrag.answer.traces import log_answer
+from pgrag.answer.verdict import check_reply, ground
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import ConfigError, InputError
 from pgrag.llm.chat import LLMConfig
@@ -172,8 +174,14 @@ def ask_agentic(
     )
     timings["total_ms"] = round((time.perf_counter() - t_start) * 1000, 2)
     timings["searches"] = float(steps)
+    short, evidence = None, None
     if sources:
-        text, abstained, reason, citations, invalid = judge(raw, sources)
+        # Checked and grounded as ask's answer is (its short answer cited where it stands),
+        # without ask's second try: the exchange already gave the model its turns.
+        verdict = ground(check_reply(raw, sources), question, sources)
+        text, abstained, reason = verdict.text, verdict.abstained, verdict.reason
+        citations, invalid = verdict.citations, verdict.invalid
+        short, evidence = verdict.short, verdict.evidence
     else:
         text, abstained, reason, citations, invalid = (
             ABSTAIN_TEXT, True, "nothing was retrieved for this question", [], []
@@ -197,6 +205,8 @@ def ask_agentic(
         confidence=first.value if first else None,
         confidence_detail=first.to_dict() if first else None,
         tokenizer=tokenizer,
+        short_answer=short,
+        evidence=evidence,
     )
     answer.check_support()
     if log:

@@ -32,7 +32,7 @@ from pgrag.answer.result import Answer
 from pgrag.answer.rewrite import Completer, Rewrite, standalone_query
 from pgrag.answer.traces import log_answer
 from pgrag.answer.verdict import after_retry, check_reply, correction, ground
-from pgrag.answer.verdict import judge as judge  # re-exported: pgrag.answer.agentic
+from pgrag.answer.verdict import judge as judge  # re-exported: callers that do not retry
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import InputError
 from pgrag.llm.chat import ChatClient, LLMConfig

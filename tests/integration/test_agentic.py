@@ -108,6 +108,23 @@ def test_bad_calls_go_back_to_the_model(loaded: Any, llm: LLMServer) -> None:
     assert not got.abstained and got.citations[0].n == 1
 
 
+def test_a_short_answer_is_grounded_as_ask_grounds_it(loaded: Any, llm: LLMServer) -> None:
+    # The model names the answer and cites nothing: as in ask, the sentence that holds it is
+    # the answer, cited; a short answer in no source is refused (there is no second try here).
+    llm.script = [{"content": "Answer: 14 days\nExplanation: Refunds take 14 days."}]
+    config = LLMConfig(base_url=llm.url, model="m")
+    got = ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs")
+    assert not got.abstained and got.short_answer == "14 days", got.reason
+    assert got.evidence is not None and got.evidence["model_cited"] == []
+    [citation] = got.citations
+    holding = next(s for s in got.sources if s.n == citation.n)
+    assert "14 days" in holding.result.text and "14 days" in got.answer
+    llm.script = [{"content": "Answer: 90 days\nExplanation: Refunds take 90 days [1]."}]
+    refused = ask_agentic(loaded, "Monthly refund window?", config=config, collection="docs")
+    assert refused.abstained and refused.short_answer is None
+    assert refused.reason == "the model's short answer is not in any of the sources"
+
+
 def test_cli_agentic(loaded: Any, llm: LLMServer, monkeypatch: pytest.MonkeyPatch) -> None:
     llm.script = [{"content": "Monthly plans: 14 days [1]."}]
     monkeypatch.setenv("PGRAG_LLM_BASE_URL", llm.url)

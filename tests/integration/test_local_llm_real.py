@@ -26,6 +26,7 @@ from pgrag.answer.ask import judge
 from pgrag.answer.marginals import rag_marginals
 from pgrag.answer.prompt import fit_budget
 from pgrag.answer.scoring import score_answers
+from pgrag.answer.verdict import check_reply, ground
 from pgrag.cli import cli
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
@@ -238,8 +239,13 @@ def test_the_agentic_loop_ends_within_max_steps_with_a_random_model(
     assert 0 <= got.timings["searches"] <= 2
     assert got.prompt.count("(tool call pgrag_search:") <= 2
     # Whatever the noise said is what the checks made of it.
-    text, abstained, reason, citations, invalid = judge(got.raw_answer or "", got.sources)
-    assert (got.answer, got.abstained, got.reason) == (text, abstained, reason)
+    verdict = ground(check_reply(got.raw_answer or "", got.sources), QUESTION, got.sources)
+    assert (got.answer, got.abstained, got.reason) == (
+        verdict.text,
+        verdict.abstained,
+        verdict.reason,
+    )
+    assert got.short_answer == verdict.short
 
 
 def test_the_text_protocol_renders_as_qwen25s_template_renders_tools(tiny_gguf: Path) -> None:
