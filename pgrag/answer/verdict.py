@@ -34,7 +34,15 @@ from pgrag.answer.citations import (
     says_unknown,
     without_citations,
 )
-from pgrag.answer.evidence import MIN_COVERAGE, answer_words, coverage, is_yes_no, locate, words
+from pgrag.answer.evidence import (
+    MIN_COVERAGE,
+    Evidence,
+    answer_words,
+    coverage,
+    is_yes_no,
+    locate,
+    words,
+)
 from pgrag.answer.injection import flagged_sources
 from pgrag.answer.prompt import ABSTAIN_TEXT, Source
 from pgrag.answer.reply import has_content, parse_reply
@@ -149,15 +157,7 @@ def ground(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdic
     found = locate(question, short, sources, avoid=avoid)
     if found is None:
         return _fault(UNGROUNDED, verdict.invalid)
-    checked = check_citations(_cited(found.sentence, found.n), sources)
-    evidence = {
-        "by": "located",
-        "n": found.n,
-        "sentence": found.sentence,
-        "coverage": found.coverage,
-        "model_cited": own,
-    }
-    return replace(verdict, text=checked.text, citations=checked.citations, evidence=evidence)
+    return _located(verdict, found, sources, own)
 
 
 def _uncited(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdict:
@@ -174,16 +174,30 @@ def _uncited(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verd
     found = locate(question, short, sources, avoid=avoid)
     if found is None or found.n in avoid:  # pgrag does not pick an instruction-like passage
         return replace(verdict, short=None)
+    return _located(verdict, found, sources, [])
+
+
+def _located(
+    verdict: Verdict, found: Evidence, sources: Sequence[Source], own: list[int]
+) -> Verdict:
+    """``verdict``'s short answer as the answer that shows and cites ``found``, the sentence
+    that holds it; ``own``: the numbers the model cited itself."""
     checked = check_citations(_cited(found.sentence, found.n), sources)
     evidence = {
         "by": "located",
         "n": found.n,
         "sentence": found.sentence,
         "coverage": found.coverage,
-        "model_cited": [],
+        "model_cited": own,
     }
     return Verdict(
-        checked.text, short, False, None, checked.citations, verdict.invalid, evidence=evidence
+        checked.text,
+        verdict.short,
+        False,
+        None,
+        checked.citations,
+        verdict.invalid,
+        evidence=evidence,
     )
 
 
