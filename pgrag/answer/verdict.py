@@ -127,7 +127,8 @@ def ground(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdic
     passage it cites (at least :data:`QUOTED` of its words stand there) and that passage holds
     the short answer; otherwise the answer shows and cites the sentence of the sources that
     holds it (:func:`pgrag.answer.evidence.locate`), and with none, it is an ``ungrounded``
-    fault. An abstention, a fault, an answer without a short answer and a yes/no answer are
+    fault. An ``uncited`` fault may become an answer the same way (:func:`_uncited`). Any
+    other fault, an abstention, an answer without a short answer and a yes/no answer are
     returned as they are."""
     if verdict.fault == UNCITED:
         return _uncited(verdict, question, sources)
