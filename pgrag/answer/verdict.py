@@ -164,8 +164,8 @@ def ground(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdic
 def _uncited(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verdict:
     """An ``uncited`` fault whose short answer stands in a source is that source's sentence,
     cited -- what :func:`ground` shows for any answer whose own citation does not hold -- rather
-    than a second try: on SQuAD dev, 9 of 10 false refusals of a 1.5B model followed a retry,
-    and 6 of them began as such a reply (docs/benchmarks.md). Without a short answer, a yes/no
+    than a second try, which for a 1.5B model on SQuAD dev ended in a refusal every time
+    (docs/benchmarks.md). Without a short answer, a yes/no
     one, one its own explanation does not state (:func:`check_reply`), or one that only a
     passage reading like an instruction holds, it stays the fault."""
     short = verdict.short
