@@ -21,7 +21,7 @@ beyond chance). The verdicts compared:
   the judge's context recall (it finds the reference answer in the passages).
 
     PGRAG_LLM_GGUF=$(scripts/get-model) pgrag eval answers squad-dev-v1.1.json --questions 100 \\
-        --seed 0 -k 4 --budget 800 --no-reader --judge --judge-sample 30 --json --cases > run.json
+        --seed 0 -k 4 --budget 800 --judge --judge-sample 20 --json --cases > run.json
     python benchmarks/judge_validation.py show run.json --squad squad-dev-v1.1.json
     python benchmarks/judge_validation.py report run.json --labels benchmarks/judge_labels.json
 """

@@ -165,9 +165,9 @@ def _uncited(verdict: Verdict, question: str, sources: Sequence[Source]) -> Verd
     """An ``uncited`` fault whose short answer stands in a source is that source's sentence,
     cited -- what :func:`ground` shows for any answer whose own citation does not hold -- rather
     than a second try, which for a 1.5B model on SQuAD dev ended in a refusal every time
-    (docs/benchmarks.md). Without a short answer, a yes/no
-    one, one its own explanation does not state (:func:`check_reply`), or one that only a
-    passage reading like an instruction holds, it stays the fault."""
+    (docs/benchmarks.md). Without a short answer, with a yes/no one, one its own explanation
+    does not state (:func:`check_reply`), or one that only a passage reading like an
+    instruction holds, it stays the fault."""
     short = verdict.short
     if short is None or is_yes_no(short):
         return replace(verdict, short=None)
