@@ -7,7 +7,7 @@ once, here, into the :class:`pgrag.config.Settings` every command is given.
 
 One module per command family: server, db, ingest (ingest, rm), collections (collections,
 status), search, ask (ask, trace), acl, keys, models (models, worker), evaluate (eval,
-score), serve, mcp; the options they share are in :mod:`pgrag.cli.options`. docs/cli.md is
+score), serve, mcp, tune; the options they share are in :mod:`pgrag.cli.options`. docs/cli.md is
 every command's ``--help`` (``python -m pgrag.cli.reference > docs/cli.md``).
 """
 
@@ -30,6 +30,7 @@ from pgrag.cli import (
     search,
     serve,
     server,
+    tune,
 )
 from pgrag.cli.options import Group, State, fail, silence_stdout
 from pgrag.cli.output import OutputError, output_error
@@ -78,6 +79,7 @@ for _command in (
     search.search,
     serve.serve,
     server.server,
+    tune.tune,
 ):
     cli.add_command(_command)
 

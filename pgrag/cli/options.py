@@ -260,17 +260,19 @@ def tuning_options(f: F) -> F:
         click.option(
             "--rrf-k",
             type=click.IntRange(min=1),
-            help="RRF constant. Unset, each of these keeps search_v5's default (docs/search.md).",
+            help="Fuse with Reciprocal Rank Fusion, with this constant (unset: the"
+            " collection's fusion, `pgrag tune`, else convex). Unset, each of these keeps"
+            " search_v5's default (docs/search.md#fusion).",
         ),
         click.option(
             "--vector-weight",
             type=click.FloatRange(min=0),
-            help="Vector arm's RRF weight.",
+            help="Vector arm's weight (convex or RRF).",
         ),
         click.option(
             "--keyword-weight",
             type=click.FloatRange(min=0),
-            help="Keyword arm's RRF weight.",
+            help="Keyword arm's weight (convex or RRF).",
         ),
         click.option(
             "--depth",

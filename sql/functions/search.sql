@@ -162,6 +162,12 @@ DECLARE
     v_norm          float8;
     v_max           float8;
     v_sq            float8;
+    v_fusion        jsonb;
+    v_method        text;
+    v_convex        boolean;
+    v_wsum          float8;
+    v_ef            integer;
+    v_joined        boolean;
 BEGIN
     -- Bounds every caller meets, before anything is read (docs/search.md#limits): each a
     -- one-line error naming the argument and its limit, never a raw PostgreSQL one.
@@ -195,6 +201,47 @@ BEGIN
         RAISE EXCEPTION 'fallback_chunks must be between 0 and 50000 (0 or NULL: no fallback), got %',
             fallback_chunks USING ERRCODE = '22023';
     END IF;
+
+    -- The fusion (docs/search.md#fusion). A caller naming rrf_k gets Reciprocal Rank Fusion;
+    -- otherwise the collection's settings -> 'fusion' (written by `pgrag tune`) decide, and
+    -- without them the convex combination of min-max normalised scores at the built-in
+    -- weights (vector 0.4, keyword 0.6: the best on half of SQuAD v1.1 dev's articles, and it
+    -- held on the other half and on two manuals, docs/benchmarks.md). Each of rrf_k, the
+    -- weights and temperature the caller leaves NULL comes from the collection's setting, else
+    -- from the method's default (RRF: 5, 0.5, 1.0, temperature 0.02; convex: 0.4, 0.6, 0.1).
+    IF rrf_k IS NULL OR vector_weight IS NULL OR keyword_weight IS NULL OR temperature IS NULL THEN
+        SELECT c.settings -> 'fusion' INTO v_fusion FROM pgrag.collections c WHERE c.name = collection;
+        IF jsonb_typeof(v_fusion) IS DISTINCT FROM 'object' THEN
+            v_fusion := '{}';
+        END IF;
+        IF v_fusion <> '{}' THEN
+            v_method := coalesce(v_fusion ->> 'method', 'convex');
+            IF v_method NOT IN ('convex', 'rrf')
+               OR EXISTS (SELECT 1 FROM jsonb_each(v_fusion) e
+                           WHERE e.key IN ('rrf_k', 'vector_weight', 'keyword_weight', 'temperature')
+                             AND jsonb_typeof(e.value) <> 'number') THEN
+                RAISE EXCEPTION 'collection %''s fusion setting is not valid: %', quote_literal(collection), v_fusion
+                    USING ERRCODE = '22023',
+                          HINT = 'It needs "method": "convex" or "rrf" and numbers for rrf_k, vector_weight, keyword_weight and temperature; rerun pgrag tune -c COLLECTION, or remove it: UPDATE pgrag.collections SET settings = settings - ''fusion'' WHERE name = ...';
+            END IF;
+        END IF;
+    END IF;
+    v_method := coalesce(v_fusion ->> 'method', 'convex');
+    v_convex := rrf_k IS NULL AND v_method = 'convex';
+    IF v_convex <> (v_method = 'convex') THEN
+        v_fusion := '{}';  -- the caller chose RRF: a tuned convex setting does not apply
+    ELSIF query_embedding IS NULL OR query_text IS NULL THEN
+        -- One arm asked for: the collection's weights do not change its order, and a weight of
+        -- 0 there must not switch off the only arm the caller asked for.
+        v_fusion := v_fusion - 'vector_weight' - 'keyword_weight';
+    END IF;
+    rrf_k := coalesce(rrf_k, (v_fusion ->> 'rrf_k')::float8::integer, 5);
+    vector_weight := coalesce(vector_weight, (v_fusion ->> 'vector_weight')::float8,
+                              CASE WHEN v_convex THEN 0.4 ELSE 0.5 END);
+    keyword_weight := coalesce(keyword_weight, (v_fusion ->> 'keyword_weight')::float8,
+                               CASE WHEN v_convex THEN 0.6 ELSE 1.0 END);
+    temperature := coalesce(temperature, (v_fusion ->> 'temperature')::float8,
+                            CASE WHEN v_convex THEN 0.1 ELSE 0.02 END);
 
     -- The model the query vector was made with, resolved once: a model the caller names must be
     -- one of the collection's (not retired); NULL is the active one. The general path below
@@ -276,10 +323,12 @@ BEGIN
                       ORDER BY s DESC, p.chunk_id
                       LIMIT v_kdepth),
                  top AS (
-                     SELECT r.id, r.kr, r.s, keyword_weight / (rrf_k + r.kr) AS fused,
+                     SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
+                                 WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
-                       FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
+                       FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
+                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi
                                FROM w) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
@@ -394,7 +443,10 @@ BEGIN
         -- Who is asking (the login role and pgrag.principals: sql/functions/access.sql); NULL
         -- is unrestricted. Every protected row this function reads is tested against it.
         -- (unrestricted first: it is the cheap test, and the common case for owners.)
-        v_acls := CASE WHEN pgrag.unrestricted() THEN NULL ELSE pgrag.visible_acls() END;
+        -- (pgrag.unrestricted() with the owner's shortcut first, as the lean statement has it)
+        v_acls := CASE WHEN coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
+                            AND (session_user = current_user OR pgrag.unrestricted_role())
+                       THEN NULL ELSE pgrag.visible_acls() END;
         v_restricted := v_acls IS NOT NULL;
 
         IF query_embedding IS NOT NULL THEN
@@ -628,43 +680,53 @@ BEGIN
                 -- 200k clustered vectors, in a graph built by ensure_model_index, recall@10 is
                 -- 0.969 at ef 100 and 0.996 at ef 200 (docs/benchmarks.md). The function's SET clause
                 -- puts the caller's value back on exit.
-                PERFORM set_config('hnsw.ef_search', least(greatest(2 * v_vdepth, 200), 1000)::text,
-                                   true);
-                -- %6$s joins documents only when a filter needs them. The exact branch orders by
-                -- "distance + 0" so that the planner cannot answer it from the HNSW index; it runs only
-                -- when the index scan came back short.
-                v_vector_sql := format(
-                    'WITH ann AS MATERIALIZED (
-                         SELECT ce.chunk_id AS id,
-                                (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s)::float8 AS dist
-                           FROM pgrag.chunk_embeddings ce
-                           JOIN pgrag.chunks c ON c.id = ce.chunk_id%6$s
-                          WHERE ce.model_id = %4$s AND c.collection_id = $1%5$s
-                          ORDER BY ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s
-                          LIMIT $4),
-                     exact AS (
-                         SELECT ce.chunk_id AS id,
-                                (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s)::float8 AS dist
-                           FROM pgrag.chunk_embeddings ce
-                           JOIN pgrag.chunks c ON c.id = ce.chunk_id%6$s
-                          WHERE ce.model_id = %4$s AND c.collection_id = $1%5$s
-                          ORDER BY (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s) + 0
-                          LIMIT $4),
-                     hits AS (
-                         SELECT id, dist FROM ann WHERE (SELECT count(*) FROM ann) >= $4
-                         UNION ALL
-                         SELECT id, dist FROM exact WHERE (SELECT count(*) FROM ann) < $4)
-                     SELECT array_agg(id ORDER BY dist, id), array_agg(dist ORDER BY dist, id) FROM hits',
-                    v_schema, v_vcast,
-                    CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
-                    v_model_id,
-                    CASE WHEN v_restricted THEN ' AND ce.acl_id = ANY ($6)' ELSE '' END
-                    || CASE WHEN v_restricted AND v_filtered THEN ' AND d.acl_id = ANY ($6)' ELSE '' END
-                    || CASE WHEN v_filtered THEN ' AND d.metadata @> $2' ELSE '' END
-                    || CASE WHEN v_ops THEN ' AND pgrag.filter_match(d.metadata, $5)' ELSE '' END,
-                    CASE WHEN v_filtered THEN ' JOIN pgrag.documents d ON d.id = c.document_id' ELSE '' END);
-                EXECUTE v_vector_sql INTO v_vec_ids, v_vec_dists
-                  USING v_collection_id, v_contain, query_embedding, v_vdepth, v_match, v_acls;
+                -- The speed/recall knob (docs/search.md#speed-and-recall): pgrag.ef_search (SET
+                -- for a session, SET LOCAL for a transaction), else the collection's settings ->>
+                -- 'ef_search', else the list above. pgvector's iterative scan still returns the
+                -- depth asked when the list is shorter than it.
+                v_text := coalesce(nullif(btrim(current_setting('pgrag.ef_search', true)), ''),
+                                   nullif(btrim(v_settings ->> 'ef_search'), ''));
+                v_ef := CASE WHEN v_text ~ '^[0-9]{1,4}$' THEN v_text::integer END;
+                IF v_text IS NOT NULL AND v_ef IS NULL OR v_ef NOT BETWEEN 1 AND 1000 THEN
+                    RAISE EXCEPTION 'ef_search must be a whole number between 1 and 1000, got %',
+                        quote_literal(v_text) USING ERRCODE = '22023',
+                        HINT = 'It is set by pgrag.ef_search, or by the collection''s settings ->> ''ef_search''.';
+                END IF;
+                PERFORM set_config('hnsw.ef_search',
+                                   coalesce(v_ef, least(greatest(2 * v_vdepth, 200), 1000))::text, true);
+                -- The index scan, then, only when it came back short, an exact scan ordered by
+                -- "distance + 0" (so that the planner cannot answer it from the HNSW index): two
+                -- small statements, each planned per call, rather than one with both branches
+                -- (which cost more to plan than the index scan of a small collection costs to
+                -- run). Chunks are joined for their collection only when another collection
+                -- shares the model's vectors; %6$s joins documents only when a filter needs them.
+                v_joined := v_filtered OR EXISTS (
+                    SELECT 1 FROM pgrag.collection_models cm
+                     WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
+                FOREACH v_text IN ARRAY ARRAY['', ' + 0'] LOOP
+                    v_vector_sql := format(
+                        'SELECT array_agg(h.id ORDER BY h.dist, h.id), array_agg(h.dist ORDER BY h.dist, h.id)
+                           FROM (SELECT ce.chunk_id AS id,
+                                        (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s)::float8 AS dist
+                                   FROM pgrag.chunk_embeddings ce%6$s
+                                  WHERE ce.model_id = %4$s%5$s
+                                  ORDER BY (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s)%7$s
+                                  LIMIT $4) h',
+                        v_schema, v_vcast,
+                        CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
+                        v_model_id,
+                        CASE WHEN v_joined THEN ' AND c.collection_id = $1' ELSE '' END
+                        || CASE WHEN v_restricted THEN ' AND ce.acl_id = ANY ($6)' ELSE '' END
+                        || CASE WHEN v_restricted AND v_filtered THEN ' AND d.acl_id = ANY ($6)' ELSE '' END
+                        || CASE WHEN v_filtered THEN ' AND d.metadata @> $2' ELSE '' END
+                        || CASE WHEN v_ops THEN ' AND pgrag.filter_match(d.metadata, $5)' ELSE '' END,
+                        CASE WHEN v_joined THEN ' JOIN pgrag.chunks c ON c.id = ce.chunk_id' ELSE '' END
+                        || CASE WHEN v_filtered THEN ' JOIN pgrag.documents d ON d.id = c.document_id' ELSE '' END,
+                        v_text);
+                    EXECUTE v_vector_sql INTO v_vec_ids, v_vec_dists
+                      USING v_collection_id, v_contain, query_embedding, v_vdepth, v_match, v_acls;
+                    EXIT WHEN coalesce(cardinality(v_vec_ids), 0) >= v_vdepth;
+                END LOOP;
             END IF;
         END IF;
 
@@ -684,10 +746,12 @@ BEGIN
                       ORDER BY s DESC, p.chunk_id
                       LIMIT v_kdepth),
                  top AS (
-                     SELECT r.id, r.kr, r.s, keyword_weight / (rrf_k + r.kr) AS fused,
+                     SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
+                                 WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
-                       FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
+                       FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
+                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi
                                FROM w) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
@@ -705,6 +769,9 @@ BEGIN
             EXIT general;
         END IF;
 
+        -- (the weights of the arms that searched: the convex score stays within [0, 1])
+        v_wsum := CASE WHEN v_use_vector THEN vector_weight ELSE 0 END
+                  + CASE WHEN v_use_keyword THEN keyword_weight ELSE 0 END;
         RETURN QUERY
         WITH terms AS (
                  SELECT t.lexeme, t.idf FROM unnest(v_terms, v_idfs) AS t(lexeme, idf)),
@@ -772,13 +839,23 @@ BEGIN
                     UNION ALL SELECT * FROM kw_small
                     UNION ALL SELECT * FROM kw_filtered
                     UNION ALL SELECT * FROM kw_pruned),
-             w AS (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r
+             w AS (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r,
+                          CASE WHEN max(kw.s) OVER () > min(kw.s) OVER ()
+                               THEN (kw.s - min(kw.s) OVER ()) / (max(kw.s) OVER () - min(kw.s) OVER ())
+                               ELSE 1 END AS n
                      FROM kw),
-             v AS (SELECT x.id, x.dist, x.r::int AS r
+             v AS (SELECT x.id, x.dist, x.r::int AS r,
+                          CASE WHEN max(x.dist) OVER () > min(x.dist) OVER ()
+                               THEN (max(x.dist) OVER () - x.dist) / (max(x.dist) OVER () - min(x.dist) OVER ())
+                               ELSE 1 END AS n
                      FROM unnest(v_vec_ids, v_vec_dists) WITH ORDINALITY AS x(id, dist, r)),
+             -- RRF: weight / (rrf_k + rank) summed; convex: the weighted mean of each arm's score
+             -- min-max normalised over its list (0 where a chunk is not in a list).
              f AS (SELECT coalesce(v.id, w.id) AS id, v.r AS vr, w.r AS kr, v.dist, w.s,
-                          coalesce(vector_weight / (rrf_k + v.r), 0)
-                          + coalesce(keyword_weight / (rrf_k + w.r), 0) AS fused,
+                          CASE WHEN v_convex
+                               THEN (coalesce(vector_weight * v.n, 0) + coalesce(keyword_weight * w.n, 0)) / v_wsum
+                               ELSE coalesce(vector_weight / (rrf_k + v.r), 0)
+                                    + coalesce(keyword_weight / (rrf_k + w.r), 0) END AS fused,
                           least(v.r, w.r) AS best
                      FROM v FULL JOIN w ON w.id = v.id),
              -- Chunks are read in fused order, only until k of them are visible to the caller.
@@ -788,7 +865,10 @@ BEGIN
                        FROM (SELECT * FROM f ORDER BY f.fused DESC, f.best, f.id) f
                        JOIN pgrag.chunks c ON c.id = f.id
                        JOIN pgrag.documents d ON d.id = c.document_id
-                      WHERE v_acls IS NULL OR c.acl_id = ANY (v_acls)  -- (again, for every row shown)
+                      WHERE (v_acls IS NULL OR c.acl_id = ANY (v_acls))  -- (again, for every row shown)
+                        -- (and of this collection: the vector arm reads a model's vectors without
+                        -- the collection's chunks when no other collection had the model)
+                        AND c.collection_id = v_collection_id
                       ORDER BY f.fused DESC, f.best, f.id
                       LIMIT k),
              z AS (SELECT top.*, exp(greatest((top.fused - max(top.fused) OVER ()) / temperature, -700)) AS e
@@ -851,10 +931,12 @@ BEGIN
               ORDER BY 2 DESC, s.id
               LIMIT k),
          top AS (
-             SELECT r.id, r.kr, r.s, keyword_weight / (rrf_k + r.kr) AS fused,
+             SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
+                                 WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                     c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                     d.title AS ttl, d.metadata AS meta
-               FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
+               FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
+                            min(w.s) OVER () AS lo, max(w.s) OVER () AS hi
                        FROM w) r
                JOIN pgrag.chunks c ON c.id = r.id
                JOIN pgrag.documents d ON d.id = c.document_id
@@ -879,12 +961,12 @@ CREATE OR REPLACE FUNCTION pgrag.search_v5(
     query_embedding   vector DEFAULT NULL,
     k                 integer DEFAULT 10,
     filter            jsonb DEFAULT '{}',
-    rrf_k             integer DEFAULT 5,
+    rrf_k             integer DEFAULT NULL,
     vector_depth      integer DEFAULT NULL,
     keyword_depth     integer DEFAULT NULL,
-    vector_weight     double precision DEFAULT 0.5,
-    keyword_weight    double precision DEFAULT 1.0,
-    temperature       double precision DEFAULT 0.02,
+    vector_weight     double precision DEFAULT NULL,
+    keyword_weight    double precision DEFAULT NULL,
+    temperature       double precision DEFAULT NULL,
     postings_per_term integer DEFAULT 50000,
     fallback_chunks   integer DEFAULT 5000,
     model             text DEFAULT NULL

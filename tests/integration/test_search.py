@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 import pgrag
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
+from pgrag.retrieval.search import SearchSettings
 from tests.fakes import RerankServer
 
 
@@ -79,35 +80,21 @@ def test_both_arms_contribute_to_fused_ranking(loaded: Database) -> None:
     }
     assert any(r.vector_rank is not None for r in hybrid)
     assert any(r.keyword_rank is not None for r in hybrid)
-    # The fused score is exactly RRF over the two arm ranks, with search_v5's defaults (read
-    # from the function, so that a default changes in one place).
-    defaults = _defaults(loaded, "search_v5")
-    rrf_k, kw, vw = defaults["rrf_k"], defaults["keyword_weight"], defaults["vector_weight"]
-    for r in hybrid:
-        expected = (vw / (rrf_k + r.vector_rank) if r.vector_rank else 0) + (
-            kw / (rrf_k + r.keyword_rank) if r.keyword_rank else 0
+    # By default the fused score is the convex combination of the arms' normalised scores
+    # (tests/integration/test_fusion.py checks it exactly): within [0, 1]. Asked for RRF
+    # (rrf_k), it is exactly RRF over the two arm ranks, at search_v5's RRF weights.
+    assert all(0 <= r.score <= 1 for r in hybrid)
+    rrf = pgrag.search(loaded, query, collection="docs", k=5, settings=SearchSettings(rrf_k=5))
+    for r in rrf:
+        expected = (0.5 / (5 + r.vector_rank) if r.vector_rank else 0) + (
+            1.0 / (5 + r.keyword_rank) if r.keyword_rank else 0
         )
         assert r.score == pytest.approx(expected)
+    assert [r.score for r in rrf] == sorted((r.score for r in rrf), reverse=True)
     assert [r.score for r in hybrid] == sorted((r.score for r in hybrid), reverse=True)
     # Each top hit of an arm is in the hybrid top-5.
     assert keyword[0].chunk_id in {r.chunk_id for r in hybrid}
     assert vector[0].chunk_id in {r.chunk_id for r in hybrid}
-
-
-def _defaults(db: Database, function: str) -> dict[str, float]:
-    """The numeric defaults of a search entry point, as the database has them."""
-    import re
-
-    (arguments,) = db.conn.execute(
-        "SELECT pg_get_function_arguments(p.oid) FROM pg_proc p"
-        " WHERE p.pronamespace = 'pgrag'::regnamespace AND p.proname = %s",
-        (function,),
-    ).fetchone()
-    db.conn.rollback()
-    return {
-        name: float(value)
-        for name, value in re.findall(r"(\w+) \w[\w ]* DEFAULT ([0-9.]+)", arguments)
-    }
 
 
 def test_search_returns_k_rows_and_metadata(loaded: Database) -> None:
@@ -271,7 +258,7 @@ def test_search_validates_its_arguments(loaded: Database, fn: str) -> None:
             conn.execute(f"SELECT * FROM pgrag.{fn}('docs', NULL, NULL)")  # noqa: S608 - fixed names
     for bad in (
         "vector_weight => -1",
-        "keyword_weight => NULL",
+        "temperature => -1",
         "k => 0",
         "rrf_k => 0",
         "filter => '[1]'",
@@ -281,6 +268,10 @@ def test_search_validates_its_arguments(loaded: Database, fn: str) -> None:
             pytest.raises(psycopg.errors.InvalidParameterValue),
         ):
             conn.execute(f"SELECT * FROM pgrag.{fn}('docs', 'refund', {bad})")  # noqa: S608 - constant test cases
+    # NULL for a fusion knob is its default (the collection's fusion setting, else built in)
+    with psycopg.connect(loaded.dsn) as conn:
+        named = "rrf_k => NULL, vector_weight => NULL, keyword_weight => NULL, temperature => NULL"
+        assert conn.execute(f"SELECT * FROM pgrag.{fn}('docs', 'refund', {named})").fetchall()  # noqa: S608 - constant
 
 
 @each_function
@@ -296,7 +287,9 @@ def test_an_arm_weighted_zero_is_switched_off(loaded: Database, fn: str) -> None
             (vector,),
         ).fetchall()
     assert rows and all(r[1] is None and r[0] is not None for r in rows)
-    assert all(r[2] > 0 for r in rows)
+    # (convex fusion, search_v5's default, scores the last of an arm's list 0; RRF never does)
+    assert rows[0][2] > 0 and all(r[2] >= 0 for r in rows)
+    assert [r[2] for r in rows] == sorted((r[2] for r in rows), reverse=True)
 
 
 @each_function

@@ -1,0 +1,306 @@
+"""Fusion in search_v5 against its Python reference (pgrag.retrieval.fusion), the collection's
+fusion setting, and `pgrag tune`, on the real model and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+import pgrag
+from pgrag.cli import cli
+from pgrag.db.connect import Database
+from pgrag.embeddings.local import configured_embedder
+from pgrag.errors import ConfigError, DatabaseError, InputError
+from pgrag.ingest.loaders import from_text
+from pgrag.llm.chat import ChatClient, LLMConfig
+from pgrag.retrieval import fusion, tuning
+from tests.fakes import LLMServer
+
+QUERIES = [
+    "refund monthly subscription",
+    "Lisbon credentials minimum length",
+    "two-factor login requirement",
+    "how long do annual plan refunds take",
+    "office hours",
+]
+
+
+@pytest.fixture
+def loaded(db: Database, corpus: Path) -> Database:
+    report = pgrag.ingest(db, [corpus], collection="docs")
+    assert not report.failed and report.chunks_written > 0
+    return db
+
+
+def _hybrid(
+    db: Database, query: str, vector: Any, k: int = 5, **args: Any
+) -> list[tuple[int, float]]:
+    named = "".join(f", {name} => %({name})s" for name in args)
+    rows = db.conn.execute(
+        f"SELECT chunk_id, score FROM pgrag.search_v5('docs', %(q)s, %(v)s, k => %(k)s{named})",  # noqa: S608 - names are this file's
+        {"q": query, "v": vector, "k": k, **args},
+    ).fetchall()
+    db.conn.commit()
+    return [(int(c), float(s)) for c, s in rows]
+
+
+def _reference(db: Database, k: int = 5) -> list[tuple[str, Any, tuple[Any, Any]]]:
+    vectors = configured_embedder(db).embed(QUERIES)
+    depth = max(4 * k, 40)  # what search_v5 fuses
+    lists = tuning.arm_lists(db, "docs", QUERIES, vectors, depth=depth)
+    return list(zip(QUERIES, vectors, lists, strict=True))
+
+
+def _same(sql_rows: list[tuple[int, float]], python: list[tuple[int, float]]) -> None:
+    assert [c for c, _ in sql_rows] == [c for c, _ in python]
+    assert [s for _, s in sql_rows] == pytest.approx([s for _, s in python], abs=1e-9)
+
+
+def test_default_fusion_is_the_convex_reference(loaded: Database) -> None:
+    for query, vector, (kw, vec) in _reference(loaded):
+        assert kw and vec, query
+        expected = fusion.fuse(kw, vec, "convex-mm", alpha=tuning.DEFAULT_VECTOR_WEIGHT)[:5]
+        _same(_hybrid(loaded, query, vector), expected)
+        # the best chunk of each arm scores its weight at least; the fused list is in [0, 1]
+        got = _hybrid(loaded, query, vector)
+        assert got[0][1] <= 1 and all(s >= 0 for _, s in got)
+
+
+def test_rrf_when_the_caller_names_rrf_k(loaded: Database) -> None:
+    for query, vector, (kw, vec) in _reference(loaded):
+        expected = fusion.fuse(kw, vec, "rrf", rrf_k=5, vector_weight=0.5, keyword_weight=1.0)
+        _same(_hybrid(loaded, query, vector, rrf_k=5), expected[:5])
+        expected = fusion.fuse(kw, vec, "rrf", rrf_k=20, vector_weight=2.0, keyword_weight=1.0)
+        _same(_hybrid(loaded, query, vector, rrf_k=20, vector_weight=2.0), expected[:5])
+
+
+def _set_fusion(db: Database, value: Any) -> None:
+    db.conn.execute(
+        "UPDATE pgrag.collections"
+        " SET settings = settings || jsonb_build_object('fusion', %s::jsonb) WHERE name = 'docs'",
+        (Jsonb(value),),
+    )
+    db.conn.commit()
+
+
+def test_the_collections_fusion_setting_is_used_and_the_caller_overrides_it(
+    loaded: Database,
+) -> None:
+    reference = _reference(loaded)
+    _set_fusion(loaded, {"method": "convex", "vector_weight": 0.9, "keyword_weight": 0.1})
+    for query, vector, (kw, vec) in reference:
+        _same(_hybrid(loaded, query, vector), fusion.fuse(kw, vec, "convex-mm", alpha=0.9)[:5])
+        # the caller's weights win over the collection's
+        _same(
+            _hybrid(loaded, query, vector, vector_weight=0.2, keyword_weight=0.8),
+            fusion.fuse(kw, vec, "convex-mm", alpha=0.2)[:5],
+        )
+        # rrf_k chooses RRF, and then the collection's convex weights do not apply
+        _same(_hybrid(loaded, query, vector, rrf_k=5), fusion.fuse(kw, vec, "rrf")[:5])
+    # one arm asked for: a weight of 0 in the setting does not switch it off
+    _set_fusion(loaded, {"method": "convex", "vector_weight": 1.0, "keyword_weight": 0.0})
+    keyword = pgrag.search(loaded, "refund monthly", collection="docs", mode="keyword")
+    assert keyword and keyword[0].score == 1.0
+    _set_fusion(loaded, {"method": "convex", "vector_weight": 0.0, "keyword_weight": 1.0})
+    assert pgrag.search(loaded, "refund monthly", collection="docs", mode="vector")
+    _set_fusion(loaded, {"method": "rrf", "rrf_k": 10, "vector_weight": 1.0})
+    for query, vector, (kw, vec) in reference:
+        expected = fusion.fuse(kw, vec, "rrf", rrf_k=10, vector_weight=1.0, keyword_weight=1.0)
+        _same(_hybrid(loaded, query, vector), expected[:5])
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"method": "bm25"}, {"vector_weight": "heavy"}, {"method": "convex", "temperature": None}],
+)
+def test_a_bad_fusion_setting_is_a_clear_error(loaded: Database, value: Any) -> None:
+    _set_fusion(loaded, value)
+    with pytest.raises(
+        psycopg.errors.InvalidParameterValue,
+        match="collection 'docs''s fusion setting is not valid",
+    ):
+        loaded.conn.execute("SELECT * FROM pgrag.search_v5('docs', 'refund')").fetchall()
+    loaded.conn.rollback()
+    # a caller naming every knob does not need the setting
+    rows = loaded.conn.execute(
+        "SELECT * FROM pgrag.search_v5('docs', 'refund', rrf_k => 5, vector_weight => 0.5,"
+        " keyword_weight => 1, temperature => 0.02)"
+    ).fetchall()
+    assert rows
+
+
+def test_keyword_only_scores_are_normalised_and_probabilities_sum_to_one(loaded: Database) -> None:
+    results = pgrag.search(
+        loaded, "refund monthly subscription annual", collection="docs", mode="keyword"
+    )
+    assert len(results) >= 2
+    assert results[0].score == 1.0 and results[-1].score == 0.0
+    assert sum(r.probability or 0 for r in results) == pytest.approx(1.0)
+    # the deprecated entry points keep RRF at their own defaults
+    rows = loaded.conn.execute(
+        "SELECT score, keyword_rank"
+        " FROM pgrag.search_v4('docs', 'refund monthly subscription annual')"
+    ).fetchall()
+    loaded.conn.rollback()
+    assert [s for s, _ in rows] == pytest.approx([1.0 / (5 + r) for _, r in rows])
+
+
+TOPICS = [
+    ("glaciers", "Glaciers carve valleys as the ice moves slowly downhill under its own weight"),
+    ("bread", "Sourdough bread rises because wild yeast and bacteria ferment the flour"),
+    ("tides", "Ocean tides follow the pull of the moon and, to a lesser degree, the sun"),
+    ("bees", "Honey bees tell each other where flowers are with a waggle dance in the hive"),
+    ("volcanoes", "Volcanoes erupt when pressure from molten rock and gas breaks the crust"),
+    ("compilers", "A compiler translates source code into machine instructions before it runs"),
+    ("violins", "Violin strings vibrate and the hollow wooden body makes the sound louder"),
+    ("rivers", "Rivers deposit sand and silt at their mouths and build deltas over centuries"),
+]
+
+
+def _tune_corpus(db: Database) -> None:
+    docs = []
+    for i in range(48):
+        name, sentence = TOPICS[i % len(TOPICS)]
+        text = (
+            f"# Note {i} on {name}\n\n{sentence}, as note number {i} explains in detail. "
+            f"Observers in region {i} recorded this pattern for {i + 3} years without a break. "
+            f"The second remark of note {i} adds that {name} were studied by team {i % 5}. "
+            f"Its catalogue mark is qx{i}z{i * 7}."
+        )
+        docs.append(from_text(f"note-{i}.md", text))
+    report = pgrag.ingest_documents(db, docs, collection="docs")
+    assert not report.failed
+
+
+@pytest.fixture
+def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    server = LLMServer()
+    yield server
+    server.close()
+
+
+def _note_question(body: dict[str, Any]) -> str:
+    """A question about the passage in the prompt that names its catalogue mark: a word only
+    that note has (the keyword arm finds it; the vector arm hardly tells the notes apart)."""
+    prompt = body["messages"][-1]["content"]
+    match = re.search(r"catalogue mark is (qx\d+z\d+)", prompt)
+    assert match, prompt
+    return f"Which note carries the catalogue mark {match.group(1)}?"
+
+
+def _setting(db: Database) -> Any:
+    row = db.conn.execute("SELECT settings FROM pgrag.collections WHERE name = 'docs'").fetchone()
+    db.conn.commit()
+    return row[0].get("fusion")
+
+
+def test_tune_records_a_clearly_better_weight_that_search_then_uses(
+    db: Database, llm: LLMServer
+) -> None:
+    _tune_corpus(db)
+    llm.answer = _note_question
+    client = ChatClient(LLMConfig(base_url=llm.url, model="m"))
+    # A collection set to the vector arm alone, for questions only keywords answer: the best
+    # weight is far lower, and clearly better.
+    _set_fusion(db, {"method": "convex", "vector_weight": 1.0, "keyword_weight": 0.0})
+    dry = tuning.tune_collection(db, "docs", questions=30, client=client, save=False)
+    assert dry.questions == 30 and dry.current_weight == 1.0 and not dry.saved
+    assert set(dry.ndcg) == set(tuning.GRID)
+    assert dry.ndcg[dry.best_weight] == max(dry.ndcg.values())
+    assert dry.best_weight < 1.0 and dry.gain >= 0.01 and dry.gain_low > 0 and not dry.reason
+    assert _setting(db)["vector_weight"] == 1.0  # a dry run records nothing
+    assert all(q.startswith("Which note carries") for q in dry.examples)
+
+    report = tuning.tune_collection(db, "docs", questions=30, client=client)
+    assert report.saved
+    # halfway from the current weight toward the best, to a step of 0.05
+    assert report.vector_weight == pytest.approx(round((1.0 + report.best_weight) / 2 * 20) / 20)
+    fusion_setting = _setting(db)
+    assert fusion_setting["method"] == "convex"
+    assert fusion_setting["vector_weight"] == report.vector_weight
+    assert fusion_setting["tuned"]["questions"] == 30
+    query = "Which note carries the catalogue mark qx7z49?"
+    vector = configured_embedder(db).embed([query])[0]
+    ((kw, vec),) = tuning.arm_lists(db, "docs", [query], [vector], depth=40)
+    expected = fusion.fuse(kw, vec, "convex-mm", alpha=report.vector_weight)[:5]
+    _same(_hybrid(db, query, vector), expected)
+
+
+def test_tune_changes_nothing_without_a_clear_gain(db: Database, llm: LLMServer) -> None:
+    _tune_corpus(db)
+    llm.answer = _note_question
+    client = ChatClient(LLMConfig(base_url=llm.url, model="m"))
+    # A weight already near the best: whatever the sample's best, the gain is under 0.01.
+    _set_fusion(db, {"method": "convex", "vector_weight": 0.0, "keyword_weight": 1.0})
+    report = tuning.tune_collection(db, "docs", questions=25, client=client)
+    if report.gain < 0.01 or report.gain_low <= 0:
+        assert not report.saved and "needs at least +0.01" in report.reason
+        assert _setting(db)["vector_weight"] == 0.0
+    else:  # (the keyword arm alone lost clearly: then it must have been recorded)
+        assert report.saved and _setting(db)["vector_weight"] == report.vector_weight
+
+
+def test_tune_refuses_what_it_cannot_tune(
+    db: Database, admin_dsn: str, llm: LLMServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = ChatClient(LLMConfig(base_url=llm.url, model="m"))
+    with pytest.raises(pgrag.errors.CollectionNotFound):
+        tuning.tune_collection(db, "nothing-here", client=client)
+    _tune_corpus(db)
+    # no model configured: one line saying which variables to set
+    with pytest.raises(ConfigError, match="PGRAG_LLM_GGUF .* or PGRAG_LLM_BASE_URL"):
+        tuning.tune_collection(db, "docs")
+    # a model that writes no usable question (no question mark)
+    llm.reply = "Glaciers carve valleys."
+    with pytest.raises(InputError, match="usable questions"):
+        tuning.tune_collection(db, "docs", questions=20, client=client)
+    # a reader may search but not tune: PostgreSQL says no, pgrag says why in one line
+    role = f"tune_reader_{db.conn.info.dbname[-8:]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
+        conn.execute(sql.SQL("GRANT pgrag_reader TO {}").format(sql.Identifier(role)))
+    try:
+        reader = pgrag.connect(make_conninfo(db.dsn, user=role))
+        try:
+            with pytest.raises(DatabaseError, match="pgrag tune needs a role"):
+                tuning.tune_collection(reader, "docs", client=client)
+        finally:
+            reader.close()
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def test_pgrag_tune_command(db: Database, llm: LLMServer) -> None:
+    _tune_corpus(db)
+    llm.answer = _note_question
+    _set_fusion(db, {"method": "convex", "vector_weight": 1.0, "keyword_weight": 0.0})
+    args = ["--dsn", db.dsn, "tune", "-c", "docs", "--questions", "25"]
+    result = CliRunner().invoke(cli, [*args, "--dry-run", "--json"], env=llm.env)
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["saved"] is False and report["questions"] == 25
+    assert "writing questions: 25/25" in result.stderr
+    result = CliRunner().invoke(cli, args, env=llm.env)
+    assert result.exit_code == 0, result.stderr
+    assert "recorded: vector weight" in result.stdout
+    assert _setting(db)["vector_weight"] < 1.0
+    result = CliRunner().invoke(cli, ["--dsn", db.dsn, "tune", "-c", "missing"], env=llm.env)
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: collection 'missing'")
+    result = CliRunner().invoke(
+        cli, ["--dsn", db.dsn, "tune", "-c", "docs"], env={"PGRAG_LLM_BASE_URL": None}
+    )
+    assert result.exit_code == 1 and "needs a language model" in result.stderr
