@@ -64,6 +64,15 @@ from pgrag.ingest.removal import remove
     help="JSON Lines: the fields kept as metadata (default: all the others).",
 )
 @click.option(
+    "--jsonl-embedding",
+    default="embedding",
+    show_default=True,
+    metavar="FIELD",
+    help="JSON Lines: the field holding a record's vector, made already with the collection's"
+    " model: the record is then one chunk, stored with it, not embedded"
+    " (docs/ingest.md#bring-your-own-vectors). '' for none.",
+)
+@click.option(
     "--contextual",
     is_flag=True,
     help="Have the configured language model (PGRAG_LLM_BASE_URL or PGRAG_LLM_GGUF) write a line"
@@ -91,6 +100,7 @@ def ingest(
     jsonl_title: str,
     jsonl_id: str | None,
     jsonl_metadata: str | None,
+    jsonl_embedding: str,
     contextual: bool,
     context_window: int | None,
     as_json: bool,
@@ -102,7 +112,8 @@ def ingest(
     updated without re-embedding); in a changed one only the chunks whose text changed are
     embedded again. A file that cannot be read is reported on one line and the others are
     still ingested; the exit status is then 1. With --contextual each new chunk also gets a
-    context line from the configured language model.
+    context line from the configured language model. A JSON Lines record with an embedding
+    field brings its own vector: it is stored as one chunk with it, and not embedded.
     """
     # `kill`, systemd and Kubernetes stop with SIGTERM: unwind normally, so an interrupted
     # bulk load still rebuilds the index it dropped.
@@ -116,6 +127,7 @@ def ingest(
         metadata=None
         if jsonl_metadata is None
         else tuple(f.strip() for f in jsonl_metadata.split(",") if f.strip()),
+        embedding=jsonl_embedding or None,
     )
 
     def on_error(path: str, reason: str) -> None:

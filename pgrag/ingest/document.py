@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pgrag.errors import InputError
+from pgrag.ingest.vectors import MAX_TEXT_CHARS, check_vector, vector_digest
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class LoadedFile:
     # Whether the text is chunked as Markdown: headings (Markdown, and HTML converted to it)
     # and table rows (HTML and PDF) kept as units. Its format's MARKDOWN says so.
     markdown: bool = False
+    # A vector the application brings (pgrag.ingest.vectors): the document is then one chunk,
+    # its whole text, stored with this vector for the collection's model, never embedded.
+    vector: tuple[float, ...] | None = None
 
 
 def from_text(
@@ -39,8 +43,15 @@ def from_text(
     title: str | None = None,
     metadata: dict[str, Any] | None = None,
     format: str = "text",
+    vector: Any = None,
 ) -> LoadedFile:
-    """A document given as text rather than read from a file (records, datasets, an app)."""
+    """A document given as text rather than read from a file (records, datasets, an app).
+
+    ``vector``: its embedding, made already (a list of numbers or a 1-d numpy array, of the
+    collection's model: docs/ingest.md#bring-your-own-vectors). The document is then stored
+    as one chunk, its whole text (at most 100,000 characters), with that vector; the encoder
+    is not asked. Checked here (finite numbers, not all zero) and against the collection's
+    model when it is ingested (its dimension); a change of the vector alone is a change."""
     if format not in ("text", "markdown"):
         raise InputError(f"unknown format {format!r}; use 'text' or 'markdown'")
     if not source:
@@ -50,6 +61,14 @@ def from_text(
         raise InputError("has no text to index")
     if "\x00" in text:
         raise InputError("contains NUL characters; PostgreSQL text cannot store them")
+    if vector is not None:
+        vector = check_vector(vector)
+        if len(text) > MAX_TEXT_CHARS:
+            raise InputError(
+                f"has {len(text):,} characters of text with its vector; a text given a vector"
+                f" is one chunk, at most {MAX_TEXT_CHARS:,} characters: split it and give each"
+                " part its own vector"
+            )
     title = title if title is not None else source
     # The metadata is part of what is compared, so that a change of it alone is stored (it
     # re-embeds nothing: every chunk keeps its row and vector).
@@ -57,6 +76,9 @@ def from_text(
     described = json.dumps(metadata, sort_keys=True, default=str) if metadata else ""
     if described:
         identity += "\n" + described
+    if vector is not None:
+        # (Only then: the content hashes of documents without one stay what they were.)
+        identity += "\nvector " + vector_digest(vector)
     if "\x00" in title or "\\u0000" in described:
         raise InputError(
             "has a NUL character in its title or metadata; PostgreSQL text cannot store it"
@@ -71,6 +93,7 @@ def from_text(
         content_hash=digest,
         metadata={**(metadata or {}), "format": format},
         markdown=format == "markdown",
+        vector=vector,
     )
 
 

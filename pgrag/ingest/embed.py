@@ -1,5 +1,6 @@
 """Embedding an ingest's chunks in batches: each distinct new text once, and none that the
-collection already has a vector for (in any document the session may read)."""
+collection already has a vector for (in any document the session may read), nor any that
+brought its own (:mod:`pgrag.ingest.vectors`)."""
 
 from __future__ import annotations
 
@@ -48,15 +49,21 @@ def embed_batch(
     the collection already has a vector for (in any document the session may read, never
     another tenant's: embed.sql) is not embedded again. Texts go to the model ``size`` at a
     time, and ``progress(n)`` hears of each ``n`` embedded (a batch that is one large
-    document moves the progress bar as it is embedded)."""
+    document moves the progress bar as it is embedded). A chunk that brought its own vector
+    gets it, and is never embedded."""
     todo: dict[str, str] = {}
+    given: dict[str, Any] = {}
     for doc in batch:
         for chunk in doc.chunks:
-            todo.setdefault(chunk.content_hash, chunk.embed_text)
+            if chunk.vector is not None:
+                given[chunk.content_hash] = chunk.vector
+            else:
+                todo.setdefault(chunk.content_hash, chunk.embed_text)
     fresh: dict[str, Any] = {}
     if todo and db is not None and coll is not None:
         fresh = stored_vectors(db, coll, list(todo))
         todo = {h: t for h, t in todo.items() if h not in fresh}
+    fresh.update(given)
     hashes, texts = list(todo), list(todo.values())
     for start in range(0, len(texts), max(1, size)):
         part = texts[start : start + max(1, size)]

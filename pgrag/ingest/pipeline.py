@@ -6,7 +6,8 @@
    (Contextual: :mod:`~pgrag.ingest.contextual` asks the configured language model for each
    new chunk's context line, a batch at a time before it is embedded, holding no lock.)
 2. Embed (:mod:`~pgrag.ingest.embed`) the new chunks in batches (identical chunk texts once; a
-   changed file reuses the vectors of its chunks that did not change).
+   changed file reuses the vectors of its chunks that did not change). A document that brings
+   its own vector (:mod:`~pgrag.ingest.vectors`) is one chunk with that vector, not embedded.
 3. Write (:mod:`~pgrag.ingest.writer`) each batch of documents in one transaction with binary
    COPY: a document is replaced whole or not at all, so search never sees it half-written, and
    a killed ingest leaves only whole documents behind (running it again finishes the rest).
@@ -81,7 +82,8 @@ def ingest(
     """Ingest files and directories (recursively) into ``collection``.
 
     Markdown, plain text, HTML, PDF and JSON Lines are read (the content decides which; see
-    :mod:`pgrag.ingest.formats`); ``jsonl`` names a JSON Lines file's fields. A changed
+    :mod:`pgrag.ingest.formats`); ``jsonl`` names a JSON Lines file's fields (a record with
+    an ``embedding`` field brings its own vector: see :func:`ingest_documents`). A changed
     document is re-chunked, and only chunks whose text changed are embedded again.
     ``dry_run`` writes nothing and reports what would be added, updated, deleted and left
     alone. ``prune`` removes the documents of files under the given directories that are gone
@@ -164,6 +166,12 @@ def ingest_documents(
     :func:`ingest`: unchanged ones are skipped, changed ones replaced whole, in transactions of
     whole documents; ``allow``, ``on_wait``, ``on_warning``, ``contextual``,
     ``context_window`` and ``on_context`` as for :func:`ingest`.
+
+    A document made with ``from_text(..., vector=...)`` brings its own embedding: it is stored
+    as one chunk, its whole text, with that vector for the collection's active model (for a new
+    collection, the configured model), and the encoder is not asked about it. A vector of
+    another dimension fails that document (``on_error``) and the others go in; a new vector for
+    the same text is a change (docs/ingest.md#bring-your-own-vectors).
 
     ``write_for`` (``pgrag serve``: the caller's principals) plans and writes the documents
     reading as those principals and writing for them only: PostgreSQL refuses a document
@@ -331,7 +339,7 @@ def _plan_and_write(
     if contextual:
         contexts = _Contexts(
             Contextualizer(db, embedder, window=context_window),
-            total=sum(len(d.chunks) for d in docs if d.streamed is None),
+            total=sum(len(d.chunks) for d in docs if d.streamed is None and d.file.vector is None),
             on_context=on_context,
             on_warning=on_warning,
         )
@@ -365,11 +373,12 @@ def _dry_run(
 ) -> IngestReport:
     """What an ingest would write and embed: texts the collection has no vector for (at most:
     copies within this run are counted once each)."""
-    hashes = list({c.content_hash for d in docs for c in d.chunks})
+    # (A chunk that brought its own vector is never embedded.)
+    hashes = list({c.content_hash for d in docs for c in d.chunks if c.vector is None})
     stored = set(stored_vectors(db, coll, hashes, vectors=False)) if coll and hashes else set()
     for doc in docs:
-        doc.result.embed = len({c.content_hash for c in doc.chunks} - stored)
-        if report.contextual and doc.streamed is None:
+        doc.result.embed = len({c.content_hash for c in doc.chunks if c.vector is None} - stored)
+        if report.contextual and doc.streamed is None and doc.file.vector is None:
             # (At most: every chunk's text changes with its line; those an unchanged document
             # has for this version are kept.)
             doc.result.embed = len(doc.chunks)
@@ -459,7 +468,8 @@ class _Contexts:
 
     def write(self, batch: list[PreparedDoc]) -> None:
         for doc in batch:
-            if doc.duplicate_of is not None:
+            # (A document with its own vector gets no context line: its vector is its text's.)
+            if doc.duplicate_of is not None or doc.file.vector is not None:
                 continue
             note = self.contextualizer.write(
                 doc, stored_contexts(self.contextualizer.db, doc), self._chunk_done

@@ -1,14 +1,15 @@
 """Planning an ingest: which documents changed, which are copies of another, and the chunks of
 each one to write (with the heading context each chunk is embedded with). A contextual ingest
 (:mod:`pgrag.ingest.contextual`) also rewrites an unchanged document whose chunks lack the
-context lines of its current version."""
+context lines of its current version. A document that brings its own vector
+(:mod:`pgrag.ingest.vectors`) is one chunk, checked against the collection's model here."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgrag.collections import DEFAULT_CHUNK_OVERLAP, DEFAULT_CHUNK_TOKENS, Collection
 from pgrag.db import queries
@@ -17,6 +18,7 @@ from pgrag.errors import InputError, SkippedInput
 from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.report import FileResult, IngestReport
+from pgrag.ingest.vectors import VectorTarget, fit, target_for, vector_digest
 from pgrag.text.chunking import CONTEXT_TOKENS, Chunk, chunk_text, markdown_headings
 from pgrag.text.vector_text import CONTEXT_LINE_TOKENS, vector_text
 
@@ -41,6 +43,10 @@ class PreparedChunk:
     # hash of the document version it was asked for (None: never asked).
     context: str | None = None
     context_for: str | None = None
+    # The vector the document brought (a float32 array as stored): written as it is, never
+    # embedded, and part of the content hash (a vector from the encoder is never reused for
+    # it, nor it for a chunk of the same text without one).
+    vector: Any = None
 
     def set_context(
         self, context: str | None, asked_for: str, counter: TokenCounter, max_tokens: int
@@ -89,9 +95,17 @@ def plan(
     planned: dict[tuple[str, frozenset[str]], str] = {}
     readers = frozenset(principals or ["public"])
 
+    target: VectorTarget | None = None
+
     def prepare(file: LoadedFile, label: str, replaces: int | None) -> PreparedDoc:
-        with budget.file_budget():
-            chunks = prepare_chunks(file, embedder, limit, overlap)
+        nonlocal target
+        if file.vector is not None:
+            if target is None:
+                target = target_for(db, coll, embedder, report.collection)
+            chunks = [vector_chunk(file, embedder.tokens, fit(file.vector, target))]
+        else:
+            with budget.file_budget():
+                chunks = prepare_chunks(file, embedder, limit, overlap)
         if not chunks:
             raise InputError("has no text to index")
         doc = PreparedDoc(
@@ -127,7 +141,14 @@ def plan(
                             "contextual": contextual,
                         },
                     ).fetchone()
-            if row is not None and row[1] == file.content_hash and row[3] and file.stream is None:
+            # (A document with its own vector has no context lines: its text is the vector's.)
+            if (
+                row is not None
+                and row[1] == file.content_hash
+                and row[3]
+                and file.stream is None
+                and file.vector is None
+            ):
                 # Unchanged, but some of its chunks have no context for this version yet (a
                 # plain ingest wrote them, or the model failed): rewritten with contexts; those
                 # it has are kept (pgrag.ingest.contextual reads them back).
@@ -268,6 +289,24 @@ def prepare_chunks(
         for chunk in chunk_text(text, counter, limit=limit, overlap=overlap, markdown=False):
             out.append(prepare_chunk(chunk, file, counter, headings))
     return out
+
+
+def vector_chunk(file: LoadedFile, counter: TokenCounter, vector: Any) -> PreparedChunk:
+    """The one chunk of a document that brings its own vector: its whole text (never split: the
+    vector is that text's), its title as the section, and the vector."""
+    text = file.text.strip()
+    chunk = prepare_chunk(
+        Chunk(text=text, section=(), token_count=counter.count(text)),
+        file,
+        counter,
+        {},
+    )
+    # The vector is the chunk's content: the same text with another vector is another chunk.
+    chunk.content_hash = hashlib.sha256(
+        f"{chunk.content_hash}\nvector {vector_digest(file.vector or ())}".encode()
+    ).hexdigest()
+    chunk.vector = vector
+    return chunk
 
 
 def _check() -> None:

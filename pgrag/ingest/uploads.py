@@ -237,7 +237,9 @@ def as_uploaded(doc: LoadedFile, upload: Upload) -> LoadedFile:
     )
     if doc.format == "jsonl":
         meta = {k: v for k, v in metadata.items() if k != "format"}
-        made = from_text(renamed.source, doc.text, title=doc.title, metadata=meta)
+        made = from_text(
+            renamed.source, doc.text, title=doc.title, metadata=meta, vector=doc.vector
+        )
         renamed = dataclasses.replace(
             made, label=renamed.label, format=doc.format, metadata=metadata
         )

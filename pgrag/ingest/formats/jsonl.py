@@ -1,6 +1,7 @@
-"""JSON Lines: one document per line, with configurable text, title, id and metadata fields
-(:class:`JsonlFields`); read a line at a time, never whole. A bad line is reported as
-``FILE:LINE: reason`` and the other lines go in."""
+"""JSON Lines: one document per line, with configurable text, title, id, metadata and embedding
+fields (:class:`JsonlFields`); read a line at a time, never whole. A bad line is reported as
+``FILE:LINE: reason`` and the other lines go in. A record with an embedding is one chunk, its
+whole text, stored with that vector (:mod:`pgrag.ingest.vectors`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import IO, Any, BinaryIO
 from pgrag.errors import InputError
 from pgrag.ingest.document import LoadedFile, from_text
 from pgrag.ingest.formats._base import Sample, one_line
+from pgrag.ingest.vectors import check_vector
 
 NAME = "jsonl"
 LABEL = "JSON Lines"
@@ -41,12 +43,15 @@ def _json_object(line: str) -> bool:
 class JsonlFields:
     """Which fields of a JSON Lines record are what. ``id`` None: ``_id`` or ``id`` when the
     record has one, else the line number (an id keeps a record's identity when lines move).
-    ``metadata`` None: every other field."""
+    ``metadata`` None: every other field. ``embedding``: the field holding a record's vector,
+    made already (a record without it, or with null there, is embedded as usual); None: no
+    record has one."""
 
     text: str = "text"
     title: str | None = "title"
     id: str | None = None
     metadata: tuple[str, ...] | None = None
+    embedding: str | None = "embedding"
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,7 @@ class Record:
     title: str | None
     text: str
     metadata: dict[str, Any]
+    vector: tuple[float, ...] | None = None
 
 
 MAX_LINE_BYTES = 16 * 1024 * 1024
@@ -91,10 +97,15 @@ def jsonl_records(
                 raise InputError(f"repeats id {key!r} of line {seen[key]}")
             seen[key] = number
             title = record.get(fields.title) if fields.title else None
-            used = {fields.text, fields.title, id_field}
+            vector = None
+            if fields.embedding and record.get(fields.embedding) is not None:
+                vector = check_vector(record[fields.embedding], f"its {fields.embedding!r} field")
+            used = {fields.text, fields.title, id_field, fields.embedding}
             names = fields.metadata if fields.metadata is not None else tuple(record)
             metadata = {n: record[n] for n in names if n in record and n not in used}
-            yield Record(number, key, title if isinstance(title, str) else None, text, metadata)
+            yield Record(
+                number, key, title if isinstance(title, str) else None, text, metadata, vector
+            )
         except InputError as err:
             yield number, err
 
@@ -117,6 +128,7 @@ def read(
                 item.text,
                 title=item.title or f"{path.stem} {item.key}",
                 metadata=meta,
+                vector=item.vector,
             )
         except InputError as err:
             yield f"{path}:{item.line}", err
