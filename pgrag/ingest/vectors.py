@@ -56,6 +56,36 @@ def check_vector(value: object, what: str = "its vector") -> tuple[float, ...]:
             f"{what} is an empty list; give the model's vector, or leave it out to have the"
             " text embedded"
         )
+    import numpy as np
+
+    # The common case at numpy's speed (a Python loop over every element cost an ingest of
+    # 2,000 precomputed 384-d vectors 1.7 s); anything it does not take plainly is refused
+    # below with the position of the first bad element.
+    array = None
+    if set(map(type, value)) <= {float, int}:  # (type(True) is bool: booleans go below)
+        try:
+            array = np.asarray(value, dtype=np.float64)
+        except OverflowError:
+            array = None
+    if (
+        array is not None
+        and bool(np.isfinite(array).all())
+        and float(np.abs(array).max()) <= FLOAT4_MAX
+    ):
+        out = array.tolist()
+    else:
+        out = _checked_elements(value, what)
+    if math.hypot(*out) == 0:
+        raise InputError(
+            f"{what} is all zeros: a vector with no direction cannot be searched; give the"
+            " model's vector, or leave it out to have the text embedded"
+        )
+    return tuple(out)
+
+
+def _checked_elements(value: list[Any] | tuple[Any, ...], what: str) -> list[float]:
+    """Each element as a float, or an InputError naming the first that is not a finite number
+    within single precision."""
     out: list[float] = []
     for i, x in enumerate(value):
         if isinstance(x, bool) or not isinstance(x, numbers.Real):
@@ -68,20 +98,20 @@ def check_vector(value: object, what: str = "its vector") -> tuple[float, ...]:
             f = math.inf
         if not math.isfinite(f):
             raise InputError(
-                f"{what} holds {x!r} at position {i}; every element must be a finite number"
+                f"{what} holds {_short(x)} at position {i}; every element must be a finite number"
             )
         if abs(f) > FLOAT4_MAX:
             raise InputError(
-                f"{what} holds {x!r} at position {i}, beyond the single-precision range"
+                f"{what} holds {_short(x)} at position {i}, beyond the single-precision range"
                 " (±3.4e38) that pgvector stores"
             )
         out.append(f)
-    if math.hypot(*out) == 0:
-        raise InputError(
-            f"{what} is all zeros: a vector with no direction cannot be searched; give the"
-            " model's vector, or leave it out to have the text embedded"
-        )
-    return tuple(out)
+    return out
+
+
+def _short(x: object) -> str:
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _kind(value: object) -> str:
