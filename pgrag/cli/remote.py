@@ -18,6 +18,7 @@ import click
 from pgrag.cli.options import state
 
 if TYPE_CHECKING:
+    from pgrag.retrieval.grouping import DocumentHit
     from pgrag.retrieval.search import SearchResult, SearchSettings
     from pgrag.service.client import ServiceClient
 
@@ -52,8 +53,50 @@ def search(
     mmr: float | None,
     rerank: bool,
 ) -> list[SearchResult]:
-    from pgrag.retrieval.search import SearchResult
+    body = _search_body(query, collection, k, mode, filter, settings, model, mmr, rerank)
+    return [_search_result(hit) for hit in service.search(body)["results"]]
 
+
+def search_documents(
+    service: ServiceClient,
+    query: str,
+    *,
+    chunks_per_document: int,
+    collection: str,
+    k: int,
+    mode: str,
+    filter: dict[str, Any] | None,
+    settings: SearchSettings | None,
+    model: str | None,
+    mmr: float | None,
+    rerank: bool,
+) -> list[DocumentHit]:
+    """The service's document-level results (``"group": "document"``)."""
+    from pgrag.retrieval.grouping import DocumentHit
+
+    body = _search_body(query, collection, k, mode, filter, settings, model, mmr, rerank)
+    body |= {"group": "document", "chunks_per_document": chunks_per_document}
+    names = {f.name for f in dataclasses.fields(DocumentHit)} - {"chunks"}
+    return [
+        DocumentHit(
+            **{k: v for k, v in hit.items() if k in names},
+            chunks=[_search_result(c) for c in hit.get("chunks") or []],
+        )
+        for hit in service.search(body)["documents"]
+    ]
+
+
+def _search_body(
+    query: str,
+    collection: str,
+    k: int,
+    mode: str,
+    filter: dict[str, Any] | None,
+    settings: SearchSettings | None,
+    model: str | None,
+    mmr: float | None,
+    rerank: bool,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"query": query, "collection": collection, "k": k, "mode": mode}
     if filter is not None:
         body["filter"] = filter
@@ -67,11 +110,14 @@ def search(
         body["mmr"] = mmr
     if rerank:
         body["rerank"] = True
+    return body
+
+
+def _search_result(hit: dict[str, Any]) -> SearchResult:
+    from pgrag.retrieval.search import SearchResult
+
     names = {f.name for f in dataclasses.fields(SearchResult)}
-    return [
-        SearchResult(**{k: v for k, v in hit.items() if k in names})
-        for hit in service.search(body)["results"]
-    ]
+    return SearchResult(**{k: v for k, v in hit.items() if k in names})
 
 
 class RemoteAnswer:

@@ -11,7 +11,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, LiteralString
+from typing import TYPE_CHECKING, Any, Literal, LiteralString, overload
 
 from pgrag.db import principals as access
 from pgrag.db import queries
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from pgrag.db.connect import Database
     from pgrag.retrieval.expansion import QueryRewrite
+    from pgrag.retrieval.grouping import DocumentHit
     from pgrag.retrieval.rerank import Reranker
 
 Q = queries.load(__name__)
@@ -194,6 +195,72 @@ def collection_model(db: Database, collection: str) -> tuple[str, int] | None:
     return None if row[1] is None else (row[1], row[2])
 
 
+@overload
+def search(
+    db: Database,
+    query: str,
+    *,
+    collection: str = ...,
+    k: int = ...,
+    mode: str = ...,
+    filter: dict[str, Any] | None = ...,
+    settings: SearchSettings | None = ...,
+    reranker: Reranker | None = ...,
+    mmr: float | None = ...,
+    timings: dict[str, float] | None = ...,
+    principals: Sequence[str] | None = ...,
+    model: str | None = ...,
+    embed_text: str | Sequence[str] | None = ...,
+    rewrite: str | QueryRewrite | None = ...,
+    group: Literal["chunk"] = ...,
+    chunks_per_document: int = ...,
+) -> list[SearchResult]: ...
+
+
+@overload
+def search(
+    db: Database,
+    query: str,
+    *,
+    collection: str = ...,
+    k: int = ...,
+    mode: str = ...,
+    filter: dict[str, Any] | None = ...,
+    settings: SearchSettings | None = ...,
+    reranker: Reranker | None = ...,
+    mmr: float | None = ...,
+    timings: dict[str, float] | None = ...,
+    principals: Sequence[str] | None = ...,
+    model: str | None = ...,
+    embed_text: str | Sequence[str] | None = ...,
+    rewrite: str | QueryRewrite | None = ...,
+    group: Literal["document"],
+    chunks_per_document: int = ...,
+) -> list[DocumentHit]: ...
+
+
+@overload
+def search(
+    db: Database,
+    query: str,
+    *,
+    collection: str = ...,
+    k: int = ...,
+    mode: str = ...,
+    filter: dict[str, Any] | None = ...,
+    settings: SearchSettings | None = ...,
+    reranker: Reranker | None = ...,
+    mmr: float | None = ...,
+    timings: dict[str, float] | None = ...,
+    principals: Sequence[str] | None = ...,
+    model: str | None = ...,
+    embed_text: str | Sequence[str] | None = ...,
+    rewrite: str | QueryRewrite | None = ...,
+    group: str,
+    chunks_per_document: int = ...,
+) -> list[SearchResult] | list[DocumentHit]: ...
+
+
 def search(
     db: Database,
     query: str,
@@ -210,7 +277,9 @@ def search(
     model: str | None = None,
     embed_text: str | Sequence[str] | None = None,
     rewrite: str | QueryRewrite | None = None,
-) -> list[SearchResult]:
+    group: str = "chunk",
+    chunks_per_document: int = 3,
+) -> list[SearchResult] | list[DocumentHit]:
     """Ranked chunks for ``query``; ``mode`` is hybrid, keyword or vector.
 
     ``model`` names the embedding model to search with: by default the collection's active
@@ -237,7 +306,37 @@ def search(
     has the configured language model rewrite the question first (docs/search.md, "Query
     rewriting"); when the model fails, the question is searched as asked and a
     :class:`pgrag.retrieval.expansion.RewriteWarning` says so.
+
+    ``group="document"`` returns documents instead of chunks (docs/search.md, "Document-level
+    results"): up to ``k`` distinct documents as :class:`pgrag.retrieval.grouping.DocumentHit`,
+    ranked by their best chunk, each with its best ``chunks_per_document`` chunks (default 3)
+    in rank order. The chunks are a deeper search's (about 1.2k at first, deeper while they
+    hold fewer than ``k`` documents, at most 1,000), run with every other argument as given;
+    ``timings`` then sums the searches' and adds ``group_depth`` and ``group_searches``.
     """
+    from pgrag.retrieval.grouping import check_group
+
+    check_group(group, chunks_per_document)
+    if group == "document":
+        return _grouped(
+            db,
+            query,
+            k=k,
+            chunks_per_document=chunks_per_document,
+            timings=timings,
+            options={
+                "collection": collection,
+                "mode": mode,
+                "filter": filter,
+                "settings": settings,
+                "reranker": reranker,
+                "mmr": mmr,
+                "principals": principals,
+                "model": model,
+                "embed_text": embed_text,
+                "rewrite": rewrite,
+            },
+        )
     if rewrite is not None:
         if embed_text is not None:
             raise InputError(
@@ -309,6 +408,31 @@ def search(
         if reranker is not None:
             timings["rerank_ms"] = round((t3 - t2) * 1000, 2)
     return results
+
+
+def _grouped(
+    db: Database,
+    query: str,
+    *,
+    k: int,
+    chunks_per_document: int,
+    timings: dict[str, float] | None,
+    options: dict[str, Any],
+) -> list[DocumentHit]:
+    """``search(..., group="document")``: the chunk searches, folded into documents."""
+    from pgrag.retrieval.grouping import grouped
+
+    check_arguments(query, mode=options["mode"], k=k, filter=options["filter"], mmr=options["mmr"])
+
+    def fetch(depth: int) -> list[SearchResult]:
+        spent: dict[str, float] = {}
+        results = search(db, query, k=depth, timings=spent, **options)
+        if timings is not None:
+            for name, value in spent.items():
+                timings[name] = round(timings.get(name, 0.0) + value, 2)
+        return results
+
+    return grouped(fetch, k, chunks_per_document, timings)
 
 
 def check_arguments(

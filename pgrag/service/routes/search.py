@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from pgrag.errors import InputError
+from pgrag.retrieval.grouping import DEFAULT_CHUNKS_PER_DOCUMENT, MAX_CHUNKS_PER_DOCUMENT
 from pgrag.retrieval.search import SearchSettings, search
 from pgrag.service.auth import Caller
 from pgrag.service.deps import caller, service
@@ -41,6 +42,17 @@ class SearchRequest(BaseModel):
     settings: Tuning | None = None
     rerank: bool = Field(False, description="Rerank with the service's PGRAG_RERANKER.")
     mmr: float | None = Field(None, ge=0.0, le=1.0)
+    group: Literal["chunk", "document"] = Field(
+        "chunk",
+        description='"document": up to k distinct documents, each with its best chunks,'
+        ' answered as "documents" (docs/search.md#document-level-results).',
+    )
+    chunks_per_document: int = Field(
+        DEFAULT_CHUNKS_PER_DOCUMENT,
+        ge=1,
+        le=MAX_CHUNKS_PER_DOCUMENT,
+        description='With "group": "document": the most chunks listed per document.',
+    )
 
 
 @router.post("/v1/search")
@@ -73,12 +85,16 @@ async def search_route(
                 reranker=reranker,
                 mmr=body.mmr,
                 timings=timings,
+                group=body.group,
+                chunks_per_document=body.chunks_per_document,
             )
         svc.metrics.observe_timings("/v1/search", timings)
+        # Chunks answer as "results", documents (another shape) as "documents".
+        key = "documents" if body.group == "document" else "results"
         return {
             "collection": collection,
             "query": body.query,
-            "results": [r.to_dict() for r in results],
+            key: [r.to_dict() for r in results],
             "timings": timings,
         }
 
