@@ -35,15 +35,20 @@
 -- scan, one parse per chunk whatever the words, and by the time limit, checked per chunk.
 -- NULL or 0 turns it off.
 -- Vector arm: the model's partial HNSW index (vector or halfvec, as embedding_models.index_type
--- says) with pgvector's iterative scans, ef_search = 2 x depth (at least 200), and an exact scan
--- when the index returns too few rows. `model` names the embedding model the query vector was
+-- says) with pgvector's iterative scans, ef_search = 2 x depth (at least 200; pgrag.ef_search
+-- or the collection's settings ->> 'ef_search' set it instead), and an exact scan when the
+-- index returns too few rows. `model` names the embedding model the query vector was
 -- made with (NULL: the collection's active model); a model that is not the collection's, or is
 -- retired there, is an error; one still building may be searched, to compare before switching.
 -- A query vector of the wrong dimension is an error, never an empty result.
--- Fusion: Reciprocal Rank Fusion, score = sum over arms of weight / (rrf_k + rank). The defaults
--- (rrf_k 5, keyword 1.0, vector 0.5) were chosen by a sweep on SQuAD v1.1 dev (docs/search.md).
--- probability: p(z|x) over the returned rows, softmax(score / temperature); the default 0.02
--- minimises the negative log-likelihood of the relevant passage among the top 10 on SQuAD dev.
+-- Fusion (docs/search.md#fusion): by default a convex combination, the weighted mean of each
+-- arm's scores min-max normalised over its candidate list (vector 0.4, keyword 0.6, chosen on
+-- half of SQuAD v1.1 dev's articles); Reciprocal Rank Fusion, sum over arms of
+-- weight / (rrf_k + rank), when the caller names rrf_k (weights 0.5 and 1.0 by default). A
+-- collection's settings -> 'fusion' (pgrag tune) replaces the defaults the caller leaves NULL.
+-- probability: p(z|x) over the returned rows, softmax(score / temperature); the default (0.1
+-- convex, 0.02 RRF) minimises the negative log-likelihood of the relevant passage among the
+-- top 10 on SQuAD dev.
 -- Visibility: the entry points are SECURITY DEFINER, so restricted roles (pgrag_reader,
 -- pgrag_app) search without any SELECT on the tables (whose direct use would leak through side
 -- channels). The engine asks pgrag.visible_acls (sql/functions/access.sql) once which access
@@ -165,6 +170,7 @@ DECLARE
     v_fusion        jsonb;
     v_method        text;
     v_convex        boolean;
+    v_zscore        boolean;
     v_wsum          float8;
     v_ef            integer;
     v_joined        boolean;
@@ -217,17 +223,19 @@ BEGIN
         IF v_fusion <> '{}' THEN
             v_method := coalesce(v_fusion ->> 'method', 'convex');
             IF v_method NOT IN ('convex', 'rrf')
+               OR coalesce(v_fusion ->> 'normalization', 'minmax') NOT IN ('minmax', 'zscore')
                OR EXISTS (SELECT 1 FROM jsonb_each(v_fusion) e
                            WHERE e.key IN ('rrf_k', 'vector_weight', 'keyword_weight', 'temperature')
                              AND jsonb_typeof(e.value) <> 'number') THEN
                 RAISE EXCEPTION 'collection %''s fusion setting is not valid: %', quote_literal(collection), v_fusion
                     USING ERRCODE = '22023',
-                          HINT = 'It needs "method": "convex" or "rrf" and numbers for rrf_k, vector_weight, keyword_weight and temperature; rerun pgrag tune -c COLLECTION, or remove it: UPDATE pgrag.collections SET settings = settings - ''fusion'' WHERE name = ...';
+                          HINT = 'It needs "method": "convex" or "rrf", "normalization": "minmax" or "zscore", and numbers for rrf_k, vector_weight, keyword_weight and temperature; rerun pgrag tune -c COLLECTION, or remove it: UPDATE pgrag.collections SET settings = settings - ''fusion'' WHERE name = ...';
             END IF;
         END IF;
     END IF;
     v_method := coalesce(v_fusion ->> 'method', 'convex');
     v_convex := rrf_k IS NULL AND v_method = 'convex';
+    v_zscore := v_convex AND coalesce(v_fusion ->> 'normalization', 'minmax') = 'zscore';
     IF v_convex <> (v_method = 'convex') THEN
         v_fusion := '{}';  -- the caller chose RRF: a tuned convex setting does not apply
     ELSIF query_embedding IS NULL OR query_text IS NULL THEN
@@ -324,11 +332,13 @@ BEGIN
                       LIMIT v_kdepth),
                  top AS (
                      SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
+                                 WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
                        FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
-                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi
+                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi,
+                                    avg(w.s) OVER () AS mu, stddev_pop(w.s) OVER () AS sd
                                FROM w) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
@@ -747,11 +757,13 @@ BEGIN
                       LIMIT v_kdepth),
                  top AS (
                      SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
+                                 WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
                        FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
-                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi
+                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi,
+                                    avg(w.s) OVER () AS mu, stddev_pop(w.s) OVER () AS sd
                                FROM w) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
@@ -840,20 +852,27 @@ BEGIN
                     UNION ALL SELECT * FROM kw_filtered
                     UNION ALL SELECT * FROM kw_pruned),
              w AS (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r,
-                          CASE WHEN max(kw.s) OVER () > min(kw.s) OVER ()
+                          CASE WHEN v_zscore
+                               THEN coalesce((kw.s - avg(kw.s) OVER ()) / nullif(stddev_pop(kw.s) OVER (), 0), 0)
+                               WHEN max(kw.s) OVER () > min(kw.s) OVER ()
                                THEN (kw.s - min(kw.s) OVER ()) / (max(kw.s) OVER () - min(kw.s) OVER ())
                                ELSE 1 END AS n
                      FROM kw),
              v AS (SELECT x.id, x.dist, x.r::int AS r,
-                          CASE WHEN max(x.dist) OVER () > min(x.dist) OVER ()
+                          CASE WHEN v_zscore
+                               THEN coalesce((avg(x.dist) OVER () - x.dist) / nullif(stddev_pop(x.dist) OVER (), 0), 0)
+                               WHEN max(x.dist) OVER () > min(x.dist) OVER ()
                                THEN (max(x.dist) OVER () - x.dist) / (max(x.dist) OVER () - min(x.dist) OVER ())
                                ELSE 1 END AS n
                      FROM unnest(v_vec_ids, v_vec_dists) WITH ORDINALITY AS x(id, dist, r)),
-             -- RRF: weight / (rrf_k + rank) summed; convex: the weighted mean of each arm's score
-             -- min-max normalised over its list (0 where a chunk is not in a list).
+             -- RRF: weight / (rrf_k + rank) summed; convex: the weighted mean of each arm's
+             -- normalised score (min-max: 0 where a chunk is not in a list; z-score: the list's
+             -- lowest).
              f AS (SELECT coalesce(v.id, w.id) AS id, v.r AS vr, w.r AS kr, v.dist, w.s,
                           CASE WHEN v_convex
-                               THEN (coalesce(vector_weight * v.n, 0) + coalesce(keyword_weight * w.n, 0)) / v_wsum
+                               THEN (coalesce(vector_weight * coalesce(v.n, CASE WHEN v_zscore THEN (SELECT min(v2.n) FROM v v2) ELSE 0 END), 0)
+                                     + coalesce(keyword_weight * coalesce(w.n, CASE WHEN v_zscore THEN (SELECT min(w2.n) FROM w w2) ELSE 0 END), 0))
+                                    / v_wsum
                                ELSE coalesce(vector_weight / (rrf_k + v.r), 0)
                                     + coalesce(keyword_weight / (rrf_k + w.r), 0) END AS fused,
                           least(v.r, w.r) AS best
@@ -932,11 +951,13 @@ BEGIN
               LIMIT k),
          top AS (
              SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
+                                 WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                     c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                     d.title AS ttl, d.metadata AS meta
                FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
-                            min(w.s) OVER () AS lo, max(w.s) OVER () AS hi
+                            min(w.s) OVER () AS lo, max(w.s) OVER () AS hi,
+                                    avg(w.s) OVER () AS mu, stddev_pop(w.s) OVER () AS sd
                        FROM w) r
                JOIN pgrag.chunks c ON c.id = r.id
                JOIN pgrag.documents d ON d.id = c.document_id

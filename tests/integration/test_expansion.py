@@ -196,9 +196,11 @@ def test_multi_query_fuses_the_searches_of_the_question_and_its_paraphrases(
     assert [(r.chunk_id, r.rank) for r in got] == [(r.chunk_id, r.rank) for r in want]
     assert [r.score for r in got] == pytest.approx([r.score for r in want])
     assert sum(r.probability or 0 for r in got) == pytest.approx(1.0)
-    # The paraphrase that names Porto brings its paragraph into the top 3.
+    # The paraphrase that names Porto lifts its paragraph above where the question alone
+    # ranks it.
+    plain = sources(pgrag.search(offices, QUESTION, collection="offices", k=5))
     assert "porto.txt" in sources(got)
-    assert "porto.txt" not in sources(pgrag.search(offices, QUESTION, collection="offices", k=3))
+    assert sources(got).index("porto.txt") < plain.index("porto.txt")
     assert timings["searches"] == 3 and timings["expand_ms"] > 0
 
 

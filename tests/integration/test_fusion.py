@@ -107,6 +107,10 @@ def test_the_collections_fusion_setting_is_used_and_the_caller_overrides_it(
         )
         # rrf_k chooses RRF, and then the collection's convex weights do not apply
         _same(_hybrid(loaded, query, vector, rrf_k=5), fusion.fuse(kw, vec, "rrf")[:5])
+    # z-score normalisation (each list's scores as z-scores; absent: the list's lowest)
+    _set_fusion(loaded, {"normalization": "zscore", "vector_weight": 0.3, "keyword_weight": 0.7})
+    for query, vector, (kw, vec) in reference:
+        _same(_hybrid(loaded, query, vector), fusion.fuse(kw, vec, "convex-z", alpha=0.3)[:5])
     # one arm asked for: a weight of 0 in the setting does not switch it off
     _set_fusion(loaded, {"method": "convex", "vector_weight": 1.0, "keyword_weight": 0.0})
     keyword = pgrag.search(loaded, "refund monthly", collection="docs", mode="keyword")
@@ -121,7 +125,12 @@ def test_the_collections_fusion_setting_is_used_and_the_caller_overrides_it(
 
 @pytest.mark.parametrize(
     "value",
-    [{"method": "bm25"}, {"vector_weight": "heavy"}, {"method": "convex", "temperature": None}],
+    [
+        {"method": "bm25"},
+        {"vector_weight": "heavy"},
+        {"method": "convex", "temperature": None},
+        {"normalization": "softmax"},
+    ],
 )
 def test_a_bad_fusion_setting_is_a_clear_error(loaded: Database, value: Any) -> None:
     _set_fusion(loaded, value)
