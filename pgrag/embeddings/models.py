@@ -105,12 +105,13 @@ def collection_id(db: Database, collection: str) -> int:
 def collection_models(db: Database, collection: str) -> list[Model]:
     """The models of a collection, the active one first; :class:`~pgrag.errors.CollectionNotFound`
     if it does not exist."""
+    # (One statement: a search embeds its question with what this returns, and each round
+    # trip adds to it.)
     with transaction(db) as conn:
-        found = conn.execute(Q.collection_id, {"collection": collection}).fetchone()
-        if found is None:
-            raise CollectionNotFound(collection)
-        rows = conn.execute(Q.collection_models, {"collection_id": found[0]}).fetchall()
-    return [_model(r, r[9]) for r in rows]
+        rows = conn.execute(Q.collection_models, {"collection": collection}).fetchall()
+    if not rows:
+        raise CollectionNotFound(collection)
+    return [_model(r[1:], r[10]) for r in rows if r[1] is not None]
 
 
 def list_models(db: Database) -> list[tuple[Model, list[str]]]:

@@ -16,12 +16,14 @@ SELECT m.id, m.name, m.provider, m.dimension, m.distance, m.normalized, m.max_to
 SELECT id FROM pgrag.collections WHERE name = %(collection)s;
 
 -- name: collection_models
--- A collection's models with their status there, the active one first.
-SELECT m.id, m.name, m.provider, m.dimension, m.distance, m.normalized, m.max_tokens,
+-- The collection called %(collection)s (no row: there is none) with its models and their
+-- status there, the active one first (one row of NULLs after the id: it has none yet).
+SELECT c.id, m.id, m.name, m.provider, m.dimension, m.distance, m.normalized, m.max_tokens,
        m.index_type, m.settings, cm.status
-  FROM pgrag.collection_models cm
-  JOIN pgrag.embedding_models m ON m.id = cm.model_id
- WHERE cm.collection_id = %(collection_id)s
+  FROM pgrag.collections c
+  LEFT JOIN pgrag.collection_models cm ON cm.collection_id = c.id
+  LEFT JOIN pgrag.embedding_models m ON m.id = cm.model_id
+ WHERE c.name = %(collection)s
  ORDER BY cm.status <> 'active', cm.added_at, m.name;
 
 -- name: models_with_collections

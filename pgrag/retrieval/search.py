@@ -6,6 +6,7 @@ Fusion), so Python, psql and any other client get the same results under the sam
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 Q = queries.load(__name__)
 
 MODES = ("hybrid", "keyword", "vector")
+UNDEFINED_OBJECT = "42704"  # search_v5's SQLSTATE for a collection that does not exist
 # search_v5's bound on query_text (sql/functions/search.sql), checked here before embedding.
 MAX_QUERY_CHARS = 20000
 
@@ -96,9 +98,16 @@ def call_sql(
     """``SELECT columns FROM pgrag.search_v5(...)`` with psycopg named placeholders:
     %(collection)s, %(query)s, %(embedding)s, %(k)s, %(filter)s, one per setting given, and
     %(model)s (the model the query was embedded with) if ``model``."""
+    options = (*(settings or SearchSettings()).arguments(), *(("model",) if model else ()))
+    return _call_sql(columns, options)
+
+
+@functools.lru_cache(maxsize=256)
+def _call_sql(columns: LiteralString, options: tuple[str, ...]) -> sql.Composed:
+    # (Composed once per shape of call: composing it cost a keyword search a twentieth of its
+    # time.)
     from psycopg import sql
 
-    options = [*(settings or SearchSettings()).arguments(), *(["model"] if model else [])]
     return _statement(columns, sql.Placeholder, options)
 
 
@@ -364,14 +373,15 @@ def search(
     from psycopg.types.json import Jsonb
 
     t0 = time.perf_counter()
-    recorded = collection_model(db, collection)
-    if mmr is not None and recorded is None:
-        raise InputError(f"mmr needs embeddings, and collection {collection!r} has none yet")
     embedding = None
     model_name = None
     model_id = None
-    if (mode != "keyword" or mmr is not None) and (recorded is not None or model is not None):
-        resolved = query_model(db, collection, model)
+    # A keyword search needs no model: it is the one statement below (whose error for a
+    # missing collection becomes CollectionNotFound), so that the layer adds little to it.
+    if mode != "keyword" or mmr is not None:
+        resolved = query_model(db, collection, model)  # (CollectionNotFound if it is missing)
+        if resolved is None and mmr is not None:
+            raise InputError(f"mmr needs embeddings, and collection {collection!r} has none yet")
         if resolved is not None:
             spec, embedder = resolved
             model_name, model_id = spec.name, spec.id
@@ -380,20 +390,29 @@ def search(
             embedding = vectors[0] if len(vectors) == 1 else mean_vector(vectors, embedder.name)
     t1 = time.perf_counter()
     fetch = candidates(k) if (reranker is not None or mmr is not None) else k
-    with transaction(db) as conn:
-        access.apply(conn, db.principals if principals is None else principals)
-        rows = conn.execute(
-            call_sql(settings, model=model_name is not None),
-            {
-                "model": model_name,
-                "collection": collection,
-                "query": None if mode == "vector" else query,
-                "embedding": None if mode == "keyword" else embedding,
-                "k": fetch,
-                "filter": Jsonb(filter or {}),
-                **(settings or SearchSettings()).arguments(),
-            },
-        ).fetchall()
+    try:
+        with transaction(db) as conn:
+            access.apply(conn, db.principals if principals is None else principals)
+            rows = conn.execute(
+                call_sql(settings, model=model_name is not None),
+                {
+                    "model": model_name,
+                    "collection": collection,
+                    "query": None if mode == "vector" else query,
+                    "embedding": None if mode == "keyword" else embedding,
+                    "k": fetch,
+                    "filter": Jsonb(filter or {}),
+                    **(settings or SearchSettings()).arguments(),
+                },
+            ).fetchall()
+    except DatabaseError as err:
+        cause = err.__cause__
+        primary = getattr(getattr(cause, "diag", None), "message_primary", None) or ""
+        if getattr(cause, "sqlstate", None) == UNDEFINED_OBJECT and primary.startswith(
+            "collection "
+        ):
+            raise CollectionNotFound(collection) from None
+        raise
     results = [SearchResult(*row) for row in rows]
     t2 = time.perf_counter()
     if reranker is not None:
