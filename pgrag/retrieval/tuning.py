@@ -40,7 +40,7 @@ Q = queries.load(__name__)
 # The built-in default: the convex weight of the vector arm chosen on half of SQuAD v1.1 dev's
 # articles (docs/benchmarks.md, "Fusion that transfers"). sql/functions/search.sql has the same.
 DEFAULT_VECTOR_WEIGHT = 0.4
-METHOD = "convex-mm"  # the normalisation search_v5 uses (sql/functions/search.sql)
+METHOD = "convex-z"  # the normalisation search_v5 uses by default (sql/functions/search.sql)
 DEPTH = 40  # what search_v5 fuses at k = 10: max(4k, 40) per arm
 MIN_QUESTIONS = 20
 MIN_GAIN = 0.01
@@ -237,10 +237,14 @@ def tune_collection(
             " embedding worker finish) before tuning"
         )
     current = DEFAULT_VECTOR_WEIGHT
+    normalization = "zscore"
     if isinstance(setting, dict) and setting.get("method", "convex") == "convex":
         vw, kw = setting.get("vector_weight"), setting.get("keyword_weight")
         if isinstance(vw, int | float) and isinstance(kw, int | float) and vw + kw > 0:
             current = round(vw / (vw + kw), 4)
+        if setting.get("normalization") == "minmax":
+            normalization = "minmax"
+    method = "convex-mm" if normalization == "minmax" else METHOD
     if client is None:
         configured = configured_chat(db)
         if configured is None:
@@ -264,12 +268,14 @@ def tune_collection(
 
     lists = arm_lists(db, collection, texts, vectors, progress=searched)
     targets = [q.chunk_id for q in sample]
-    scores = sweep(lists, targets)
+    scores = sweep(lists, targets, method)
     weight, best = choose(scores, current)
     gains = [
         b - a
         for a, b in zip(
-            per_question(lists, targets, current), per_question(lists, targets, best), strict=True
+            per_question(lists, targets, current, method),
+            per_question(lists, targets, best, method),
+            strict=True,
         )
     ]
     gain, low = sum(gains) / len(gains), bootstrap_low(gains, seed=seed)
@@ -295,6 +301,7 @@ def tune_collection(
     if save:
         setting = {
             "method": "convex",
+            "normalization": normalization,
             "vector_weight": weight,
             "keyword_weight": round(1 - weight, 2),
             "tuned": {"questions": len(sample), "seed": seed, "best": best, "gain": round(gain, 4)},

@@ -42,13 +42,16 @@
 -- retired there, is an error; one still building may be searched, to compare before switching.
 -- A query vector of the wrong dimension is an error, never an empty result.
 -- Fusion (docs/search.md#fusion): by default a convex combination, the weighted mean of each
--- arm's scores min-max normalised over its candidate list (vector 0.4, keyword 0.6, chosen on
--- half of SQuAD v1.1 dev's articles); Reciprocal Rank Fusion, sum over arms of
--- weight / (rrf_k + rank), when the caller names rrf_k (weights 0.5 and 1.0 by default). A
--- collection's settings -> 'fusion' (pgrag tune) replaces the defaults the caller leaves NULL.
--- probability: p(z|x) over the returned rows, softmax(score / temperature); the default (0.1
--- convex, 0.02 RRF) minimises the negative log-likelihood of the relevant passage among the
--- top 10 on SQuAD dev.
+-- arm's scores as z-scores over its candidate list (a chunk missing from a list takes the
+-- list's lowest; vector 0.4, keyword 0.6). The method, normalisation (z-score or min-max) and
+-- weight were chosen on half of SQuAD v1.1 dev's articles and a CMake manual set, and reported
+-- on the other half and a Vim manual set (docs/benchmarks.md#fusion-that-transfers).
+-- Reciprocal Rank Fusion, sum over arms of weight / (rrf_k + rank), when the caller names
+-- rrf_k (weights 0.5 and 1.0 by default). A collection's settings -> 'fusion' (pgrag tune)
+-- replaces the defaults the caller leaves NULL.
+-- probability: p(z|x) over the returned rows, softmax(score / temperature); the default (0.5
+-- z-score, 0.1 min-max, 0.02 RRF) minimises the negative log-likelihood of the relevant
+-- passage among the top 10 on SQuAD dev.
 -- Visibility: the entry points are SECURITY DEFINER, so restricted roles (pgrag_reader,
 -- pgrag_app) search without any SELECT on the tables (whose direct use would leak through side
 -- channels). The engine asks pgrag.visible_acls (sql/functions/access.sql) once which access
@@ -210,11 +213,10 @@ BEGIN
 
     -- The fusion (docs/search.md#fusion). A caller naming rrf_k gets Reciprocal Rank Fusion;
     -- otherwise the collection's settings -> 'fusion' (written by `pgrag tune`) decide, and
-    -- without them the convex combination of min-max normalised scores at the built-in
-    -- weights (vector 0.4, keyword 0.6: the best on half of SQuAD v1.1 dev's articles, and it
-    -- held on the other half and on two manuals, docs/benchmarks.md). Each of rrf_k, the
-    -- weights and temperature the caller leaves NULL comes from the collection's setting, else
-    -- from the method's default (RRF: 5, 0.5, 1.0, temperature 0.02; convex: 0.4, 0.6, 0.1).
+    -- without them the convex combination of z-scored arms at the built-in weights. Each of
+    -- rrf_k, the weights and temperature the caller leaves NULL comes from the collection's
+    -- setting, else from the method's default (RRF: 5, 0.5, 1.0, temperature 0.02; convex:
+    -- 0.4, 0.6, temperature 0.5 for z-scores, 0.1 for min-max).
     IF rrf_k IS NULL OR vector_weight IS NULL OR keyword_weight IS NULL OR temperature IS NULL THEN
         SELECT c.settings -> 'fusion' INTO v_fusion FROM pgrag.collections c WHERE c.name = collection;
         IF jsonb_typeof(v_fusion) IS DISTINCT FROM 'object' THEN
@@ -223,7 +225,7 @@ BEGIN
         IF v_fusion <> '{}' THEN
             v_method := coalesce(v_fusion ->> 'method', 'convex');
             IF v_method NOT IN ('convex', 'rrf')
-               OR coalesce(v_fusion ->> 'normalization', 'minmax') NOT IN ('minmax', 'zscore')
+               OR coalesce(v_fusion ->> 'normalization', 'zscore') NOT IN ('zscore', 'minmax')
                OR EXISTS (SELECT 1 FROM jsonb_each(v_fusion) e
                            WHERE e.key IN ('rrf_k', 'vector_weight', 'keyword_weight', 'temperature')
                              AND jsonb_typeof(e.value) <> 'number') THEN
@@ -235,7 +237,7 @@ BEGIN
     END IF;
     v_method := coalesce(v_fusion ->> 'method', 'convex');
     v_convex := rrf_k IS NULL AND v_method = 'convex';
-    v_zscore := v_convex AND coalesce(v_fusion ->> 'normalization', 'minmax') = 'zscore';
+    v_zscore := v_convex AND coalesce(v_fusion ->> 'normalization', 'zscore') = 'zscore';
     IF v_convex <> (v_method = 'convex') THEN
         v_fusion := '{}';  -- the caller chose RRF: a tuned convex setting does not apply
     ELSIF query_embedding IS NULL OR query_text IS NULL THEN
@@ -249,7 +251,7 @@ BEGIN
     keyword_weight := coalesce(keyword_weight, (v_fusion ->> 'keyword_weight')::float8,
                                CASE WHEN v_convex THEN 0.6 ELSE 1.0 END);
     temperature := coalesce(temperature, (v_fusion ->> 'temperature')::float8,
-                            CASE WHEN v_convex THEN 0.1 ELSE 0.02 END);
+                            CASE WHEN v_zscore THEN 0.5 WHEN v_convex THEN 0.1 ELSE 0.02 END);
 
     -- The model the query vector was made with, resolved once: a model the caller names must be
     -- one of the collection's (not retired); NULL is the active one. The general path below

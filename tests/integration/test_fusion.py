@@ -66,14 +66,11 @@ def _same(sql_rows: list[tuple[int, float]], python: list[tuple[int, float]]) ->
     assert [s for _, s in sql_rows] == pytest.approx([s for _, s in python], abs=1e-9)
 
 
-def test_default_fusion_is_the_convex_reference(loaded: Database) -> None:
+def test_default_fusion_is_the_convex_z_score_reference(loaded: Database) -> None:
     for query, vector, (kw, vec) in _reference(loaded):
         assert kw and vec, query
-        expected = fusion.fuse(kw, vec, "convex-mm", alpha=tuning.DEFAULT_VECTOR_WEIGHT)[:5]
+        expected = fusion.fuse(kw, vec, "convex-z", alpha=tuning.DEFAULT_VECTOR_WEIGHT)[:5]
         _same(_hybrid(loaded, query, vector), expected)
-        # the best chunk of each arm scores its weight at least; the fused list is in [0, 1]
-        got = _hybrid(loaded, query, vector)
-        assert got[0][1] <= 1 and all(s >= 0 for _, s in got)
 
 
 def test_rrf_when_the_caller_names_rrf_k(loaded: Database) -> None:
@@ -99,22 +96,22 @@ def test_the_collections_fusion_setting_is_used_and_the_caller_overrides_it(
     reference = _reference(loaded)
     _set_fusion(loaded, {"method": "convex", "vector_weight": 0.9, "keyword_weight": 0.1})
     for query, vector, (kw, vec) in reference:
-        _same(_hybrid(loaded, query, vector), fusion.fuse(kw, vec, "convex-mm", alpha=0.9)[:5])
+        _same(_hybrid(loaded, query, vector), fusion.fuse(kw, vec, "convex-z", alpha=0.9)[:5])
         # the caller's weights win over the collection's
         _same(
             _hybrid(loaded, query, vector, vector_weight=0.2, keyword_weight=0.8),
-            fusion.fuse(kw, vec, "convex-mm", alpha=0.2)[:5],
+            fusion.fuse(kw, vec, "convex-z", alpha=0.2)[:5],
         )
         # rrf_k chooses RRF, and then the collection's convex weights do not apply
         _same(_hybrid(loaded, query, vector, rrf_k=5), fusion.fuse(kw, vec, "rrf")[:5])
-    # z-score normalisation (each list's scores as z-scores; absent: the list's lowest)
-    _set_fusion(loaded, {"normalization": "zscore", "vector_weight": 0.3, "keyword_weight": 0.7})
+    # min-max normalisation (each list's scores from 0 to 1; absent: 0)
+    _set_fusion(loaded, {"normalization": "minmax", "vector_weight": 0.3, "keyword_weight": 0.7})
     for query, vector, (kw, vec) in reference:
-        _same(_hybrid(loaded, query, vector), fusion.fuse(kw, vec, "convex-z", alpha=0.3)[:5])
+        _same(_hybrid(loaded, query, vector), fusion.fuse(kw, vec, "convex-mm", alpha=0.3)[:5])
     # one arm asked for: a weight of 0 in the setting does not switch it off
     _set_fusion(loaded, {"method": "convex", "vector_weight": 1.0, "keyword_weight": 0.0})
     keyword = pgrag.search(loaded, "refund monthly", collection="docs", mode="keyword")
-    assert keyword and keyword[0].score == 1.0
+    assert keyword and keyword[0].keyword_rank == 1
     _set_fusion(loaded, {"method": "convex", "vector_weight": 0.0, "keyword_weight": 1.0})
     assert pgrag.search(loaded, "refund monthly", collection="docs", mode="vector")
     _set_fusion(loaded, {"method": "rrf", "rrf_k": 10, "vector_weight": 1.0})
@@ -153,7 +150,11 @@ def test_keyword_only_scores_are_normalised_and_probabilities_sum_to_one(loaded:
         loaded, "refund monthly subscription annual", collection="docs", mode="keyword"
     )
     assert len(results) >= 2
-    assert results[0].score == 1.0 and results[-1].score == 0.0
+    # the z-scores of the arm's list: mean 0, standard deviation 1, in the arm's order
+    bm25 = [r.keyword_score or 0.0 for r in results]
+    mean = sum(bm25) / len(bm25)
+    sd = (sum((b - mean) ** 2 for b in bm25) / len(bm25)) ** 0.5
+    assert [r.score for r in results] == pytest.approx([(b - mean) / sd for b in bm25])
     assert sum(r.probability or 0 for r in results) == pytest.approx(1.0)
     # the deprecated entry points keep RRF at their own defaults
     rows = loaded.conn.execute(
@@ -243,7 +244,7 @@ def test_tune_records_a_clearly_better_weight_that_search_then_uses(
     query = "Which note carries the catalogue mark qx7z49?"
     vector = configured_embedder(db).embed([query])[0]
     ((kw, vec),) = tuning.arm_lists(db, "docs", [query], [vector], depth=40)
-    expected = fusion.fuse(kw, vec, "convex-mm", alpha=report.vector_weight)[:5]
+    expected = fusion.fuse(kw, vec, "convex-z", alpha=report.vector_weight)[:5]
     _same(_hybrid(db, query, vector), expected)
 
 
