@@ -7,10 +7,11 @@ distance), for what must try many settings without searching again: ``pgrag tune
 
 - ``rrf``: Reciprocal Rank Fusion, sum over arms of weight / (rrf_k + rank).
 - ``convex-mm``: alpha x vector + (1 - alpha) x keyword, each arm's scores min-max normalised
-  over its list (a chunk absent from a list scores 0 there).
+  over its list (a chunk absent from a list scores 0 there). Statistics (min, max, mean,
+  standard deviation) come from the first STATS_DEPTH of each list.
 - ``convex-tm``: theoretical-min normalisation (Bruch et al., 2023): BM25 divided by the list's
   top score; cosine similarity (1 - distance) as (s + 1) / (top + 1).
-- ``convex-z``: z-scores over each list (absent: the list's lowest).
+- ``convex-z``: z-scores over each list (absent: the list's lowest); search_v5's default.
 - ``convex-mm-adaptive``: convex-mm with alpha moved per query by ``adapt`` x (the vector
   list's normalised gap between its first and second result - the keyword list's).
 - ``keyword`` / ``vector``: one arm alone.
@@ -22,6 +23,11 @@ import math
 from collections.abc import Sequence
 
 Ranked = Sequence[tuple[int, float]]  # (chunk id, score or distance), best first
+
+# Each arm's normalisation takes its statistics from its first 40 candidates, the depth search_v5
+# fuses at k <= 10, and floors a later candidate's score at the 40th's (which a chunk missing
+# from the list scores too), so that asking for more results does not move the first ones.
+STATS_DEPTH = 40
 
 METHODS = ("rrf", "convex-mm", "convex-tm", "convex-z", "convex-mm-adaptive", "keyword", "vector")
 
@@ -87,23 +93,30 @@ def fuse(
 
 
 def _minmax(scores: dict[int, float]) -> dict[int, float]:
+    """Min-max with the list's first STATS_DEPTH scores (the list is best first): the best
+    scores 1, the STATS_DEPTH-th 0, and a later one 0 too (its floor)."""
     if not scores:
         return {}
-    lo, hi = min(scores.values()), max(scores.values())
+    head = list(scores.values())[:STATS_DEPTH]
+    lo, hi = min(head), max(scores.values())
     if hi - lo <= 0:
         return {c: 1.0 for c in scores}
-    return {c: (s - lo) / (hi - lo) for c, s in scores.items()}
+    return {c: max(s - lo, 0.0) / (hi - lo) for c, s in scores.items()}
 
 
 def _z(scores: dict[int, float]) -> dict[int, float]:
+    """z-scores with the mean and standard deviation of the list's first STATS_DEPTH scores,
+    floored at the STATS_DEPTH-th's."""
     if not scores:
         return {}
-    n = len(scores)
-    mean = sum(scores.values()) / n
-    sd = math.sqrt(sum((s - mean) ** 2 for s in scores.values()) / n)
+    head = list(scores.values())[:STATS_DEPTH]
+    n = len(head)
+    mean = sum(head) / n
+    sd = math.sqrt(sum((s - mean) ** 2 for s in head) / n)
     if sd <= 0:
         return {c: 0.0 for c in scores}
-    return {c: (s - mean) / sd for c, s in scores.items()}
+    floor = min(head)
+    return {c: (max(s, floor) - mean) / sd for c, s in scores.items()}
 
 
 def _gap(ranked: Ranked, norm: dict[int, float]) -> float:

@@ -338,10 +338,13 @@ BEGIN
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
-                       FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
-                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi,
-                                    avg(w.s) OVER () AS mu, stddev_pop(w.s) OVER () AS sd
-                               FROM w) r
+                       FROM (SELECT q.*, min(q.s) FILTER (WHERE q.kr <= 40) OVER () AS lo,
+                                             max(q.s) OVER () AS hi,
+                                             avg(q.s) FILTER (WHERE q.kr <= 40) OVER () AS mu,
+                                             stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
+                                        FROM (SELECT w.id, w.s,
+                                                     (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
+                                                FROM w) q) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
                       ORDER BY r.kr
@@ -763,10 +766,13 @@ BEGIN
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
-                       FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
-                                    min(w.s) OVER () AS lo, max(w.s) OVER () AS hi,
-                                    avg(w.s) OVER () AS mu, stddev_pop(w.s) OVER () AS sd
-                               FROM w) r
+                       FROM (SELECT q.*, min(q.s) FILTER (WHERE q.kr <= 40) OVER () AS lo,
+                                             max(q.s) OVER () AS hi,
+                                             avg(q.s) FILTER (WHERE q.kr <= 40) OVER () AS mu,
+                                             stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
+                                        FROM (SELECT w.id, w.s,
+                                                     (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
+                                                FROM w) q) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
                       WHERE v_acls IS NULL OR c.acl_id = ANY (v_acls)  -- (again, for every row shown)
@@ -853,23 +859,34 @@ BEGIN
                     UNION ALL SELECT * FROM kw_small
                     UNION ALL SELECT * FROM kw_filtered
                     UNION ALL SELECT * FROM kw_pruned),
-             w AS (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r,
+             -- Each arm's scores normalised with the statistics of its first 40 candidates (the
+             -- depth at k <= 10) and floored at its 40th's, which a chunk missing from the list
+             -- also scores: a deeper list (a larger k) then only adds candidates, and never
+             -- moves the ones a shorter list ranked.
+             w AS (SELECT q.id, q.s, q.r,
                           CASE WHEN v_zscore
-                               THEN coalesce((kw.s - avg(kw.s) OVER ()) / nullif(stddev_pop(kw.s) OVER (), 0), 0)
-                               WHEN max(kw.s) OVER () > min(kw.s) OVER ()
-                               THEN (kw.s - min(kw.s) OVER ()) / (max(kw.s) OVER () - min(kw.s) OVER ())
+                               THEN coalesce((greatest(q.s, min(q.s) FILTER (WHERE q.r <= 40) OVER ())
+                                              - avg(q.s) FILTER (WHERE q.r <= 40) OVER ())
+                                             / nullif(stddev_pop(q.s) FILTER (WHERE q.r <= 40) OVER (), 0), 0)
+                               WHEN max(q.s) OVER () > min(q.s) FILTER (WHERE q.r <= 40) OVER ()
+                               THEN greatest(q.s - min(q.s) FILTER (WHERE q.r <= 40) OVER (), 0)
+                                    / (max(q.s) OVER () - min(q.s) FILTER (WHERE q.r <= 40) OVER ())
                                ELSE 1 END AS n
-                     FROM kw),
+                     FROM (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r
+                             FROM kw) q),
              v AS (SELECT x.id, x.dist, x.r::int AS r,
                           CASE WHEN v_zscore
-                               THEN coalesce((avg(x.dist) OVER () - x.dist) / nullif(stddev_pop(x.dist) OVER (), 0), 0)
-                               WHEN max(x.dist) OVER () > min(x.dist) OVER ()
-                               THEN (max(x.dist) OVER () - x.dist) / (max(x.dist) OVER () - min(x.dist) OVER ())
+                               THEN coalesce((avg(x.dist) FILTER (WHERE x.r <= 40) OVER ()
+                                              - least(x.dist, max(x.dist) FILTER (WHERE x.r <= 40) OVER ()))
+                                             / nullif(stddev_pop(x.dist) FILTER (WHERE x.r <= 40) OVER (), 0), 0)
+                               WHEN max(x.dist) FILTER (WHERE x.r <= 40) OVER () > min(x.dist) OVER ()
+                               THEN greatest(max(x.dist) FILTER (WHERE x.r <= 40) OVER () - x.dist, 0)
+                                    / (max(x.dist) FILTER (WHERE x.r <= 40) OVER () - min(x.dist) OVER ())
                                ELSE 1 END AS n
                      FROM unnest(v_vec_ids, v_vec_dists) WITH ORDINALITY AS x(id, dist, r)),
              -- RRF: weight / (rrf_k + rank) summed; convex: the weighted mean of each arm's
-             -- normalised score (min-max: 0 where a chunk is not in a list; z-score: the list's
-             -- lowest).
+             -- normalised score (a chunk not in a list scores its floor: min-max 0, z-score the
+             -- list's lowest).
              f AS (SELECT coalesce(v.id, w.id) AS id, v.r AS vr, w.r AS kr, v.dist, w.s,
                           CASE WHEN v_convex
                                THEN (coalesce(vector_weight * coalesce(v.n, CASE WHEN v_zscore THEN (SELECT min(v2.n) FROM v v2) ELSE 0 END), 0)
@@ -957,10 +974,13 @@ BEGIN
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                     c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                     d.title AS ttl, d.metadata AS meta
-               FROM (SELECT w.id, w.s, (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr,
-                            min(w.s) OVER () AS lo, max(w.s) OVER () AS hi,
-                                    avg(w.s) OVER () AS mu, stddev_pop(w.s) OVER () AS sd
-                       FROM w) r
+               FROM (SELECT q.*, min(q.s) FILTER (WHERE q.kr <= 40) OVER () AS lo,
+                                     max(q.s) OVER () AS hi,
+                                     avg(q.s) FILTER (WHERE q.kr <= 40) OVER () AS mu,
+                                     stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
+                                FROM (SELECT w.id, w.s,
+                                             (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
+                                        FROM w) q) r
                JOIN pgrag.chunks c ON c.id = r.id
                JOIN pgrag.documents d ON d.id = c.document_id
               ORDER BY r.kr),

@@ -192,6 +192,23 @@ def _tune_corpus(db: Database) -> None:
     assert not report.failed
 
 
+def test_statistics_come_from_the_first_40_candidates(db: Database) -> None:
+    # 48 chunks: asked for 60 results, each arm's list is longer than 40, and the statistics of
+    # its first 40 normalise it (in SQL as in the Python reference), for z-scores and min-max.
+    _tune_corpus(db)
+    query = "which team of observers recorded the yeast pattern for note 7 over the years"
+    vector = configured_embedder(db).embed([query])[0]
+    ((kw, vec),) = tuning.arm_lists(db, "docs", [query], [vector], depth=240)
+    assert len(kw) > 40 and len(vec) > 40
+    _same(_hybrid(db, query, vector, k=60), fusion.fuse(kw, vec, "convex-z", alpha=0.4)[:60])
+    _set_fusion(db, {"normalization": "minmax"})
+    _same(_hybrid(db, query, vector, k=60), fusion.fuse(kw, vec, "convex-mm", alpha=0.4)[:60])
+    # and so the first results of a long list are those of a short one, with the same scores
+    for normalization in ("minmax", "zscore"):
+        _set_fusion(db, {"normalization": normalization})
+        _same(_hybrid(db, query, vector, k=60)[:5], _hybrid(db, query, vector, k=5))
+
+
 @pytest.fixture
 def llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[LLMServer]:
     for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"):
