@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from pgrag.retrieval.search import SearchSettings
 
 METHODS = ("hyde", "multi")
-RRF_K = 60  # multi-query's fusion constant (RAG-Fusion's; search_v5's own fusion is docs/search.md#fusion)
+RRF_K = 60  # multi-query's fusion constant (RAG-Fusion's; search_v5's is docs/search.md#fusion)
 HYDE_TOKENS = 80  # the most the model may write for a hypothetical passage
 PARAPHRASE_TOKENS = 40  # ... for each paraphrase
 MAX_PARAPHRASES = 10
