@@ -90,7 +90,7 @@ MAX_PASSAGE_CHARS = 4000
 def written_question(reply: str) -> str | None:
     """The question in a model's reply (its first line), or None when it wrote none: empty,
     no question mark, fewer than 3 or more than 40 words."""
-    line = reply.strip().strip('"').strip().splitlines()[0].strip() if reply.strip() else ""
+    line = reply.strip().splitlines()[0].strip().strip("\"'").strip() if reply.strip() else ""
     words = len(_WORD.findall(line))
     return line if line.endswith("?") and 3 <= words <= 40 else None
 
