@@ -397,6 +397,72 @@ def recall(hits: list[list[int]], index: np.ndarray, exact: np.ndarray) -> dict[
     }
 
 
+EF_VALUES = (10, 20, 40, 64, 100, 150, 200)
+RECIPE = (
+    "SELECT chunk_id FROM pgrag.chunk_embeddings WHERE model_id = %(m)s"
+    " ORDER BY embedding::vector({d}) <=> %(q)s::vector LIMIT 10"
+)
+
+
+def ef_sweep(
+    conn: psycopg.Connection[Any],
+    model: int,
+    queries: np.ndarray,
+    index: np.ndarray,
+    exact: np.ndarray,
+    block: int = 100,
+) -> dict[str, Any]:
+    """search_v5 (k = 10) at each pgrag.ef_search and the recipe's bare statement at each
+    hnsw.ef_search, the two taking turns a block of queries at a time; then, for each
+    search_v5 point, the recipe's fastest point with at least its recall, and the ratio of
+    their p50 latencies."""
+    recipe = sql.SQL(RECIPE).format(d=sql.Literal(DIMENSION)).as_string(conn)
+    runs: dict[str, dict[int, tuple[list[list[int]], list[float]]]] = {"pgrag": {}, "recipe": {}}
+    for ef in EF_VALUES:
+        hits: dict[str, list[list[int]]] = {"pgrag": [], "recipe": []}
+        ms: dict[str, list[float]] = {"pgrag": [], "recipe": []}
+        for start in range(0, len(queries), block):
+            part = queries[start : start + block]
+            conn.execute("SELECT set_config('pgrag.ef_search', %s, false)", (str(ef),))
+            h, t = run_queries(conn, DEFAULT, part, {"c": COLLECTION, "k": 10})
+            hits["pgrag"] += h
+            ms["pgrag"] += t
+            conn.execute("SELECT set_config('pgrag.ef_search', '', false)")
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
+            h, t = run_queries(conn, recipe, part, {"m": model})
+            hits["recipe"] += h
+            ms["recipe"] += t
+            conn.execute("RESET hnsw.ef_search")
+        for name in runs:
+            runs[name][ef] = (hits[name], ms[name])
+    points = {
+        name: {
+            ef: {**recall(h, index, exact), "p50_ms": latency(t)["p50_ms"]}
+            for ef, (h, t) in by_ef.items()
+        }
+        for name, by_ef in runs.items()
+    }
+    ratios = []
+    for ef, p in points["pgrag"].items():
+        peers = [
+            (q["p50_ms"], e) for e, q in points["recipe"].items() if q["recall"] >= p["recall"]
+        ]
+        if peers:
+            p50, peer_ef = min(peers)
+            ratios.append(
+                {
+                    "pgrag ef": ef,
+                    "recall": p["recall"],
+                    "recipe ef (fastest with at least that recall)": peer_ef,
+                    "p50 ratio": p["p50_ms"] / p50,
+                }
+            )
+    return {
+        "points": {n: {str(e): v for e, v in d.items()} for n, d in points.items()},
+        "equal recall": ratios,
+    }
+
+
 def ef_search(k: int, depth: int | None) -> int:
     """What search_v5 sets: depth = vector_depth or max(4k, 40); ef_search = 2 x depth, at
     least 200, at most 1000."""
@@ -425,16 +491,17 @@ def nested_plans(
         for q in queries:
             notices.clear()
             conn.execute(statement, {**params, "q": q}).fetchall()
-            plan = [p for p in notices if "WITH ann AS MATERIALIZED" in p]
-            assert len(plan) == 1, f"expected one vector-arm plan, got {len(plan)}"
-            plans.append(plan[0])
+            # The index scan's statement, and the exact scan's when the index came back short.
+            plan = [p for p in notices if "array_agg(h.id ORDER BY h.dist, h.id)" in p]
+            assert 1 <= len(plan) <= 2, f"expected one or two vector-arm plans, got {len(plan)}"
+            plans.append("\n".join(plan))
     return plans
 
 
 def plan_check(plan: str, model: int) -> dict[str, bool]:
     """Did the HNSW index feed the results, and did anything else scan chunk_embeddings?"""
-    # The exact branch (ORDER BY distance + 0) scans chunk_embeddings some other way; it runs
-    # only as the fallback, and an unexecuted node reads "(never executed)".
+    # The exact statement (ORDER BY distance + 0) scans chunk_embeddings some other way; it
+    # runs only as the fallback, when the index scan came back short.
     scans = [line for line in plan.splitlines() if " on chunk_embeddings " in line]
     hnsw = f"using chunk_embeddings_hnsw_{model} "
     return {
@@ -561,6 +628,12 @@ def main() -> None:
         help="keep the database afterwards (default), for --reuse",
     )
     parser.add_argument("--json", action="store_true", help="results as JSON on stdout")
+    parser.add_argument(
+        "--ef-sweep",
+        action="store_true",
+        help="also: search_v5 at each pgrag.ef_search beside the pgvector recipe's bare"
+        " ORDER BY ... LIMIT 10 at each hnsw.ef_search, taking turns (k = 10)",
+    )
     args = parser.parse_args()
     if args.vectors < 1000 or args.queries < 1 or args.clusters < 1:
         parser.error("--vectors must be at least 1000; --queries and --clusters positive")
@@ -631,6 +704,7 @@ def main() -> None:
         log(f"warm-up: {len(warmup)} queries at each k")
         for k in KS:
             run_queries(conn, DEFAULT, warmup, {**params, "k": k})
+        knob = ef_sweep(conn, model, queries, index, exact[10]) if args.ef_sweep else None
         cases: dict[str, Any] = {}
         for name, k, depth in iter_cases(KS):
             log(f"measuring {name}: {len(queries)} queries")
@@ -673,6 +747,7 @@ def main() -> None:
         "numpy_exact": {str(k): v for k, v in numpy_ms.items()},
         "sql_exact_agrees": f"{agree} of 5 queries",
         "fallback": fallback,
+        "ef_sweep": knob,
         "plan_k10": plan_k10,
         "target": f"recall@10 >= {TARGET_RECALL} at search_v5's defaults: {met} ({r10:.4f})",
         "wall_seconds": time.perf_counter() - t_start,
@@ -681,6 +756,19 @@ def main() -> None:
         print(json.dumps(result, indent=2))
     else:
         print_table(result)
+        if knob:
+            print("\nef_search sweep, k = 10 (recall@10 against exact; p50 ms):")
+            for name, by_ef in knob["points"].items():
+                for ef, p in by_ef.items():
+                    print(
+                        f"  {name:<7} ef {ef:>4}: recall {p['recall']:.4f}  p50 {p['p50_ms']:.2f}"
+                    )
+            for r in knob["equal recall"]:
+                print(
+                    f"  pgrag ef {r['pgrag ef']} (recall {r['recall']:.4f}) / recipe ef"
+                    f" {r['recipe ef (fastest with at least that recall)']}:"
+                    f" p50 x{r['p50 ratio']:.2f}"
+                )
     if not args.keep:
         log(f"dropping database {args.database} (--no-keep)")
         drop_database(admin, args.database, MARKER)

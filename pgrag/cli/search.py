@@ -102,7 +102,7 @@ def search(
     chunks_per_document: int = DEFAULT_CHUNKS_PER_DOCUMENT,
     **tuning: Any,
 ) -> None:
-    """Hybrid search: vector + BM25 keyword, fused with RRF (pgrag.search_v5).
+    """Hybrid search: vector + BM25 keyword, fused by their normalised scores (pgrag.search_v5).
 
     With PGRAG_URL set (and no --dsn), a running `pgrag serve` searches, with its model and
     as PGRAG_API_KEY's principals: nothing is loaded here (docs/serve.md).

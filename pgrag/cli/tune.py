@@ -53,7 +53,7 @@ def tune(
     echo(
         f"{report.collection}: {report.questions} questions; nDCG@10 on them: keyword alone"
         f" {report.ndcg[0.0]:.3f}, vector alone {report.ndcg[1.0]:.3f}, current weight"
-        f" {report.current_weight:.2f} {report.ndcg.get(report.current_weight, float('nan')):.3f},"
+        f" {report.current_weight:.2f} {report.current_ndcg:.3f},"
         f" best {report.best_weight:.2f} {report.ndcg[report.best_weight]:.3f}"
     )
     if report.reason:

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag.db import queries
 from pgrag.db.connect import transaction
-from pgrag.errors import CollectionNotFound, ConfigError, DatabaseError, InputError
+from pgrag.errors import (
+    CollectionNotFound,
+    ConfigError,
+    DatabaseError,
+    GenerationError,
+    InputError,
+)
 from pgrag.retrieval import fusion
 
 if TYPE_CHECKING:
@@ -44,6 +50,7 @@ METHOD = "convex-z"  # the normalisation search_v5 uses by default (sql/function
 DEPTH = 40  # what search_v5 fuses at k = 10: max(4k, 40) per arm
 MIN_QUESTIONS = 20
 MIN_GAIN = 0.01
+MIN_WEIGHT = 0.05  # a recorded weight stays within [0.05, 0.95]: both arms keep a say
 K = 10
 GRID = tuple(i / 20 for i in range(21))
 SHRINK = 0.5  # how far a recorded weight moves from the current one toward the sample's best
@@ -65,6 +72,7 @@ class TuneReport:
     best_weight: float  # the sample's best
     vector_weight: float  # the weight after: recorded, or the current one (keyword: 1 - it)
     ndcg: dict[float, float] = field(default_factory=dict)  # weight -> nDCG@10 on the sample
+    current_ndcg: float = math.nan  # nDCG@10 of the current weight on the sample
     gain: float = 0.0  # nDCG@10 of the best weight minus the current one's, on the sample
     gain_low: float = 0.0  # the low end of its bootstrap 95% interval
     examples: list[str] = field(default_factory=list)  # the first questions the model wrote
@@ -236,14 +244,24 @@ def tune_collection(
             f"collection {collection!r} has no embedded chunks yet; ingest (and let the"
             " embedding worker finish) before tuning"
         )
-    current = DEFAULT_VECTOR_WEIGHT
-    normalization = "zscore"
-    if isinstance(setting, dict) and setting.get("method", "convex") == "convex":
-        vw, kw = setting.get("vector_weight"), setting.get("keyword_weight")
-        if isinstance(vw, int | float) and isinstance(kw, int | float) and vw + kw > 0:
-            current = round(vw / (vw + kw), 4)
-        if setting.get("normalization") == "minmax":
-            normalization = "minmax"
+    # The fusion the collection's searches use now: its setting (checked by search_v5, which
+    # names what is wrong with it), its weights completed with the defaults as search_v5 does.
+    try:
+        with transaction(db) as conn:
+            conn.execute(Q.check_setting, {"collection": collection}).fetchall()
+    except DatabaseError as err:
+        raise DatabaseError(f"pgrag tune: {err}") from None
+    setting = setting if isinstance(setting, dict) else {}
+    if setting.get("method", "convex") != "convex":
+        raise InputError(
+            f"collection {collection!r} fuses with RRF (its settings -> 'fusion'); pgrag tune"
+            " chooses the weight of the convex fusion: remove that setting first"
+            " (docs/search.md#fusion)"
+        )
+    vw = float(setting.get("vector_weight", DEFAULT_VECTOR_WEIGHT))
+    kw = float(setting.get("keyword_weight", 1 - DEFAULT_VECTOR_WEIGHT))
+    current = round(vw / (vw + kw), 4)
+    normalization = "minmax" if setting.get("normalization") == "minmax" else "zscore"
     method = "convex-mm" if normalization == "minmax" else METHOD
     if client is None:
         configured = configured_chat(db)
@@ -253,7 +271,12 @@ def tune_collection(
                 " set PGRAG_LLM_GGUF (a local model, docs/local.md) or PGRAG_LLM_BASE_URL"
             )
         client = configured[0]
-    sample = llm_questions(db, collection, client, questions, seed=seed, progress=progress)
+    try:
+        sample = llm_questions(db, collection, client, questions, seed=seed, progress=progress)
+    except GenerationError as err:
+        raise GenerationError(
+            f"pgrag tune: the model that writes the questions failed: {str(err).split(';')[0]}"
+        ) from None
     if len(sample) < MIN_QUESTIONS:
         raise InputError(
             f"the model wrote {len(sample)} usable questions about collection {collection!r};"
@@ -270,6 +293,9 @@ def tune_collection(
     targets = [q.chunk_id for q in sample]
     scores = sweep(lists, targets, method)
     weight, best = choose(scores, current)
+    # (Never an arm switched off: a question only one arm can answer would find nothing.)
+    weight = min(max(weight, MIN_WEIGHT), 1 - MIN_WEIGHT)
+    current_ndcg = sum(per_question(lists, targets, current, method)) / len(targets)
     gains = [
         b - a
         for a, b in zip(
@@ -286,6 +312,7 @@ def tune_collection(
         best_weight=best,
         vector_weight=current,
         ndcg=scores,
+        current_ndcg=current_ndcg,
         gain=gain,
         gain_low=low,
         examples=texts[:3],

@@ -7,6 +7,11 @@ SELECT c.id, EXISTS (SELECT 1 FROM pgrag.chunk_embeddings ce
        c.settings -> 'fusion'
   FROM pgrag.collections c WHERE c.name = %(collection)s;
 
+-- name: check_setting
+-- A search that reads the collection's fusion setting, so that search_v5 names what is wrong
+-- with it before any question is written.
+SELECT 1 FROM pgrag.search_v5(%(collection)s, 'pgrag', NULL, k => 1, fallback_chunks => 0);
+
 -- name: sample_chunks
 -- A seeded sample of the collection's chunks (an order by a hash of the id and the seed), with
 -- their documents' titles.

@@ -200,7 +200,8 @@ BEGIN
     IF vector_weight > 1000000 AND vector_weight < 'Infinity'
        OR keyword_weight > 1000000 AND keyword_weight < 'Infinity' THEN
         RAISE EXCEPTION 'vector_weight and keyword_weight must be between 0 and 1000000, got % and %',
-            vector_weight, keyword_weight USING ERRCODE = '22023';
+            coalesce(vector_weight::text, 'the default'), coalesce(keyword_weight::text, 'the default')
+            USING ERRCODE = '22023';
     END IF;
     IF temperature > 0 AND temperature < 1e-300 OR temperature > 1000000 AND temperature < 'Infinity' THEN
         RAISE EXCEPTION 'temperature must be between 1e-300 and 1000000, got %', temperature
@@ -219,20 +220,41 @@ BEGIN
     -- 0.4, 0.6, temperature 0.5 for z-scores, 0.1 for min-max).
     IF rrf_k IS NULL OR vector_weight IS NULL OR keyword_weight IS NULL OR temperature IS NULL THEN
         SELECT c.settings -> 'fusion' INTO v_fusion FROM pgrag.collections c WHERE c.name = collection;
+        -- A setting that is wrong fails every search of the collection with one line naming
+        -- what is wrong, rather than searching some other way than it says.
+        v_text := CASE
+            WHEN v_fusion IS NULL OR jsonb_typeof(v_fusion) = 'null' THEN NULL
+            WHEN jsonb_typeof(v_fusion) <> 'object' THEN 'it is not a JSON object'
+            WHEN coalesce(v_fusion ->> 'method', 'convex') NOT IN ('convex', 'rrf')
+                THEN format('"method" must be "convex" or "rrf", got %s', v_fusion -> 'method')
+            WHEN coalesce(v_fusion ->> 'normalization', 'zscore') NOT IN ('zscore', 'minmax')
+                THEN format('"normalization" must be "zscore" or "minmax", got %s',
+                            v_fusion -> 'normalization')
+            WHEN (v_fusion -> 'vector_weight') = '0'::jsonb AND (v_fusion -> 'keyword_weight') = '0'::jsonb
+                THEN 'vector_weight and keyword_weight are both 0, which switches off both arms'
+            ELSE (SELECT format('"%s" must be %s, got %s', e.key,
+                                CASE e.key WHEN 'rrf_k' THEN 'a whole number from 1 to 1000000'
+                                           WHEN 'temperature' THEN 'a number from 1e-300 to 1000000'
+                                           ELSE 'a number from 0 to 1000000' END,
+                                left(e.value::text, 40))
+                    FROM jsonb_each(v_fusion) e
+                   WHERE e.key IN ('rrf_k', 'vector_weight', 'keyword_weight', 'temperature')
+                     AND CASE WHEN jsonb_typeof(e.value) <> 'number' THEN true
+                              WHEN e.key = 'rrf_k'
+                                  THEN NOT ((e.value::text)::numeric BETWEEN 1 AND 1000000
+                                            AND (e.value::text)::numeric = trunc((e.value::text)::numeric))
+                              WHEN e.key = 'temperature'
+                                  THEN NOT (e.value::text)::numeric BETWEEN 1e-300 AND 1000000
+                              ELSE NOT (e.value::text)::numeric BETWEEN 0 AND 1000000 END
+                   ORDER BY e.key LIMIT 1)
+        END;
+        IF v_text IS NOT NULL THEN
+            RAISE EXCEPTION 'the fusion setting of collection % is not valid: %', quote_literal(collection), v_text
+                USING ERRCODE = '22023',
+                      HINT = 'Fix it (docs/search.md#fusion), or remove it: UPDATE pgrag.collections SET settings = settings - ''fusion'' WHERE name = ...';
+        END IF;
         IF jsonb_typeof(v_fusion) IS DISTINCT FROM 'object' THEN
             v_fusion := '{}';
-        END IF;
-        IF v_fusion <> '{}' THEN
-            v_method := coalesce(v_fusion ->> 'method', 'convex');
-            IF v_method NOT IN ('convex', 'rrf')
-               OR coalesce(v_fusion ->> 'normalization', 'zscore') NOT IN ('zscore', 'minmax')
-               OR EXISTS (SELECT 1 FROM jsonb_each(v_fusion) e
-                           WHERE e.key IN ('rrf_k', 'vector_weight', 'keyword_weight', 'temperature')
-                             AND jsonb_typeof(e.value) <> 'number') THEN
-                RAISE EXCEPTION 'collection %''s fusion setting is not valid: %', quote_literal(collection), v_fusion
-                    USING ERRCODE = '22023',
-                          HINT = 'It needs "method": "convex" or "rrf", "normalization": "minmax" or "zscore", and numbers for rrf_k, vector_weight, keyword_weight and temperature; rerun pgrag tune -c COLLECTION, or remove it: UPDATE pgrag.collections SET settings = settings - ''fusion'' WHERE name = ...';
-            END IF;
         END IF;
     END IF;
     v_method := coalesce(v_fusion ->> 'method', 'convex');
@@ -306,7 +328,7 @@ BEGIN
         SELECT c.id, c.text_config::regconfig INTO v_collection_id, v_text_config
           FROM pgrag.collections c WHERE c.name = collection;
         IF FOUND THEN
-            v_kdepth := greatest(coalesce(keyword_depth, k), k);
+            v_kdepth := greatest(coalesce(keyword_depth, k), k);  -- (40 read when convex: below)
             -- The general path's exact keyword statement, with the term look-up folded in; it
             -- yields nothing when the general path would prune (more than postings_per_term
             -- postings in all, for at most 62 terms), and the general path then answers.
@@ -331,7 +353,7 @@ BEGIN
                          OR (SELECT sum(t2.df) <= postings_per_term OR count(*) > 62 FROM terms t2)
                       GROUP BY p.chunk_id
                       ORDER BY s DESC, p.chunk_id
-                      LIMIT v_kdepth),
+                      LIMIT CASE WHEN v_convex THEN greatest(v_kdepth, 40) ELSE v_kdepth END),
                  top AS (
                      SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
                                  WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
@@ -344,7 +366,8 @@ BEGIN
                                              stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
                                         FROM (SELECT w.id, w.s,
                                                      (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
-                                                FROM w) q) r
+                                                FROM w) q
+                                        ORDER BY q.kr LIMIT k) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
                       ORDER BY r.kr
@@ -513,8 +536,11 @@ BEGIN
         v_vdepth := greatest(coalesce(vector_depth, greatest(4 * k, 40)), k);
         -- Alone, the keyword arm needs only k candidates; fused, more (and pruning then works to
         -- the depth's floor, not k's).
+        -- (Alone, under the convex fusion, at least 40: its scores are normalised with the
+        -- statistics of its first 40, as in a hybrid search, so they do not depend on k.)
         v_kdepth := greatest(coalesce(keyword_depth,
-                                      CASE WHEN v_use_vector THEN greatest(4 * k, 40) ELSE k END), k);
+                                      CASE WHEN v_use_vector THEN greatest(4 * k, 40)
+                                           WHEN v_convex THEN greatest(k, 40) ELSE k END), k);
 
         IF v_filtered OR v_restricted THEN
             -- The chunks this call may return, counted up to a limit; below it both arms score
@@ -703,9 +729,12 @@ BEGIN
                                    nullif(btrim(v_settings ->> 'ef_search'), ''));
                 v_ef := CASE WHEN v_text ~ '^[0-9]{1,4}$' THEN v_text::integer END;
                 IF v_text IS NOT NULL AND v_ef IS NULL OR v_ef NOT BETWEEN 1 AND 1000 THEN
-                    RAISE EXCEPTION 'ef_search must be a whole number between 1 and 1000, got %',
+                    RAISE EXCEPTION '% must be a whole number between 1 and 1000, got %',
+                        CASE WHEN nullif(btrim(current_setting('pgrag.ef_search', true)), '') IS NOT NULL
+                             THEN 'pgrag.ef_search'
+                             ELSE format('the ef_search setting of collection %s', quote_literal(collection)) END,
                         quote_literal(v_text) USING ERRCODE = '22023',
-                        HINT = 'It is set by pgrag.ef_search, or by the collection''s settings ->> ''ef_search''.';
+                        HINT = 'It is set by pgrag.ef_search (SET), or by the collection''s settings ->> ''ef_search''.';
                 END IF;
                 PERFORM set_config('hnsw.ef_search',
                                    coalesce(v_ef, least(greatest(2 * v_vdepth, 200), 1000))::text, true);
@@ -759,7 +788,7 @@ BEGIN
                         AND (NOT v_watch OR pgrag.filter_match(jsonb_build_object('c', p.chunk_id), v_tick))
                       GROUP BY p.chunk_id
                       ORDER BY s DESC, p.chunk_id
-                      LIMIT v_kdepth),
+                      LIMIT CASE WHEN v_convex THEN greatest(v_kdepth, 40) ELSE v_kdepth END),
                  top AS (
                      SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
                                  WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
@@ -772,7 +801,8 @@ BEGIN
                                              stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
                                         FROM (SELECT w.id, w.s,
                                                      (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
-                                                FROM w) q) r
+                                                FROM w) q
+                                        ORDER BY q.kr LIMIT k) r
                        JOIN pgrag.chunks c ON c.id = r.id
                        JOIN pgrag.documents d ON d.id = c.document_id
                       WHERE v_acls IS NULL OR c.acl_id = ANY (v_acls)  -- (again, for every row shown)
@@ -967,7 +997,7 @@ BEGIN
                FROM sample s JOIN idf i ON i.i = ANY (s.found)
               GROUP BY s.id
               ORDER BY 2 DESC, s.id
-              LIMIT k),
+              LIMIT CASE WHEN v_convex THEN greatest(k, 40) ELSE k END),
          top AS (
              SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
                                  WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
@@ -980,7 +1010,8 @@ BEGIN
                                      stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
                                 FROM (SELECT w.id, w.s,
                                              (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
-                                        FROM w) q) r
+                                        FROM w) q
+                                ORDER BY q.kr LIMIT k) r
                JOIN pgrag.chunks c ON c.id = r.id
                JOIN pgrag.documents d ON d.id = c.document_id
               ORDER BY r.kr),
@@ -1040,7 +1071,7 @@ AS $fn$
 $fn$;
 
 COMMENT ON FUNCTION pgrag.search_v5(text, text, vector, integer, jsonb, integer, integer, integer, double precision, double precision, double precision, integer, integer, text) IS
-    'Hybrid search (BM25 keyword arm + HNSW vector arm, fused with RRF, with p(z|x)) over one collection as the session may see it; model names the query vector''s embedding model (NULL: the active one).';
+    'Hybrid search (BM25 keyword arm + HNSW vector arm, fused by their normalised scores or RRF, with p(z|x)) over one collection as the session may see it; model names the query vector''s embedding model (NULL: the active one).';
 
 -- Deprecated (an earlier contract, kept for one more release): search_v5 without `model`.
 CREATE OR REPLACE FUNCTION pgrag.search_v4(

@@ -121,22 +121,34 @@ def test_the_collections_fusion_setting_is_used_and_the_caller_overrides_it(
 
 
 @pytest.mark.parametrize(
-    "value",
+    ("value", "reason"),
     [
-        {"method": "bm25"},
-        {"vector_weight": "heavy"},
-        {"method": "convex", "temperature": None},
-        {"normalization": "softmax"},
+        ({"method": "bm25"}, '"method" must be "convex" or "rrf", got "bm25"'),
+        ({"normalization": "softmax"}, '"normalization" must be "zscore" or "minmax"'),
+        ({"vector_weight": "heavy"}, '"vector_weight" must be a number from 0 to 1000000'),
+        ({"temperature": None}, '"temperature" must be a number from 1e-300'),
+        ({"vector_weight": 1e300}, '"vector_weight" must be a number from 0 to 1000000'),
+        ({"keyword_weight": -1}, '"keyword_weight" must be a number from 0 to 1000000, got -1'),
+        ({"rrf_k": 2.5}, '"rrf_k" must be a whole number from 1 to 1000000, got 2.5'),
+        ({"rrf_k": 10**12}, '"rrf_k" must be a whole number'),
+        ({"temperature": 0}, '"temperature" must be a number from 1e-300'),
+        ({"vector_weight": 0, "keyword_weight": 0}, "both 0, which switches off both arms"),
+        ("convex", "it is not a JSON object"),
+        ([1, 2], "it is not a JSON object"),
     ],
 )
-def test_a_bad_fusion_setting_is_a_clear_error(loaded: Database, value: Any) -> None:
+def test_a_bad_fusion_setting_is_a_clear_error(loaded: Database, value: Any, reason: str) -> None:
     _set_fusion(loaded, value)
-    with pytest.raises(
-        psycopg.errors.InvalidParameterValue,
-        match="collection 'docs''s fusion setting is not valid",
+    for sql_text in (
+        "SELECT * FROM pgrag.search_v5('docs', 'refund')",
+        "SELECT * FROM pgrag.search_v5('docs', 'refund', vector_weight => 1)",
     ):
-        loaded.conn.execute("SELECT * FROM pgrag.search_v5('docs', 'refund')").fetchall()
-    loaded.conn.rollback()
+        with pytest.raises(psycopg.errors.InvalidParameterValue) as caught:
+            loaded.conn.execute(sql_text).fetchall()
+        loaded.conn.rollback()
+        message = caught.value.diag.message_primary or ""
+        assert message.startswith("the fusion setting of collection 'docs' is not valid: ")
+        assert reason in message
     # a caller naming every knob does not need the setting
     rows = loaded.conn.execute(
         "SELECT * FROM pgrag.search_v5('docs', 'refund', rrf_k => 5, vector_weight => 0.5,"
@@ -145,16 +157,38 @@ def test_a_bad_fusion_setting_is_a_clear_error(loaded: Database, value: Any) -> 
     assert rows
 
 
+def test_a_huge_number_in_the_setting_is_named_not_a_raw_overflow(loaded: Database) -> None:
+    # JSON numbers beyond double precision (1e400) are valid jsonb: named, not cast
+    loaded.conn.execute(
+        "UPDATE pgrag.collections SET settings = settings"
+        " || '{\"fusion\": {\"vector_weight\": 1e400}}'::jsonb WHERE name = 'docs'"
+    )
+    loaded.conn.commit()
+    with pytest.raises(psycopg.errors.InvalidParameterValue, match='"vector_weight" must be'):
+        loaded.conn.execute("SELECT * FROM pgrag.search_v5('docs', 'refund')").fetchall()
+    loaded.conn.rollback()
+
+
 def test_keyword_only_scores_are_normalised_and_probabilities_sum_to_one(loaded: Database) -> None:
     results = pgrag.search(
         loaded, "refund monthly subscription annual", collection="docs", mode="keyword"
     )
     assert len(results) >= 2
-    # the z-scores of the arm's list: mean 0, standard deviation 1, in the arm's order
-    bm25 = [r.keyword_score or 0.0 for r in results]
-    mean = sum(bm25) / len(bm25)
-    sd = (sum((b - mean) ** 2 for b in bm25) / len(bm25)) ** 0.5
-    assert [r.score for r in results] == pytest.approx([(b - mean) / sd for b in bm25])
+    # z-scores with the statistics of the arm's first 40 candidates, whatever k is
+    head = [
+        r.keyword_score or 0.0
+        for r in pgrag.search(
+            loaded, "refund monthly subscription annual", collection="docs", mode="keyword", k=40
+        )
+    ]
+    mean = sum(head) / len(head)
+    sd = (sum((b - mean) ** 2 for b in head) / len(head)) ** 0.5
+    want = [((r.keyword_score or 0.0) - mean) / sd for r in results]
+    assert [r.score for r in results] == pytest.approx(want)
+    two = pgrag.search(
+        loaded, "refund monthly subscription annual", collection="docs", mode="keyword", k=2
+    )
+    assert [r.score for r in two] == pytest.approx(want[:2])
     assert sum(r.probability or 0 for r in results) == pytest.approx(1.0)
     # the deprecated entry points keep RRF at their own defaults
     rows = loaded.conn.execute(
@@ -252,8 +286,15 @@ def test_tune_records_a_clearly_better_weight_that_search_then_uses(
 
     report = tuning.tune_collection(db, "docs", questions=30, client=client)
     assert report.saved
-    # halfway from the current weight toward the best, to a step of 0.05
-    assert report.vector_weight == pytest.approx(round((1.0 + report.best_weight) / 2 * 20) / 20)
+    # halfway from the current weight toward the best, to a step of 0.05, within [0.05, 0.95]
+    halfway = round((1.0 + report.best_weight) / 2 * 20) / 20
+    assert report.vector_weight == pytest.approx(min(max(halfway, 0.05), 0.95))
+    # a partial setting is completed as search_v5 completes it: 0.9 with the default 0.6
+    _set_fusion(db, {"vector_weight": 0.9})
+    partial = tuning.tune_collection(db, "docs", questions=20, client=client, save=False)
+    assert partial.current_weight == pytest.approx(0.6)
+    _set_fusion(db, {"method": "convex", "vector_weight": 1.0, "keyword_weight": 0.0})
+    report = tuning.tune_collection(db, "docs", questions=30, client=client)
     fusion_setting = _setting(db)
     assert fusion_setting["method"] == "convex"
     assert fusion_setting["vector_weight"] == report.vector_weight
@@ -272,6 +313,7 @@ def test_tune_changes_nothing_without_a_clear_gain(db: Database, llm: LLMServer)
     # A weight already near the best: whatever the sample's best, the gain is under 0.01.
     _set_fusion(db, {"method": "convex", "vector_weight": 0.0, "keyword_weight": 1.0})
     report = tuning.tune_collection(db, "docs", questions=25, client=client)
+    assert report.current_ndcg == pytest.approx(report.ndcg[0.0])
     if report.gain < 0.01 or report.gain_low <= 0:
         assert not report.saved and "needs at least +0.01" in report.reason
         assert _setting(db)["vector_weight"] == 0.0
@@ -289,6 +331,15 @@ def test_tune_refuses_what_it_cannot_tune(
     # no model configured: one line saying which variables to set
     with pytest.raises(ConfigError, match="PGRAG_LLM_GGUF .* or PGRAG_LLM_BASE_URL"):
         tuning.tune_collection(db, "docs")
+    # a collection fusing with RRF, or with a setting search_v5 refuses: said before any question
+    _set_fusion(db, {"method": "rrf"})
+    with pytest.raises(InputError, match="fuses with RRF"):
+        tuning.tune_collection(db, "docs", client=client)
+    _set_fusion(db, {"vector_weight": 1e300})
+    with pytest.raises(DatabaseError, match="pgrag tune: the fusion setting of collection"):
+        tuning.tune_collection(db, "docs", client=client)
+    assert not llm.requests
+    _set_fusion(db, {"vector_weight": 0.4})
     # a model that writes no usable question (no question mark)
     llm.reply = "Glaciers carve valleys."
     with pytest.raises(InputError, match="usable questions"):
