@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
     from pgrag.db.connect import Database
+    from pgrag.ingest.report import IngestReport
     from pgrag.retrieval.rerank import Reranker
 
 Q = queries.load(__name__)
@@ -138,33 +139,7 @@ def evaluate_retrieval(
         raise InputError(f"dataset {dataset.name!r} has no queries with relevance judgements")
     collection = collection or collection_name(dataset)
     doc_ids = list(dataset.corpus)
-
-    def on_plan(total: int) -> None:
-        if progress:
-            progress("ingest", 0, total)
-
-    done = 0
-
-    def on_progress(n: int) -> None:
-        nonlocal done
-        done += n
-        if progress:
-            progress("ingest", done, -1)
-
-    report_ingest = ingest_documents(
-        db,
-        (
-            from_text(
-                f"{dataset.name}:{doc.id}", doc.text, title=doc.title, metadata={"doc_id": doc.id}
-            )
-            for doc in dataset.corpus.values()
-        ),
-        collection=collection,
-        on_plan=on_plan,
-        progress=on_progress,
-    )
-    if report_ingest.chunks_written:
-        _settle(db)
+    report_ingest = ingest_dataset(db, dataset, collection, progress)
     query_ids = list(dataset.queries)
     texts = [dataset.queries[q] for q in query_ids]
 
@@ -208,6 +183,44 @@ def evaluate_retrieval(
     db.conn.commit()
     if peers:
         report.ratios = _ratios(report, all_runs)
+    return report
+
+
+def ingest_dataset(
+    db: Database,
+    dataset: RetrievalDataset,
+    collection: str,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> IngestReport:
+    """Ingest ``dataset``'s documents into ``collection`` (each with its id in metadata
+    ``doc_id``; unchanged documents skipped), and settle the tables after a load."""
+
+    def on_plan(total: int) -> None:
+        if progress:
+            progress("ingest", 0, total)
+
+    done = 0
+
+    def on_progress(n: int) -> None:
+        nonlocal done
+        done += n
+        if progress:
+            progress("ingest", done, -1)
+
+    report = ingest_documents(
+        db,
+        (
+            from_text(
+                f"{dataset.name}:{doc.id}", doc.text, title=doc.title, metadata={"doc_id": doc.id}
+            )
+            for doc in dataset.corpus.values()
+        ),
+        collection=collection,
+        on_plan=on_plan,
+        progress=on_progress,
+    )
+    if report.chunks_written:
+        _settle(db)
     return report
 
 
