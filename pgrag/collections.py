@@ -8,7 +8,7 @@ does not exist is :class:`~pgrag.errors.CollectionNotFound`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from pgrag.db import principals, queries
@@ -36,6 +36,9 @@ class Collection:
     model_id: int
     chunk_tokens: int
     chunk_overlap: int
+    # How its documents are chunked: "fixed" or "semantic" (collections.settings ->> 'chunking';
+    # pgrag.text.semantic, docs/ingest.md#semantic-chunking).
+    chunking: str = "fixed"
 
 
 def check_name(name: str) -> None:
@@ -89,6 +92,47 @@ def get_collection(db: Database, name: str) -> Collection | None:
     with transaction(db) as conn:
         row = conn.execute(Q.collection_by_name, {"name": name}).fetchone()
     return None if row is None else Collection(*row)
+
+
+def check_chunking(chunking: str) -> None:
+    """Refuse a chunking strategy pgrag does not know (before anything is read or written)."""
+    from pgrag.text.semantic import STRATEGIES
+
+    if chunking not in STRATEGIES:
+        raise InputError(
+            f"unknown chunking {chunking!r}: use {' or '.join(repr(s) for s in STRATEGIES)}"
+        )
+
+
+def chunking_for(collection: Collection | None, chunking: str | None, rechunk: bool) -> str:
+    """How an ingest chunks: ``chunking`` if given, else the collection's (a new one's:
+    "fixed"). A collection is chunked one way: asking for another is refused unless
+    ``rechunk`` (which re-chunks every document the ingest reads, and records the new way)."""
+    if chunking is not None:
+        check_chunking(chunking)
+    if collection is None:
+        return chunking or "fixed"
+    check_chunking(collection.chunking)
+    if chunking is None or chunking == collection.chunking:
+        return collection.chunking
+    if not rechunk:
+        raise InputError(
+            f"collection {collection.name!r} is chunked {collection.chunking!r}, not"
+            f" {chunking!r}: re-chunk its documents with --rechunk (rechunk=True), or use"
+            " another collection"
+        )
+    return chunking
+
+
+def record_chunking(db: Database, collection: Collection, chunking: str) -> Collection:
+    """Record ``chunking`` as the collection's (when it is another): the collection as it is
+    now."""
+    check_chunking(chunking)
+    if collection.chunking == chunking:
+        return collection
+    with transaction(db) as conn:
+        conn.execute(Q.record_chunking, {"chunking": chunking, "collection_id": collection.id})
+    return replace(collection, chunking=chunking)
 
 
 def collection_id(conn: Any, name: str) -> int | None:

@@ -15,9 +15,16 @@ UPDATE pgrag.embedding_models SET settings = %(settings)s
 SELECT name, dimension FROM pgrag.embedding_models WHERE id = %(model_id)s;
 
 -- name: collection_by_name
--- A collection's settings.
-SELECT id, name, text_config, model_id, chunk_tokens, chunk_overlap
+-- A collection's settings (chunking: settings ->> 'chunking', absent for the fixed chunker).
+SELECT id, name, text_config, model_id, chunk_tokens, chunk_overlap,
+       coalesce(settings ->> 'chunking', 'fixed')
   FROM pgrag.collections WHERE name = %(name)s;
+
+-- name: record_chunking
+-- Record how a collection's documents are chunked (pgrag ingest --chunking).
+UPDATE pgrag.collections
+   SET settings = settings || jsonb_build_object('chunking', %(chunking)s::text)
+ WHERE id = %(collection_id)s;
 
 -- name: collection_id
 -- The id of a collection.

@@ -87,6 +87,22 @@ from pgrag.ingest.removal import remove
     help="With --contextual: how much of each document the model is shown, from its"
     " beginning (default 2000; a local model's window also bounds it).",
 )
+@click.option(
+    "--chunking",
+    type=click.Choice(["fixed", "semantic"]),
+    default=None,
+    metavar="fixed|semantic",
+    help="How documents are cut into chunks: fixed (whole sentences packed up to the chunk"
+    " size) or semantic (cut where adjacent sentences stop resembling each other; embeds every"
+    " sentence, so slower). Recorded for a new collection; default: the collection's, else"
+    " fixed (docs/ingest.md#semantic-chunking).",
+)
+@click.option(
+    "--rechunk",
+    is_flag=True,
+    help="Chunk every document read again, unchanged ones too, and record --chunking as the"
+    " collection's: how a collection switches chunking.",
+)
 @json_option
 @click.pass_context
 def ingest(
@@ -103,6 +119,8 @@ def ingest(
     jsonl_embedding: str,
     contextual: bool,
     context_window: int | None,
+    chunking: str | None,
+    rechunk: bool,
     as_json: bool,
 ) -> None:
     """Chunk, embed and index files and directories: Markdown, text, HTML, PDF, JSON Lines.
@@ -175,6 +193,8 @@ def ingest(
             contextual=contextual,
             context_window=context_window,
             on_context=on_context,
+            chunking=chunking,
+            rechunk=rechunk,
         )
     finally:
         if bar is not None:

@@ -53,6 +53,19 @@ def file_budget(limit: float | None = None) -> Iterator[None]:
         _deadline.reset(token)
 
 
+@contextmanager
+def paused() -> Iterator[None]:
+    """Time spent within this block is not counted against the current file's budget (the
+    sentences semantic chunking embeds: embedding is not counted)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        deadline = _deadline.get()
+        if deadline is not None:
+            _deadline.set((deadline[0] + time.monotonic() - start, deadline[1]))
+
+
 def check(doing: str) -> None:
     """Raise an InputError when the current file's budget is spent."""
     deadline = _deadline.get()

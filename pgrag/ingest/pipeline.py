@@ -30,10 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag.collections import (
     Collection,
+    check_chunking,
     check_model,
     check_name,
+    chunking_for,
     ensure_collection,
     get_collection,
+    record_chunking,
 )
 from pgrag.db.principals import acting_for, check_principals
 from pgrag.db.waits import reporting_waits
@@ -78,6 +81,8 @@ def ingest(
     contextual: bool = False,
     context_window: int | None = None,
     on_context: Callable[[int, int], None] | None = None,
+    chunking: str | None = None,
+    rechunk: bool = False,
 ) -> IngestReport:
     """Ingest files and directories (recursively) into ``collection``.
 
@@ -113,6 +118,14 @@ def ingest(
     is shown (default 2,000: its beginning), and ``on_context(done, total)`` hears of each
     chunk given its line. An unchanged document is not asked about again, unless some of its
     chunks have no line for its current version yet.
+
+    ``chunking`` is how documents are cut into chunks: ``"fixed"`` (whole sentences packed up to
+    the collection's chunk size) or ``"semantic"`` (cut where adjacent sentences stop
+    resembling each other: :mod:`pgrag.text.semantic`, docs/ingest.md#semantic-chunking).
+    None is the collection's, recorded when it was first written (``"fixed"`` for a new one);
+    another than the collection's is an :class:`~pgrag.errors.InputError` unless ``rechunk``,
+    which records it and chunks every document read again, unchanged ones included (chunks
+    whose text is unchanged keep their vectors).
     """
     roots = [Path(p) for p in paths]
     seen = Seen()
@@ -133,6 +146,8 @@ def ingest(
         contextual=contextual,
         context_window=context_window,
         on_context=on_context,
+        chunking=chunking,
+        rechunk=rechunk,
     )
     if prune:
         directories = [str(p.resolve()) for p in roots if p.is_dir()]
@@ -160,12 +175,14 @@ def ingest_documents(
     contextual: bool = False,
     context_window: int | None = None,
     on_context: Callable[[int, int], None] | None = None,
+    chunking: str | None = None,
+    rechunk: bool = False,
 ) -> IngestReport:
     """Ingest documents given as text (build them with :func:`pgrag.ingest.loaders.from_text`),
     or read from files (:func:`pgrag.ingest.loaders.load_path`), with the same guarantees as
     :func:`ingest`: unchanged ones are skipped, changed ones replaced whole, in transactions of
     whole documents; ``allow``, ``on_wait``, ``on_warning``, ``contextual``,
-    ``context_window`` and ``on_context`` as for :func:`ingest`.
+    ``context_window``, ``on_context``, ``chunking`` and ``rechunk`` as for :func:`ingest`.
 
     A document made with ``from_text(..., vector=...)`` brings its own embedding: it is stored
     as one chunk, its whole text, with that vector for the collection's active model (for a new
@@ -196,6 +213,8 @@ def ingest_documents(
         contextual=contextual,
         context_window=context_window,
         on_context=on_context,
+        chunking=chunking,
+        rechunk=rechunk,
     )
 
 
@@ -230,8 +249,12 @@ def _run(
     contextual: bool = False,
     context_window: int | None = None,
     on_context: Callable[[int, int], None] | None = None,
+    chunking: str | None = None,
+    rechunk: bool = False,
 ) -> IngestReport:
     check_name(collection)
+    if chunking is not None:
+        check_chunking(chunking)  # before anything is read
     principals = None if allow is None else check_principals(allow, "--allow principal")
     if contextual:
         check_configured(db)  # before anything is read (nothing is loaded yet)
@@ -254,6 +277,8 @@ def _run(
             contextual=contextual,
             context_window=context_window,
             on_context=on_context,
+            chunking=chunking,
+            rechunk=rechunk,
         )
     if written is None:
         return report
@@ -297,6 +322,8 @@ def _plan_and_write(
     contextual: bool = False,
     context_window: int | None = None,
     on_context: Callable[[int, int], None] | None = None,
+    chunking: str | None = None,
+    rechunk: bool = False,
 ) -> tuple[Collection, bool, bool] | None:
     """Plan and write the documents into ``report``: (the collection, whether it is new,
     whether the load was a bulk one), or None when nothing was written."""
@@ -308,9 +335,11 @@ def _plan_and_write(
         if active is not None:
             embedder = active[1]
         check_model(db, coll, embedder)
+    strategy = chunking_for(coll, chunking, rechunk)
     docs, access = plan(
-        db, coll, embedder, items, report, on_error, principals, on_warning, contextual
-    )
+        db, coll, embedder, items, report, on_error, principals, on_warning, contextual,
+        chunking=strategy, rechunk=rechunk,
+    )  # fmt: skip
     if dry_run:
         _dry_run(db, coll, docs, report)
         return None
@@ -332,6 +361,8 @@ def _plan_and_write(
     new_collection = coll is None
     if coll is None:
         coll = ensure_collection(db, collection, embedder)
+    if chunking is not None:  # (a new collection's, or one re-chunked; absent is "fixed")
+        coll = record_chunking(db, coll, strategy)
     # (The index is not dropped for a bulk load: searches of every collection of the model
     # use it. A bulk load refreshes the planner's statistics afterwards.)
     bulk = total >= bulk_threshold

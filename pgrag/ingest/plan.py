@@ -20,6 +20,7 @@ from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.report import FileResult, IngestReport
 from pgrag.ingest.vectors import VectorTarget, fit, target_for, vector_digest
 from pgrag.text.chunking import CONTEXT_TOKENS, Chunk, chunk_text, markdown_headings
+from pgrag.text.semantic import semantic_chunk_text
 from pgrag.text.vector_text import CONTEXT_LINE_TOKENS, vector_text
 
 if TYPE_CHECKING:
@@ -68,6 +69,7 @@ class PreparedDoc:
     duplicate_of: str | None = None  # the source of an identical document holding the chunks
     replaces: int | None = None  # the stored document (id) this one rewrites
     streamed: tuple[int, int] | None = None  # a large file's (chunk limit, overlap)
+    chunking: str = "fixed"  # how a streamed file is chunked (pgrag.text.semantic.STRATEGIES)
 
 
 def plan(
@@ -80,6 +82,8 @@ def plan(
     principals: list[str] | None = None,
     on_warning: Callable[[str, str], None] | None = None,
     contextual: bool = False,
+    chunking: str = "fixed",
+    rechunk: bool = False,
 ) -> tuple[list[PreparedDoc], list[int]]:
     """The documents to write, and the ids of stored ones whose access alone changes. A file
     the walk skipped with a reason (:class:`~pgrag.errors.SkippedInput`) is reported as
@@ -87,7 +91,8 @@ def plan(
     ``on_error``. ``contextual``: chunked with room for a context line, and an unchanged
     document some of whose chunks have no context for its current version is rewritten
     (status "updated"); without it, a changed document that had contexts is warned about
-    (its new chunks have none)."""
+    (its new chunks have none). ``chunking``: "fixed" or "semantic" (:mod:`pgrag.text.semantic`);
+    ``rechunk``: an unchanged document is chunked and written again too (status "updated")."""
     docs: list[PreparedDoc] = []
     access: list[int] = []
     seen: set[str] = set()
@@ -105,7 +110,7 @@ def plan(
             chunks = [vector_chunk(file, embedder.tokens, fit(file.vector, target))]
         else:
             with budget.file_budget():
-                chunks = prepare_chunks(file, embedder, limit, overlap)
+                chunks = prepare_chunks(file, embedder, limit, overlap, chunking)
         if not chunks:
             raise InputError("has no text to index")
         doc = PreparedDoc(
@@ -141,6 +146,18 @@ def plan(
                             "contextual": contextual,
                         },
                     ).fetchone()
+            # Unchanged, but chunked again (a switch of the collection's chunking): chunks
+            # whose text is the same keep their vectors. (A copy stored once becomes a document
+            # of its own, as the copy of a rewritten original does.)
+            rechunked = (
+                rechunk and row is not None and row[1] == file.content_hash and file.vector is None
+            )
+            if rechunked and file.stream is None:
+                assert row is not None
+                doc = prepare(file, label, row[0])
+                doc.result.reason = "re-chunked"
+                docs.append(doc)
+                continue
             # (A document with its own vector has no context lines: its text is the vector's.)
             if (
                 row is not None
@@ -156,7 +173,7 @@ def plan(
                 doc.result.reason = "contexts to write"
                 docs.append(doc)
                 continue
-            if row is not None and row[1] == file.content_hash:
+            if row is not None and row[1] == file.content_hash and not rechunked:
                 if principals is not None and set(principals) != set(row[2]):
                     access.append(row[0])
                     report.files.append(FileResult(label, "access"))
@@ -200,6 +217,7 @@ def plan(
                         chunks=[],
                         replaces=None if row is None else row[0],
                         streamed=(limit, overlap),
+                        chunking=chunking,
                     )
                 )
                 # (Never an original for a copy planned in this run: it is written after
@@ -262,9 +280,22 @@ def find_original(
 
 
 def prepare_chunks(
-    file: LoadedFile, embedder: Embedder, limit: int, overlap: int
+    file: LoadedFile, embedder: Embedder, limit: int, overlap: int, chunking: str = "fixed"
 ) -> list[PreparedChunk]:
+    """The chunks of a document held whole; ``chunking`` "semantic" cuts them where the
+    subject changes (:mod:`pgrag.text.semantic`: its sentences are embedded first)."""
     counter = embedder.tokens
+
+    def chunked(text: str) -> list[Chunk]:
+        if chunking == "semantic":
+            return semantic_chunk_text(
+                text, counter, embed_units(embedder), limit=limit, overlap=overlap,
+                markdown=file.markdown, check=_check,
+            )  # fmt: skip
+        return chunk_text(
+            text, counter, limit=limit, overlap=overlap, markdown=file.markdown, check=_check
+        )
+
     out = []
     headings: dict[str, str] = {}  # context -> its capped form; chunks of a section share it
     # A PDF is chunked page by page, so that every chunk has one page to cite.
@@ -273,13 +304,7 @@ def prepare_chunks(
         if file.pages is not None
         else [(None, file.text)]
     )
-    paged = (
-        (page, chunk)
-        for page, text in parts
-        for chunk in chunk_text(
-            text, counter, limit=limit, overlap=overlap, markdown=file.markdown, check=_check
-        )
-    )
+    paged = ((page, chunk) for page, text in parts for chunk in chunked(text))
     for page, chunk in paged:
         out.append(prepare_chunk(chunk, file, counter, headings, page))
     if not out and file.markdown and file.pages is None:
@@ -311,6 +336,17 @@ def vector_chunk(file: LoadedFile, counter: TokenCounter, vector: Any) -> Prepar
 
 def _check() -> None:
     budget.check("chunking")
+
+
+def embed_units(embedder: Embedder) -> Callable[[list[str]], Any]:
+    """``embedder.embed`` for semantic chunking: the time it takes is embedding, not counted
+    against the file's chunking budget (:mod:`pgrag.ingest.budget`)."""
+
+    def embed(texts: list[str]) -> Any:
+        with budget.paused():
+            return embedder.embed(texts)
+
+    return embed
 
 
 def prepare_chunk(

@@ -17,6 +17,7 @@ from pgrag.ingest.embed import vectors_by_hash
 from pgrag.ingest.plan import PreparedChunk, PreparedDoc, prepare_chunk
 from pgrag.ingest.report import FileResult, IngestReport
 from pgrag.text.chunking import chunk_lines
+from pgrag.text.semantic import semantic_chunk_lines
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -129,9 +130,21 @@ def write_streamed(
         try:
             with doc.file.stream.open(encoding="utf-8-sig", newline=None) as fh:
                 lines = _without_nul(fh)
-                for chunk in chunk_lines(
-                    lines, counter, limit=limit, overlap=overlap, markdown=doc.file.markdown
-                ):
+                chunks = (
+                    semantic_chunk_lines(
+                        lines,
+                        counter,
+                        embedder.embed,
+                        limit=limit,
+                        overlap=overlap,
+                        markdown=doc.file.markdown,
+                    )  # fmt: skip
+                    if doc.chunking == "semantic"
+                    else chunk_lines(
+                        lines, counter, limit=limit, overlap=overlap, markdown=doc.file.markdown
+                    )
+                )
+                for chunk in chunks:
                     pending.append(prepare_chunk(chunk, doc.file, counter, headings))
                     if len(pending) >= group:
                         flush()
