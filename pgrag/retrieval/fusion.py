@@ -11,7 +11,9 @@ distance), for what must try many settings without searching again: ``pgrag tune
   standard deviation) come from the first STATS_DEPTH of each list.
 - ``convex-tm``: theoretical-min normalisation (Bruch et al., 2023): BM25 divided by the list's
   top score; cosine similarity (1 - distance) as (s + 1) / (top + 1).
-- ``convex-z``: z-scores over each list (absent: the list's lowest); search_v5's default.
+- ``convex-z``: z-scores over each list (absent: the list's floor); search_v5's default.
+  The keyword arm's statistics count a list shorter than STATS_DEPTH as completed with BM25
+  0, what every chunk without a query word scores.
 - ``convex-mm-adaptive``: convex-mm with alpha moved per query by ``adapt`` x (the vector
   list's normalised gap between its first and second result - the keyword list's).
 - ``keyword`` / ``vector``: one arm alone.
@@ -64,7 +66,7 @@ def fuse(
         ks = {c: s for c, s in keyword}
         vs = {c: 1.0 - d for c, d in vector}  # similarity
         if method in ("convex-mm", "convex-mm-adaptive"):
-            kn, vn = _minmax(ks), _minmax(vs)
+            kn, vn = _minmax(ks, pad=True), _minmax(vs)
             absent_k = absent_v = 0.0
         elif method == "convex-tm":
             top_k = max(ks.values(), default=0.0)
@@ -73,9 +75,7 @@ def fuse(
             vn = {c: (s + 1) / (top_v + 1) if top_v > -1 else 0.0 for c, s in vs.items()}
             absent_k = absent_v = 0.0
         elif method == "convex-z":
-            kn, vn = _z(ks), _z(vs)
-            absent_k = min(kn.values(), default=0.0)
-            absent_v = min(vn.values(), default=0.0)
+            (kn, absent_k), (vn, absent_v) = _z(ks, pad=True), _z(vs)
         else:
             raise ValueError(f"unknown fusion method {method!r}; one of {', '.join(METHODS)}")
         a = alpha
@@ -92,31 +92,39 @@ def fuse(
     return [(c, fused[c]) for c in sorted(ids, key=lambda c: (-fused[c], best[c], c))]
 
 
-def _minmax(scores: dict[int, float]) -> dict[int, float]:
+def _minmax(scores: dict[int, float], pad: bool = False) -> dict[int, float]:
     """Min-max with the list's first STATS_DEPTH scores (the list is best first): the best
-    scores 1, the STATS_DEPTH-th 0, and a later one 0 too (its floor)."""
+    scores 1, the STATS_DEPTH-th 0, and a later one 0 too (its floor). ``pad``: a list shorter
+    than STATS_DEPTH is completed with scores of 0 (the keyword arm: BM25 0 is what every chunk
+    without a query word scores), so its floor is 0."""
     if not scores:
         return {}
     head = list(scores.values())[:STATS_DEPTH]
-    lo, hi = min(head), max(scores.values())
+    lo = 0.0 if pad and len(head) < STATS_DEPTH else min(head)
+    hi = max(scores.values())
     if hi - lo <= 0:
         return {c: 1.0 for c in scores}
     return {c: max(s - lo, 0.0) / (hi - lo) for c, s in scores.items()}
 
 
-def _z(scores: dict[int, float]) -> dict[int, float]:
+def _z(scores: dict[int, float], pad: bool = False) -> tuple[dict[int, float], float]:
     """z-scores with the mean and standard deviation of the list's first STATS_DEPTH scores,
-    floored at the STATS_DEPTH-th's."""
+    floored at the STATS_DEPTH-th's; and the floor's z-score (what a missing chunk scores).
+    ``pad`` as for :func:`_minmax`: a single keyword match then stands far out."""
     if not scores:
-        return {}
+        return {}, 0.0
     head = list(scores.values())[:STATS_DEPTH]
+    if pad and len(head) < STATS_DEPTH:
+        floor = 0.0
+        head = head + [0.0] * (STATS_DEPTH - len(head))
+    else:
+        floor = min(head)
     n = len(head)
     mean = sum(head) / n
-    sd = math.sqrt(sum((s - mean) ** 2 for s in head) / n)
+    sd = math.sqrt(max(sum(s * s for s in head) / n - mean * mean, 0.0))
     if sd <= 0:
-        return {c: 0.0 for c in scores}
-    floor = min(head)
-    return {c: (max(s, floor) - mean) / sd for c, s in scores.items()}
+        return {c: 0.0 for c in scores}, 0.0
+    return {c: (max(s, floor) - mean) / sd for c, s in scores.items()}, (floor - mean) / sd
 
 
 def _gap(ranked: Ranked, norm: dict[int, float]) -> float:

@@ -356,14 +356,16 @@ BEGIN
                       LIMIT CASE WHEN v_convex THEN greatest(v_kdepth, 40) ELSE v_kdepth END),
                  top AS (
                      SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
-                                 WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
+                                 WHEN v_zscore THEN coalesce((greatest(r.s, r.lo) - r.mu) / nullif(r.sd, 0), 0)
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
-                       FROM (SELECT q.*, min(q.s) FILTER (WHERE q.kr <= 40) OVER () AS lo,
+                       FROM (SELECT q.*, CASE WHEN count(*) FILTER (WHERE q.kr <= 40) OVER () < 40 THEN 0
+                                                                ELSE min(q.s) FILTER (WHERE q.kr <= 40) OVER () END AS lo,
                                              max(q.s) OVER () AS hi,
-                                             avg(q.s) FILTER (WHERE q.kr <= 40) OVER () AS mu,
-                                             stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
+                                             (sum(q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40 AS mu,
+                                             sqrt(greatest((sum(q.s * q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40
+                                                           - ((sum(q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40) ^ 2, 0)) AS sd
                                         FROM (SELECT w.id, w.s,
                                                      (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
                                                 FROM w) q
@@ -791,14 +793,16 @@ BEGIN
                       LIMIT CASE WHEN v_convex THEN greatest(v_kdepth, 40) ELSE v_kdepth END),
                  top AS (
                      SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
-                                 WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
+                                 WHEN v_zscore THEN coalesce((greatest(r.s, r.lo) - r.mu) / nullif(r.sd, 0), 0)
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                             c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                             d.title AS ttl, d.metadata AS meta
-                       FROM (SELECT q.*, min(q.s) FILTER (WHERE q.kr <= 40) OVER () AS lo,
+                       FROM (SELECT q.*, CASE WHEN count(*) FILTER (WHERE q.kr <= 40) OVER () < 40 THEN 0
+                                                                ELSE min(q.s) FILTER (WHERE q.kr <= 40) OVER () END AS lo,
                                              max(q.s) OVER () AS hi,
-                                             avg(q.s) FILTER (WHERE q.kr <= 40) OVER () AS mu,
-                                             stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
+                                             (sum(q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40 AS mu,
+                                             sqrt(greatest((sum(q.s * q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40
+                                                           - ((sum(q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40) ^ 2, 0)) AS sd
                                         FROM (SELECT w.id, w.s,
                                                      (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
                                                 FROM w) q
@@ -893,17 +897,25 @@ BEGIN
              -- depth at k <= 10) and floored at its 40th's, which a chunk missing from the list
              -- also scores: a deeper list (a larger k) then only adds candidates, and never
              -- moves the ones a shorter list ranked.
+             -- (The keyword arm's 40 are padded with BM25 0, what every chunk without a query
+             -- word scores: a single match stands far out, and a missing chunk scores 0's.)
              w AS (SELECT q.id, q.s, q.r,
                           CASE WHEN v_zscore
-                               THEN coalesce((greatest(q.s, min(q.s) FILTER (WHERE q.r <= 40) OVER ())
-                                              - avg(q.s) FILTER (WHERE q.r <= 40) OVER ())
-                                             / nullif(stddev_pop(q.s) FILTER (WHERE q.r <= 40) OVER (), 0), 0)
-                               WHEN max(q.s) OVER () > min(q.s) FILTER (WHERE q.r <= 40) OVER ()
-                               THEN greatest(q.s - min(q.s) FILTER (WHERE q.r <= 40) OVER (), 0)
-                                    / (max(q.s) OVER () - min(q.s) FILTER (WHERE q.r <= 40) OVER ())
-                               ELSE 1 END AS n
-                     FROM (SELECT kw.id, kw.s, (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r
-                             FROM kw) q),
+                               THEN coalesce((greatest(q.s, q.lo) - q.mu) / nullif(q.sd, 0), 0)
+                               WHEN q.hi > q.lo THEN greatest(q.s - q.lo, 0) / (q.hi - q.lo)
+                               ELSE 1 END AS n,
+                          CASE WHEN v_zscore THEN coalesce((q.lo - q.mu) / nullif(q.sd, 0), 0)
+                               ELSE 0 END AS fl
+                     FROM (SELECT p.*,
+                                  CASE WHEN count(*) FILTER (WHERE p.r <= 40) OVER () < 40 THEN 0
+                                       ELSE min(p.s) FILTER (WHERE p.r <= 40) OVER () END AS lo,
+                                  max(p.s) OVER () AS hi,
+                                  (sum(p.s) FILTER (WHERE p.r <= 40) OVER ()) / 40 AS mu,
+                                  sqrt(greatest((sum(p.s * p.s) FILTER (WHERE p.r <= 40) OVER ()) / 40
+                                                - ((sum(p.s) FILTER (WHERE p.r <= 40) OVER ()) / 40) ^ 2, 0)) AS sd
+                             FROM (SELECT kw.id, kw.s,
+                                          (row_number() OVER (ORDER BY kw.s DESC, kw.id))::int AS r
+                                     FROM kw) p) q),
              v AS (SELECT x.id, x.dist, x.r::int AS r,
                           CASE WHEN v_zscore
                                THEN coalesce((avg(x.dist) FILTER (WHERE x.r <= 40) OVER ()
@@ -920,7 +932,7 @@ BEGIN
              f AS (SELECT coalesce(v.id, w.id) AS id, v.r AS vr, w.r AS kr, v.dist, w.s,
                           CASE WHEN v_convex
                                THEN (coalesce(vector_weight * coalesce(v.n, CASE WHEN v_zscore THEN (SELECT min(v2.n) FROM v v2) ELSE 0 END), 0)
-                                     + coalesce(keyword_weight * coalesce(w.n, CASE WHEN v_zscore THEN (SELECT min(w2.n) FROM w w2) ELSE 0 END), 0))
+                                     + coalesce(keyword_weight * coalesce(w.n, (SELECT max(w2.fl) FROM w w2)), 0))
                                     / v_wsum
                                ELSE coalesce(vector_weight / (rrf_k + v.r), 0)
                                     + coalesce(keyword_weight / (rrf_k + w.r), 0) END AS fused,
@@ -1000,14 +1012,16 @@ BEGIN
               LIMIT CASE WHEN v_convex THEN greatest(k, 40) ELSE k END),
          top AS (
              SELECT r.id, r.kr, r.s, CASE WHEN NOT v_convex THEN keyword_weight / (rrf_k + r.kr)
-                                 WHEN v_zscore THEN coalesce((r.s - r.mu) / nullif(r.sd, 0), 0)
+                                 WHEN v_zscore THEN coalesce((greatest(r.s, r.lo) - r.mu) / nullif(r.sd, 0), 0)
                                  WHEN r.hi > r.lo THEN (r.s - r.lo) / (r.hi - r.lo) ELSE 1 END AS fused,
                     c.document_id AS doc, c.section AS sect, c.content, d.source AS src,
                     d.title AS ttl, d.metadata AS meta
-               FROM (SELECT q.*, min(q.s) FILTER (WHERE q.kr <= 40) OVER () AS lo,
+               FROM (SELECT q.*, CASE WHEN count(*) FILTER (WHERE q.kr <= 40) OVER () < 40 THEN 0
+                                                        ELSE min(q.s) FILTER (WHERE q.kr <= 40) OVER () END AS lo,
                                      max(q.s) OVER () AS hi,
-                                     avg(q.s) FILTER (WHERE q.kr <= 40) OVER () AS mu,
-                                     stddev_pop(q.s) FILTER (WHERE q.kr <= 40) OVER () AS sd
+                                     (sum(q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40 AS mu,
+                                     sqrt(greatest((sum(q.s * q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40
+                                                   - ((sum(q.s) FILTER (WHERE q.kr <= 40) OVER ()) / 40) ^ 2, 0)) AS sd
                                 FROM (SELECT w.id, w.s,
                                              (row_number() OVER (ORDER BY w.s DESC, w.id))::int AS kr
                                         FROM w) q

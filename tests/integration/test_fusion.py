@@ -181,8 +181,9 @@ def test_keyword_only_scores_are_normalised_and_probabilities_sum_to_one(loaded:
             loaded, "refund monthly subscription annual", collection="docs", mode="keyword", k=40
         )
     ]
-    mean = sum(head) / len(head)
-    sd = (sum((b - mean) ** 2 for b in head) / len(head)) ** 0.5
+    head += [0.0] * (40 - len(head))  # (fewer than 40 matches: the rest score BM25 0)
+    mean = sum(head) / 40
+    sd = (sum((b - mean) ** 2 for b in head) / 40) ** 0.5
     want = [((r.keyword_score or 0.0) - mean) / sd for r in results]
     assert [r.score for r in results] == pytest.approx(want)
     two = pgrag.search(

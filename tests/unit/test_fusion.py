@@ -28,32 +28,41 @@ def test_rrf_sums_weight_over_rrf_k_plus_rank() -> None:
 
 def test_convex_min_max_is_the_weighted_mean_of_scores_from_0_to_1() -> None:
     got = dict(fusion.fuse(KEYWORD, VECTOR, "convex-mm", alpha=0.4))
-    # keyword: (9, 6, 3) -> (1, 0.5, 0); vector similarity (0.8, 0.6, 0.4) -> (1, 0.5, 0)
+    # keyword (9, 6, 3), a list shorter than 40 whose floor is BM25 0: (1, 2/3, 1/3);
+    # vector similarity (0.8, 0.6, 0.4), floored at its last: (1, 0.5, 0)
     assert got[1] == pytest.approx(0.4 * 0.0 + 0.6 * 1.0)
-    assert got[2] == pytest.approx(0.4 * 1.0 + 0.6 * 0.5)
-    assert got[3] == pytest.approx(0.6 * 0.0)  # absent from the vector list: 0 there
+    assert got[2] == pytest.approx(0.4 * 1.0 + 0.6 * 2 / 3)
+    assert got[3] == pytest.approx(0.6 / 3)  # absent from the vector list: 0 there
     assert got[4] == pytest.approx(0.4 * 0.5)
-    assert ids(fusion.fuse(KEYWORD, VECTOR, "convex-mm", alpha=0.4)) == [2, 1, 4, 3]
+    assert ids(fusion.fuse(KEYWORD, VECTOR, "convex-mm", alpha=0.4)) == [2, 1, 3, 4]
 
 
-def test_convex_z_scores_and_a_missing_chunk_takes_the_lists_lowest() -> None:
+def test_convex_z_scores_with_the_keyword_list_padded_with_zeros() -> None:
     got = dict(fusion.fuse(KEYWORD, VECTOR, "convex-z", alpha=0.5))
+    # keyword: (9, 6, 3) and 37 zeros; vector: its own three similarities
+    head = [9.0, 6.0, 3.0] + [0.0] * 37
+    mean = sum(head) / 40
+    sd = math.sqrt(sum(x * x for x in head) / 40 - mean**2)
+    kz = {1: (9 - mean) / sd, 2: (6 - mean) / sd, 3: (3 - mean) / sd, None: (0 - mean) / sd}
     z = math.sqrt(1.5)  # (x - mean) / sd for three evenly spaced values: -1.22, 0, 1.22
-    assert got[1] == pytest.approx(0.5 * -z + 0.5 * z)
-    assert got[2] == pytest.approx(0.5 * z + 0.5 * 0)
-    assert got[3] == pytest.approx(0.5 * -z + 0.5 * -z)  # absent from the vector list
-    assert got[4] == pytest.approx(0.5 * 0 + 0.5 * -z)  # absent from the keyword list
+    assert got[1] == pytest.approx(0.5 * -z + 0.5 * kz[1])
+    assert got[2] == pytest.approx(0.5 * z + 0.5 * kz[2])
+    assert got[3] == pytest.approx(0.5 * -z + 0.5 * kz[3])  # absent from the vector list
+    assert got[4] == pytest.approx(0.5 * 0 + 0.5 * kz[None])  # no query word: BM25 0
+    # a single keyword match stands far out (sqrt(39) standard deviations), not at 0
+    alone = dict(fusion.fuse([(7, 2.0)], [], "convex-z"))
+    assert alone[7] == pytest.approx(math.sqrt(39))
 
 
 def test_statistics_and_floor_come_from_the_first_40() -> None:
     long = [(i, 100.0 - i) for i in range(1, 101)]  # 100 keyword candidates
-    z = fusion._z(dict(long))
+    z, floor = fusion._z(dict(long))
     head = [100.0 - i for i in range(1, 41)]
     mean = sum(head) / 40
     sd = math.sqrt(sum((s - mean) ** 2 for s in head) / 40)
     assert z[1] == pytest.approx((99 - mean) / sd)
     assert z[40] == pytest.approx((60 - mean) / sd)
-    assert z[41] == z[100] == z[40]  # floored at the 40th
+    assert z[41] == z[100] == z[40] == floor  # floored at the 40th
     mm = fusion._minmax(dict(long))
     assert mm[1] == 1.0 and mm[40] == 0.0 and mm[100] == 0.0
     # so a deeper list does not move what a list of 40 ranked
@@ -70,8 +79,9 @@ def test_one_arm_alone_and_constant_lists() -> None:
     assert ids(fusion.fuse(KEYWORD, [], "convex-z", alpha=0.4)) == [1, 2, 3]
     assert ids(fusion.fuse([], VECTOR, "convex-mm", alpha=0.4)) == [2, 4, 1]
     flat = [(1, 2.0), (2, 2.0)]
-    assert dict(fusion.fuse(flat, [], "convex-z")) == {1: 0.0, 2: 0.0}
     assert dict(fusion.fuse(flat, [], "convex-mm")) == {1: 1.0, 2: 1.0}
+    same = [(1, 0.3), (2, 0.3)]  # a vector list of equal distances: no spread, no say
+    assert dict(fusion.fuse([], same, "convex-z")) == {1: 0.0, 2: 0.0}
     # ties are broken by the better rank in either list, then by chunk id
     assert ids(fusion.fuse(flat, [], "convex-mm")) == [1, 2]
     with pytest.raises(ValueError, match="unknown fusion method"):
