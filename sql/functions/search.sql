@@ -177,6 +177,7 @@ DECLARE
     v_wsum          float8;
     v_ef            integer;
     v_joined        boolean;
+    v_found         boolean;
 BEGIN
     -- Bounds every caller meets, before anything is read (docs/search.md#limits): each a
     -- one-line error naming the argument and its limit, never a raw PostgreSQL one.
@@ -218,8 +219,13 @@ BEGIN
     -- rrf_k, the weights and temperature the caller leaves NULL comes from the collection's
     -- setting, else from the method's default (RRF: 5, 0.5, 1.0, temperature 0.02; convex:
     -- 0.4, 0.6, temperature 0.5 for z-scores, 0.1 for min-max).
+    -- The collection, read once for the fusion, the model and the lean statement below (the
+    -- general path reads it again, and names it when it is missing).
+    SELECT c.id, c.model_id, c.text_config, c.settings -> 'fusion'
+      INTO v_collection_id, v_active, v_config_name, v_fusion
+      FROM pgrag.collections c WHERE c.name = collection;
+    v_found := FOUND;
     IF rrf_k IS NULL OR vector_weight IS NULL OR keyword_weight IS NULL OR temperature IS NULL THEN
-        SELECT c.settings -> 'fusion' INTO v_fusion FROM pgrag.collections c WHERE c.name = collection;
         -- A setting that is wrong fails every search of the collection with one line naming
         -- what is wrong, rather than searching some other way than it says.
         v_text := CASE
@@ -256,6 +262,8 @@ BEGIN
         IF jsonb_typeof(v_fusion) IS DISTINCT FROM 'object' THEN
             v_fusion := '{}';
         END IF;
+    ELSE
+        v_fusion := '{}';  -- (the caller named every knob: the setting does not apply)
     END IF;
     v_method := coalesce(v_fusion ->> 'method', 'convex');
     v_convex := rrf_k IS NULL AND v_method = 'convex';
@@ -280,9 +288,7 @@ BEGIN
     -- reads the collection again but keeps this model, so a model switched in between (pgrag
     -- models activate) never pairs a vector with another model's vectors.
     IF query_embedding IS NOT NULL OR model IS NOT NULL THEN
-        SELECT c.id, c.model_id INTO v_collection_id, v_active
-          FROM pgrag.collections c WHERE c.name = collection;
-        IF FOUND THEN  -- (else the general path names the missing collection)
+        IF v_found THEN  -- (else the general path names the missing collection)
             v_model_id := v_active;
             IF model IS NOT NULL THEN
                 SELECT cm.model_id, cm.status INTO v_model_id, v_status
@@ -325,9 +331,8 @@ BEGIN
        AND coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
        AND (session_user = current_user OR pgrag.unrestricted_role())
     THEN
-        SELECT c.id, c.text_config::regconfig INTO v_collection_id, v_text_config
-          FROM pgrag.collections c WHERE c.name = collection;
-        IF FOUND THEN
+        IF v_found THEN
+            v_text_config := v_config_name::regconfig;
             v_kdepth := greatest(coalesce(keyword_depth, k), k);  -- (40 read when convex: below)
             -- The general path's exact keyword statement, with the term look-up folded in; it
             -- yields nothing when the general path would prune (more than postings_per_term
