@@ -172,14 +172,9 @@ def sweep(
     lists: Sequence[ArmLists], targets: Sequence[int], method: str = METHOD
 ) -> dict[float, float]:
     """nDCG@10 of the convex fusion at every weight of GRID."""
-    out = {}
-    for w in GRID:
-        total = sum(
-            ndcg_chunk(fusion.fuse(kw, vec, method, alpha=w), t)
-            for (kw, vec), t in zip(lists, targets, strict=True)
-        )
-        out[w] = total / len(targets) if targets else math.nan
-    return out
+    if not targets:
+        return dict.fromkeys(GRID, math.nan)
+    return {w: sum(per_question(lists, targets, w, method)) / len(targets) for w in GRID}
 
 
 def choose(
