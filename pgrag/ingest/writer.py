@@ -42,8 +42,16 @@ def write_batch(
     """Write a batch of documents with their chunks' vectors, in one transaction."""
     with transaction(db) as conn:
         others = lock_collection(conn, coll)
+        inserted = insert_documents(conn, coll, batch, principals)
         new: list[tuple[int, int, PreparedChunk, Any, list[str]]] = []
         for doc, doc_vectors in zip(batch, vectors, strict=True):
+            if doc.file.source in inserted:
+                doc_id, doc_principals = inserted[doc.file.source]
+                for ordinal, (chunk, vector) in enumerate(
+                    zip(doc.chunks, doc_vectors, strict=True)
+                ):
+                    new.append((doc_id, ordinal, chunk, vector, doc_principals))
+                continue
             if doc.duplicate_of is not None and not original_unchanged(conn, coll, doc, principals):
                 doc.result = FileResult(
                     doc.result.path,
@@ -247,6 +255,37 @@ def chunk_row(
         chunk.context,
         chunk.context_for,
     )
+
+
+def insert_documents(
+    conn: Any, coll: Collection, batch: list[PreparedDoc], principals: list[str] | None
+) -> dict[str, tuple[int, list[str]]]:
+    """The rows of the batch's documents planned as new (not copies, not rewrites), written in
+    one statement instead of two round trips each: source -> (id, readers). One a concurrent
+    writer stored after this ingest planned is updated as replace_document would, and its
+    chunks are deleted (all of them: none was planned to be kept)."""
+    import json
+
+    fresh = [
+        d.file for d in batch if d.duplicate_of is None and d.replaces is None and not d.streamed
+    ]
+    if not fresh:
+        return {}
+    rows = conn.execute(
+        Q.insert_documents,
+        {
+            "collection_id": coll.id,
+            "allow": principals,
+            "sources": [f.source for f in fresh],
+            "titles": [f.title for f in fresh],
+            "metadata": [json.dumps(f.metadata) for f in fresh],
+            "hashes": [f.content_hash for f in fresh],
+        },
+    ).fetchall()
+    stored_first = [r[1] for r in rows if r[3]]
+    if stored_first:
+        conn.execute(Q.delete_documents_chunks, {"document_ids": stored_first})
+    return {r[0]: (int(r[1]), list(r[2])) for r in rows}
 
 
 def replace_document(

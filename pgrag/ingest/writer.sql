@@ -48,6 +48,26 @@ ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,
        body = NULL, updated_at = now()
 RETURNING id, principals;
 
+-- name: insert_documents
+-- upsert_document for a batch of documents planned as new, in input order (so concurrent
+-- writers lock rows in the same order): each one's source, id, readers and whether a
+-- concurrent writer stored it first (then it is updated, and its chunks must go).
+INSERT INTO pgrag.documents AS d (collection_id, source, title, metadata, content_hash, principals)
+SELECT %(collection_id)s, t.source, t.title, t.metadata::jsonb, t.content_hash,
+       coalesce(%(allow)s::text[], '{public}')
+  FROM unnest(%(sources)s::text[], %(titles)s::text[], %(metadata)s::text[],
+              %(hashes)s::text[]) WITH ORDINALITY AS t(source, title, metadata, content_hash, n)
+ ORDER BY t.n
+ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,
+       metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash,
+       principals = coalesce(%(allow)s::text[], d.principals),
+       body = NULL, updated_at = now()
+RETURNING d.source, d.id, d.principals, d.xmax <> 0;
+
+-- name: delete_documents_chunks
+-- Delete every chunk of these documents (new ones a concurrent writer stored first).
+DELETE FROM pgrag.chunks WHERE document_id = ANY (%(document_ids)s);
+
 -- name: hand_over
 -- Identical documents keep a rewritten document's old content (sql/functions/dedup.sql).
 SELECT pgrag.documents_hand_over(%(document_id)s, %(collection_id)s, %(source)s);

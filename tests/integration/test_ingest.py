@@ -14,6 +14,7 @@ from pgrag.cli import cli
 from pgrag.db.connect import Database
 from pgrag.embeddings.local import configured_embedder
 from pgrag.errors import DatabaseError
+from pgrag.ingest.document import from_text
 
 
 def _counts(db: Database) -> tuple[int, int, int]:
@@ -366,3 +367,51 @@ def test_progress_moves_by_chunks_within_one_large_file(db: Database, tmp_path: 
     report = pgrag.ingest(db, [path], collection="progress", batch_chunks=8, progress=calls.append)
     assert report.chunks_written == report.chunks_embedded == 40
     assert sum(calls) == 40 and len(calls) == 5 and max(calls) == 8
+
+
+def test_a_new_document_another_writer_stores_first_is_replaced_whole(
+    dsn: str, embedder: object
+) -> None:
+    # New documents are inserted for a whole batch in one statement. One that a concurrent
+    # writer stores between this ingest's plan and its write (planned as new, found stored)
+    # must end up as this ingest's version alone: its row updated, the other writer's chunks
+    # gone, no ordinal taken twice; the batch's other new documents are written as planned.
+    db = pgrag.connect(dsn, embedder=embedder)
+    other = pgrag.connect(dsn, embedder=embedder)
+    try:
+        pgrag.ingest_documents(
+            db, [from_text("seed", "A seed so the collection exists.")], collection="c"
+        )
+
+        def meanwhile(_total: int) -> None:
+            pgrag.ingest_documents(
+                other,
+                [from_text("a", "The other writer's version. " * 80, title="theirs")],
+                collection="c",
+            )
+
+        report = pgrag.ingest_documents(
+            db,
+            [
+                from_text("a", "Ours: the refund window is thirty days.", title="ours"),
+                from_text("b", "Badges open the north door."),
+            ],
+            collection="c",
+            on_plan=meanwhile,
+        )
+        assert [f.status for f in report.files] == ["added", "added"], report.files
+        rows = db.conn.execute(
+            "SELECT d.source, d.title, count(c.id), string_agg(c.content, '|'),"
+            " count(DISTINCT c.ordinal), count(e.chunk_id)"
+            " FROM pgrag.documents d JOIN pgrag.chunks c ON c.document_id = d.id"
+            " LEFT JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id"
+            " GROUP BY d.source, d.title ORDER BY d.source"
+        ).fetchall()
+    finally:
+        db.close()
+        other.close()
+    assert rows == [
+        ("a", "ours", 1, "Ours: the refund window is thirty days.", 1, 1),
+        ("b", "b", 1, "Badges open the north door.", 1, 1),
+        ("seed", "seed", 1, "A seed so the collection exists.", 1, 1),
+    ], rows
