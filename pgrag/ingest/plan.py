@@ -21,6 +21,7 @@ from pgrag.ingest.report import FileResult, IngestReport
 from pgrag.ingest.vectors import VectorTarget, fit, target_for, vector_digest
 from pgrag.text.chunking import CONTEXT_TOKENS, Chunk, chunk_text, markdown_headings
 from pgrag.text.semantic import semantic_chunk_text
+from pgrag.text.tokens import count_all
 from pgrag.text.vector_text import CONTEXT_LINE_TOKENS, vector_text
 
 if TYPE_CHECKING:
@@ -101,13 +102,18 @@ def plan(
     readers = frozenset(principals or ["public"])
 
     target: VectorTarget | None = None
+    # Documents that bring their own vectors: their headings' capped forms (titles repeat
+    # across documents), and their chunks, counted in one batch when the plan is made.
+    titles: dict[str, str] = {}
+    uncounted: list[PreparedChunk] = []
 
     def prepare(file: LoadedFile, label: str, replaces: int | None) -> PreparedDoc:
         nonlocal target
         if file.vector is not None:
             if target is None:
                 target = target_for(db, coll, embedder, report.collection)
-            chunks = [vector_chunk(file, embedder.tokens, fit(file.vector, target))]
+            chunks = [vector_chunk(file, embedder.tokens, fit(file.vector, target), titles)]
+            uncounted.extend(chunks)
         else:
             with budget.file_budget():
                 chunks = prepare_chunks(file, embedder, limit, overlap, chunking)
@@ -243,6 +249,10 @@ def plan(
                 )
                 if on_error:
                     on_error(doc.result.path, str(err))
+    for chunk, n in zip(
+        uncounted, count_all(embedder.tokens, [c.text for c in uncounted]), strict=True
+    ):
+        chunk.token_count = n
     failed = [d for d in docs if d.result.status == "failed"]
     report.files.extend(d.result for d in failed)
     docs = [d for d in docs if d.result.status != "failed"]
@@ -316,15 +326,15 @@ def prepare_chunks(
     return out
 
 
-def vector_chunk(file: LoadedFile, counter: TokenCounter, vector: Any) -> PreparedChunk:
+def vector_chunk(
+    file: LoadedFile, counter: TokenCounter, vector: Any, headings: dict[str, str]
+) -> PreparedChunk:
     """The one chunk of a document that brings its own vector: its whole text (never split: the
-    vector is that text's), its title as the section, and the vector."""
-    text = file.text.strip()
+    vector is that text's), its title as the section, and the vector. Its token count is left
+    at -1 for the caller to count in a batch (:func:`pgrag.text.tokens.count_all`);
+    ``headings`` as :func:`prepare_chunk` takes it, shared by the documents of a plan."""
     chunk = prepare_chunk(
-        Chunk(text=text, section=(), token_count=counter.count(text)),
-        file,
-        counter,
-        {},
+        Chunk(text=file.text.strip(), section=(), token_count=-1), file, counter, headings
     )
     # The vector is the chunk's content: the same text with another vector is another chunk.
     chunk.content_hash = hashlib.sha256(

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from pgrag.text.tokens import TokenCounter
+from pgrag.text.tokens import TokenCounter, count_all
 
 __all__ = [
     "CONTEXT_TOKENS",
@@ -251,14 +251,12 @@ def _pack(
     texts: list[str] = []
     blocks: list[bool] = []
     counts: list[int] = []
-    for sentence in sentences:
-        sentence = sentence.strip()
-        if sentence:
-            count = counter.count(sentence)
-            pieces = [sentence] if count <= limit else _fit(sentence, counter, limit)
-            texts.extend(pieces)
-            blocks.extend([_is_block(sentence)] * len(pieces))
-            counts.extend([count] if count <= limit else [counter.count(t) for t in pieces])
+    units = [s for s in (sentence.strip() for sentence in sentences) if s]
+    for sentence, count in zip(units, count_all(counter, units), strict=True):  # one batch
+        pieces = [sentence] if count <= limit else _fit(sentence, counter, limit)
+        texts.extend(pieces)
+        blocks.extend([_is_block(sentence)] * len(pieces))
+        counts.extend([count] if count <= limit else [counter.count(t) for t in pieces])
     n = len(texts)
     known: dict[tuple[int, int], int] = {}
 

@@ -419,3 +419,27 @@ def test_property_real_tokenizer(
     assert _is_subsequence(words, chunk_words)
     if overlap == 0:
         assert no_ws("".join(c.text for c in chunks)) == source
+
+
+def test_batched_counts_equal_one_at_a_time_counts(real: HFTokenCounter) -> None:
+    # Chunking counts a section's sentences in one batch (count_many); the counts must be the
+    # ones count gives, or chunks would overflow the model's input.
+    from pgrag.text.tokens import count_all
+
+    texts = [
+        "Plain prose, with punctuation; and more.",
+        "naïve café — ünïcödé 東京 🙂",
+        "",
+        "   leading and trailing   ",
+        "x" * 3000,
+        "| a | b |\n|---|---|",
+    ]
+    assert real.count_many(texts) == [real.count(t) for t in texts]
+    assert count_all(real, texts) == [real.count(t) for t in texts]
+
+    class OneAtATime:  # a counter without count_many is counted text by text
+        def count(self, text: str) -> int:
+            return len(text.split())
+
+    assert count_all(OneAtATime(), ["a b", "c"]) == [2, 1]  # type: ignore[arg-type]
+    assert count_all(real, []) == []
