@@ -92,3 +92,8 @@ SELECT pgrag.ensure_model_index(%(model_id)s);
 -- Refresh the planner's statistics of the vectors after an index build (not waiting for a
 -- VACUUM or another build).
 ANALYZE (SKIP_LOCKED) pgrag.chunk_embeddings;
+
+-- name: model_has_vectors
+-- Whether any vector of the model is stored (for the table's owner, whom row-level security
+-- does not filter: in every collection). One index probe.
+SELECT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings WHERE model_id = %(model_id)s);

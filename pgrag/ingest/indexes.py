@@ -1,6 +1,7 @@
 """Keeping the indexes right around writes. A model's HNSW index stays in place while an
 ingest writes (every collection of the model searches with it; pgvector inserts into a live
-graph): one that is missing, invalid or wrong is built after a load that wrote something
+graph), unless it is empty and the load a bulk one: then it is dropped and built after. One
+that is missing, invalid or wrong is built after a load that wrote something
 (:func:`pgrag.embeddings.index.ensure`, CONCURRENTLY where the role may, never waiting for
 another session's build nor for long on another session's transaction). Keyword statistics
 are folded after every write, and a bulk load refreshes the planner's statistics without
@@ -33,6 +34,12 @@ def ensure_model_index(
     is right; nothing when another session is building it; given up, with ``on_warning``,
     when it would wait for another session's transaction). True when built."""
     return index.ensure(db, model_id, wait=False, on_wait=on_wait, on_warning=on_warning)
+
+
+def set_aside_empty(db: Database, model_id: int) -> bool:
+    """Before a bulk load: drop the model's index if no vector of the model is stored yet, to
+    be built once after the load (:func:`pgrag.embeddings.index.set_aside_empty`)."""
+    return index.set_aside_empty(db, model_id)
 
 
 def analyze(db: Database) -> None:

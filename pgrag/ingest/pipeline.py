@@ -47,7 +47,12 @@ from pgrag.ingest.contextual import Contextualizer, check_configured, stored_con
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.embed import batches, embed_batch, stored_vectors
 from pgrag.ingest.formats.jsonl import JsonlFields
-from pgrag.ingest.indexes import analyze, ensure_model_index, maintain_keyword_index
+from pgrag.ingest.indexes import (
+    analyze,
+    ensure_model_index,
+    maintain_keyword_index,
+    set_aside_empty,
+)
 from pgrag.ingest.loaders import load_files
 from pgrag.ingest.plan import PreparedDoc, plan
 from pgrag.ingest.removal import prune_missing
@@ -363,9 +368,12 @@ def _plan_and_write(
         coll = ensure_collection(db, collection, embedder)
     if chunking is not None:  # (a new collection's, or one re-chunked; absent is "fixed")
         coll = record_chunking(db, coll, strategy)
-    # (The index is not dropped for a bulk load: searches of every collection of the model
-    # use it. A bulk load refreshes the planner's statistics afterwards.)
+    # A bulk load refreshes the planner's statistics afterwards. The model's index is dropped
+    # for it only while it is empty (no collection of the model has a vector, so no search
+    # uses it), and built once after the load; one that holds vectors stays live.
     bulk = total >= bulk_threshold
+    if bulk:
+        set_aside_empty(db, coll.model_id)
     contexts = None
     if contextual:
         contexts = _Contexts(

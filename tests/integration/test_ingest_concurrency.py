@@ -83,6 +83,63 @@ def test_a_bulk_ingest_leaves_the_shared_index_in_place_and_searchable(
     assert pgrag.search(second, "refund", collection="y")
 
 
+def _notes(n: int) -> list[Any]:
+    return [
+        from_text(f"note-{i}", f"Note {i}: parcel {i * 7} for unit {i} arrived on day {i % 28}.")
+        for i in range(n)
+    ]
+
+
+def test_a_first_bulk_load_builds_the_empty_index_once_after_it(db: Database) -> None:
+    # No vector of the model is stored yet: its (empty) index is dropped for the load, which
+    # writes into the table alone, and built once at the end -- valid, the one searches use.
+    seen: list[int | None] = []
+
+    def mid_load(done: int, total: int) -> None:
+        if 0 < done < total:
+            seen.append(_model_index(db.dsn, "x")[2])
+
+    report = pgrag.ingest_documents(
+        db, _notes(300), collection="x", on_batch=mid_load, batch_chunks=64, bulk_threshold=300
+    )
+    assert report.chunks_written == 300
+    assert seen and all(oid is None for oid in seen), seen
+    model_id, _, oid, valid = _model_index(db.dsn, "x")
+    assert oid is not None and valid
+    assert _state(db, model_id) == "ok"
+    hits = pgrag.search(db, "parcel for unit 17", collection="x", mode="vector", k=3)
+    assert "note-17" in [h.source for h in hits], hits
+
+
+def test_a_bulk_load_keeps_an_empty_index_it_may_not_drop_or_that_is_not_bulk(
+    db: Database, writer_dsn: str, embedder: Any
+) -> None:
+    # Below the bulk threshold, or for a role that does not own the table, the empty index
+    # stays where it is and takes the vectors live.
+    for name, target, threshold in (("small", db, 1000), ("writer", None, 1)):
+        who = target or pgrag.connect(writer_dsn, embedder=embedder)
+        try:
+            seen: list[int | None] = []
+            collection = f"c-{name}"
+
+            def mid_load(done: int, total: int, c: str = collection, s: list = seen) -> None:
+                if 0 < done < total:
+                    s.append(_model_index(db.dsn, c)[2])
+
+            pgrag.ingest_documents(
+                who, _notes(200), collection=collection, on_batch=mid_load, batch_chunks=64,
+                bulk_threshold=threshold,
+            )  # fmt: skip
+            oid = _model_index(db.dsn, collection)[2]
+            assert oid is not None and seen and all(o == oid for o in seen), (name, seen, oid)
+        finally:
+            if target is None:
+                who.close()
+        # (The next case starts from an empty model again.)
+        db.conn.execute("DELETE FROM pgrag.collections WHERE name = %s", (collection,))
+        db.conn.commit()
+
+
 def test_status_reports_missing_invalid_and_building_indexes_and_they_are_built_again(
     db: Database, corpus: Path
 ) -> None:

@@ -231,10 +231,15 @@ WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.parametrize("shared", [True, False], ids=["model-in-use", "first-load"])
 def test_sigkill_half_way_leaves_whole_documents_and_a_rerun_completes(
-    db: Database, tmp_path: Path
+    db: Database, tmp_path: Path, shared: bool
 ) -> None:
     corpus = _write_corpus(tmp_path / "k", 30, paragraphs=3)
+    if shared:  # another collection of the model has vectors: its index stays live
+        pgrag.ingest_documents(
+            db, [from_text("other", "Another collection's note.")], collection="other"
+        )
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
@@ -264,15 +269,16 @@ def test_sigkill_half_way_leaves_whole_documents_and_a_rerun_completes(
             "SELECT count(*) FROM pgrag.chunks c WHERE NOT EXISTS"
             " (SELECT 1 FROM pgrag.chunk_embeddings e WHERE e.chunk_id = c.id)"
         ).fetchone() == (0,)
-        # The model's index, which the bulk load wrote into, is in place and valid for the
-        # other collections' searches (an older release dropped it for the load).
+        # With another collection's vectors in it, the model's index, which the bulk load
+        # wrote into, is in place and valid for that collection's searches (an older release
+        # dropped it for the load). Empty before this first load, it was dropped, to be built
+        # after it: missing now, and built by the rerun.
         model_id = conn.execute(
             "SELECT model_id FROM pgrag.collections WHERE name = 'killed'"
         ).fetchone()[0]
-        assert conn.execute(
-            "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
-            (f"pgrag.chunk_embeddings_hnsw_{model_id}",),
-        ).fetchone() == (True,)
+        index = f"pgrag.chunk_embeddings_hnsw_{model_id}"
+        valid = "SELECT i.indisvalid FROM pg_index i WHERE i.indexrelid = to_regclass(%s)"
+        assert conn.execute(valid, (index,)).fetchone() == ((True,) if shared else None)
     assert all(n > 0 for n in half.values())
 
     rerun = subprocess.run(
@@ -286,6 +292,8 @@ def test_sigkill_half_way_leaves_whole_documents_and_a_rerun_completes(
     assert f"{30 - len(half)} added" in rerun.stdout and f"{len(half)} unchanged" in rerun.stdout
     full = _counts(db.dsn, "killed")
     assert len(full) == 30
+    with psycopg.connect(db.dsn) as conn:
+        assert conn.execute(valid, (index,)).fetchone() == (True,)
     # The documents written before the kill were whole: a clean ingest gives the same counts.
     pgrag.ingest(db, [corpus], collection="clean")
     assert _counts(db.dsn, "clean") == full
