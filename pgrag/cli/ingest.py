@@ -42,33 +42,35 @@ from pgrag.ingest.removal import remove
     default="text",
     show_default=True,
     metavar="FIELD",
-    help="JSON Lines: the field holding a record's text.",
+    help="JSON Lines and Parquet: the field holding a record's text.",
 )
 @click.option(
     "--jsonl-title",
     default="title",
     show_default=True,
     metavar="FIELD",
-    help="JSON Lines: the field holding a record's title.",
+    help="JSON Lines and Parquet: the field holding a record's title.",
 )
 @click.option(
     "--jsonl-id",
     default=None,
     metavar="FIELD",
-    help="JSON Lines: the field identifying a record (default: _id or id, else the line).",
+    help="JSON Lines and Parquet: the field identifying a record (default: _id or id, else"
+    " the line or row).",
 )
 @click.option(
     "--jsonl-metadata",
     default=None,
     metavar="FIELD,...",
-    help="JSON Lines: the fields kept as metadata (default: all the others).",
+    help="JSON Lines and Parquet: the fields kept as metadata (default: all the others).",
 )
 @click.option(
     "--jsonl-embedding",
     default="embedding",
     show_default=True,
     metavar="FIELD",
-    help="JSON Lines: the field holding a record's vector, made already with the collection's"
+    help="JSON Lines and Parquet: the field holding a record's vector, made already with the"
+    " collection's"
     " model: the record is then one chunk, stored with it, not embedded"
     " (docs/ingest.md#bring-your-own-vectors). '' for none.",
 )
@@ -123,15 +125,16 @@ def ingest(
     rechunk: bool,
     as_json: bool,
 ) -> None:
-    """Chunk, embed and index files and directories: Markdown, text, HTML, PDF, JSON Lines.
+    """Chunk, embed and index files and directories: Markdown, text, HTML, PDF, JSON Lines, Parquet.
 
     The content decides the format (a directory walk picks .md .markdown .txt .text .html .htm
-    .xhtml .pdf .jsonl .ndjson). Unchanged files are skipped (with --allow, their access is
+    .xhtml .pdf .jsonl .ndjson .parquet). Unchanged files are skipped (with --allow, their access is
     updated without re-embedding); in a changed one only the chunks whose text changed are
     embedded again. A file that cannot be read is reported on one line and the others are
     still ingested; the exit status is then 1. With --contextual each new chunk also gets a
-    context line from the configured language model. A JSON Lines record with an embedding
-    field brings its own vector: it is stored as one chunk with it, and not embedded.
+    context line from the configured language model. A JSON Lines record or Parquet row (pip
+    install 'pgrag[parquet]') with an embedding field brings its own vector: it is stored as one
+    chunk with it, and not embedded.
     """
     # `kill`, systemd and Kubernetes stop with SIGTERM: unwind normally, so an interrupted
     # bulk load still rebuilds the index it dropped.

@@ -83,6 +83,8 @@ def from_text(
         raise InputError(
             "has a NUL character in its title or metadata; PostgreSQL text cannot store it"
         )
+    if metadata:
+        _check_json(metadata)
     digest = hashlib.sha256(identity.encode()).hexdigest()
     return LoadedFile(
         label=source,
@@ -95,6 +97,24 @@ def from_text(
         markdown=format == "markdown",
         vector=vector,
     )
+
+
+def _check_json(metadata: dict[str, Any]) -> None:
+    """Metadata PostgreSQL's jsonb stores as it is, or a one-line InputError naming the field:
+    no NaN or infinity (JSON has neither), no value JSON has no type for."""
+    for key, value in metadata.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except ValueError:
+            raise InputError(
+                f"has NaN or infinity in metadata field {key!r}; JSON (and PostgreSQL's jsonb)"
+                " has neither: use null or a string"
+            ) from None
+        except (TypeError, RecursionError) as err:
+            raise InputError(
+                f"has a value JSON cannot hold in metadata field {key!r} ({err});"
+                " convert it to a string, number, list or object"
+            ) from None
 
 
 def file_metadata(path: Path, fmt: str, size: int, mtime: float) -> dict[str, Any]:

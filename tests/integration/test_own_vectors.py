@@ -150,6 +150,44 @@ def test_a_record_with_its_models_vector_is_one_chunk_found_first_and_not_embedd
     assert len(_chunks(db, "plain")) > 2
 
 
+def test_a_parquet_file_brings_its_vectors_like_json_lines(
+    db: Database,
+    embedder: SentenceTransformerEmbedder,
+    embedded: list[str],
+    tmp_path: Path,
+) -> None:
+    # Parquet rows are records: a row with a vector is one chunk stored with it, never embedded;
+    # the others are embedded; a bad vector fails its row; an unchanged file is skipped.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    own = embedder.embed([LIGHTHOUSE])[0].tolist()
+    embedded.clear()
+    rows = [("lighthouse", LIGHTHOUSE, own), ("short", "Three numbers.", [0.1, 0.2, 0.3])]
+    rows += [(key, text, None) for key, text in OTHERS.items()]
+    path = tmp_path / "kb.parquet"
+    table = pa.table(
+        {
+            "id": [r[0] for r in rows],
+            "text": [r[1] for r in rows],
+            "embedding": pa.array([r[2] for r in rows], type=pa.list_(pa.float32())),
+        }
+    )
+    pq.write_table(table, path)
+    result = _cli(db.dsn, "ingest", str(path), "-c", "pq")
+    assert result.exit_code == 1, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and errors[0].startswith(f"error: {path}:2: has a vector of 3"), errors
+    assert sorted(embedded) == sorted(f"kb {k}\n{t}" for k, t in OTHERS.items())
+    source = f"{path.resolve()}#lighthouse"
+    [(_, content, _, stored)] = _chunks(db, source)
+    assert content == LIGHTHOUSE and np.allclose(stored, own, atol=1e-6)
+    assert _by_vector(db, "pq", own)[0][0] == source
+    embedded.clear()
+    again = _cli(db.dsn, "ingest", str(path), "-c", "pq", "--json")
+    assert json.loads(again.stdout)["unchanged"] == 4 and embedded == []
+
+
 def test_a_different_vector_is_what_finds_the_record(
     db: Database, embedder: SentenceTransformerEmbedder, embedded: list[str]
 ) -> None:

@@ -257,8 +257,11 @@ def test_boilerplate_removal_never_drops_the_page_itself() -> None:
 
 
 def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
-    assert [f.name for f in formats.formats()] == ["pdf", "html", "jsonl", "markdown", "text"]
+    assert [f.name for f in formats.formats()] == [
+        "parquet", "pdf", "html", "jsonl", "markdown", "text"
+    ]  # fmt: skip
     assert dict(formats.suffixes()) == {
+        ".parquet": "parquet",
         ".pdf": "pdf",
         ".html": "html",
         ".htm": "html",
@@ -283,3 +286,118 @@ def test_a_module_that_is_not_a_format_or_claims_a_taken_suffix_is_refused(
     clash = package_with(tmp_path, "formats_clash", {"rst": twice})
     with pytest.raises(TypeError, match="claims '.md'"):
         formats.discover(clash)
+
+
+def test_parquet_rows_become_documents_with_metadata_and_vectors(tmp_path: Path) -> None:
+    # One document per row, as JSON Lines records: text, title and id fields, the other columns
+    # as metadata (values JSON has no type for as text), a list column as the row's vector.
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "kb.parquet"
+    table = pa.table(
+        {
+            "id": ["a", "b", "c", "a"],
+            "title": ["Alpha", None, "Gamma", "Again"],
+            "text": ["Alpha text.", "Beta text.", " ", "A repeated id."],
+            "when": [dt.datetime(2024, 1, 2, 3, 4, 5)] * 4,
+            "blob": [b"\x00\x01"] * 4,
+            "score": [0.5, float("nan"), 1.0, 2.0],
+            "embedding": [[0.6, 0.8], None, [1.0, 0.0], [0.0, 1.0]],
+        }
+    )
+    pq.write_table(table, path, row_group_size=2)  # two row groups: read batch by batch
+    out = list(load_path(path))
+    assert [label for label, _ in out] == [f"{path}:{n}" for n in (1, 2, 3, 4)]
+    a, b = out[0][1], out[1][1]
+    assert isinstance(a, LoadedFile) and isinstance(b, LoadedFile)
+    assert (a.source, a.title, a.text, a.vector) == (
+        f"{path.resolve()}#a",
+        "Alpha",
+        "Alpha text.",
+        (0.6, 0.8),
+    )
+    assert a.metadata == {
+        "when": "2024-01-02T03:04:05", "blob": "0001", "score": 0.5, "path": str(path),
+        "record": "a", "format": "parquet",
+    }  # fmt: skip
+    assert (b.title, b.vector, b.metadata["score"]) == ("kb b", None, None)  # NaN: no JSON
+    assert str(out[2][1]).startswith("has no text in field 'text'")
+    assert str(out[3][1]) == "repeats id 'a' of row 1"
+    # The same options as JSON Lines name the fields.
+    fields = JsonlFields(text="title", title=None, id=None, embedding=None)
+    rows = [d for _, d in load_path(path, fields) if isinstance(d, LoadedFile)]
+    assert [(d.source.rsplit("#", 1)[1], d.text, d.vector) for d in rows] == [
+        ("a", "Alpha", None),
+        ("c", "Gamma", None),
+    ]  # fmt: skip (row 2 has no title, row 4 repeats id a)
+    pq.write_table(table.drop(["id"]), path)  # without ids, a row is its number
+    rows = [d for _, d in load_path(path) if isinstance(d, LoadedFile)]
+    assert [d.source.rsplit("#", 1)[1] for d in rows] == ["row-1", "row-2", "row-4"]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"PAR1 and then nothing a Parquet reader wants",
+         "is not a readable Parquet file (Parquet magic bytes not found in footer."),
+        (b"plain text named as Parquet", "is named .parquet but does not start with PAR1"),
+    ],
+)  # fmt: skip
+def test_a_broken_parquet_file_is_one_line(tmp_path: Path, content: bytes, message: str) -> None:
+    path = tmp_path / "bad.parquet"
+    path.write_bytes(content)
+    [(label, err)] = list(load_path(path))
+    assert label == str(path) and isinstance(err, InputError) and str(err).startswith(message)
+    assert "\n" not in str(err)
+
+
+def test_a_parquet_file_without_the_text_column_says_which_columns_it_has(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"body": ["x"], "id": [1]}), path)
+    [(_, err)] = list(load_path(path))
+    assert str(err) == (
+        "has no column 'text' (it has body, id); name the text column with --jsonl-text"
+    )
+
+
+def test_without_pyarrow_a_parquet_file_says_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    path = tmp_path / "t.parquet"
+    path.write_bytes(b"PAR1" + b"\0" * 16 + b"PAR1")
+    monkeypatch.setitem(sys.modules, "pyarrow.parquet", None)  # import fails
+    [(_, err)] = list(load_path(path))
+    assert str(err) == (
+        "is a Parquet file, and reading one needs pyarrow: pip install 'pgrag[parquet]'"
+    )
+
+
+def test_metadata_json_cannot_hold_fails_its_record_only(tmp_path: Path) -> None:
+    # PostgreSQL's jsonb refuses NaN; before this check one such record failed its whole batch
+    # with "invalid input syntax for type json".
+    import datetime as dt
+
+    from pgrag.ingest.document import from_text
+
+    path = tmp_path / "m.jsonl"
+    path.write_text(
+        '{"text": "one", "score": NaN}\n{"text": "two", "score": -Infinity}\n'
+        '{"text": "three", "score": 1.5}\n'
+    )
+    out = [item for _, item in load_path(path)]
+    assert [str(e) for e in out[:2]] == [
+        "has NaN or infinity in metadata field 'score'; JSON (and PostgreSQL's jsonb) has"
+        " neither: use null or a string"
+    ] * 2
+    assert isinstance(out[2], LoadedFile) and out[2].metadata["score"] == 1.5
+    with pytest.raises(InputError, match=r"^has a value JSON cannot hold in metadata field 'on'"):
+        from_text("s", "text", metadata={"on": dt.date(2024, 1, 1)})
+    assert from_text("s", "text", metadata={"on": "2024-01-01", "n": None}).metadata["n"] is None

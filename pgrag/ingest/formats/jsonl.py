@@ -6,7 +6,7 @@ whole text, stored with that vector (:mod:`pgrag.ingest.vectors`)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -84,39 +84,54 @@ def jsonl_records(
                 raise InputError(f"is not valid JSON ({one_line(err)})") from err
             if not isinstance(record, dict):
                 raise InputError("is not a JSON object")
-            text = record.get(fields.text)
-            if not isinstance(text, str) or not text.strip():
-                raise InputError(
-                    f"has no text in field {fields.text!r}; name the field with --jsonl-text"
-                )
-            id_field = fields.id or next((f for f in ("_id", "id") if f in record), None)
-            if id_field is not None and record.get(id_field) in (None, ""):
-                raise InputError(f"has no {id_field!r}; every record needs one, or none does")
-            key = str(record[id_field]) if id_field else f"line-{number}"
-            if key in seen:
-                raise InputError(f"repeats id {key!r} of line {seen[key]}")
-            seen[key] = number
-            title = record.get(fields.title) if fields.title else None
-            vector = None
-            if fields.embedding and record.get(fields.embedding) is not None:
-                vector = check_vector(record[fields.embedding], f"its {fields.embedding!r} field")
-            used = {fields.text, fields.title, id_field, fields.embedding}
-            names = fields.metadata if fields.metadata is not None else tuple(record)
-            metadata = {n: record[n] for n in names if n in record and n not in used}
-            yield Record(
-                number, key, title if isinstance(title, str) else None, text, metadata, vector
-            )
+            yield record_of(number, record, fields, seen)
         except InputError as err:
             yield number, err
+
+
+def record_of(
+    number: int,
+    record: dict[str, Any],
+    fields: JsonlFields,
+    seen: dict[str, int],
+    unit: str = "line",
+) -> Record:
+    """The record of a file's ``number``-th entry (a JSON Lines line, a Parquet row), its id
+    checked against those ``seen`` (id -> number); an InputError says what is wrong with it."""
+    text = record.get(fields.text)
+    if not isinstance(text, str) or not text.strip():
+        raise InputError(f"has no text in field {fields.text!r}; name the field with --jsonl-text")
+    id_field = fields.id or next((f for f in ("_id", "id") if f in record), None)
+    if id_field is not None and record.get(id_field) in (None, ""):
+        raise InputError(f"has no {id_field!r}; every record needs one, or none does")
+    key = str(record[id_field]) if id_field else f"{unit}-{number}"
+    if key in seen:
+        raise InputError(f"repeats id {key!r} of {unit} {seen[key]}")
+    seen[key] = number
+    title = record.get(fields.title) if fields.title else None
+    vector = None
+    if fields.embedding and record.get(fields.embedding) is not None:
+        vector = check_vector(record[fields.embedding], f"its {fields.embedding!r} field")
+    used = {fields.text, fields.title, id_field, fields.embedding}
+    names = fields.metadata if fields.metadata is not None else tuple(record)
+    metadata = {n: record[n] for n in names if n in record and n not in used}
+    return Record(number, key, title if isinstance(title, str) else None, text, metadata, vector)
 
 
 def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     """One document per record: its source is the file's path and the record's id."""
-    fields = options.get(NAME) or JsonlFields()
+    yield from documents(path, jsonl_records(fh, options.get(NAME) or JsonlFields()), NAME)
+
+
+def documents(
+    path: Path, records: Iterable[Record | tuple[int, InputError]], fmt: str
+) -> Iterator[tuple[str, LoadedFile | InputError]]:
+    """Each record as a document labelled ``FILE:NUMBER`` (a problem, as its InputError), of
+    format ``fmt``: its source is the file's path and the record's id."""
     source = str(path.resolve())
-    for item in jsonl_records(fh, fields):
+    for item in records:
         if isinstance(item, tuple):
             number, err = item
             yield f"{path}:{number}", err
@@ -134,4 +149,4 @@ def read(
             yield f"{path}:{item.line}", err
             continue
         label = f"{path}:{item.line}"
-        yield label, replace(doc, label=label, format=NAME, metadata={**meta, "format": NAME})
+        yield label, replace(doc, label=label, format=fmt, metadata={**meta, "format": fmt})
