@@ -243,7 +243,7 @@ def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
     lines = result.stderr.splitlines()
     assert (
         f"error: {tmp_path / 'empty_dir'}: no .htm, .html, .jsonl, .markdown, .md, .ndjson,"
-        " .pdf, .text, .txt, .xhtml files in this directory" in lines
+        " .parquet, .pdf, .text, .txt, .xhtml files in this directory" in lines
     )
     assert any(
         line.startswith(f"error: {tmp_path / 'pdfs'}: no ")
@@ -415,3 +415,43 @@ def test_a_new_document_another_writer_stores_first_is_replaced_whole(
         ("b", "b", 1, "Badges open the north door.", 1, 1),
         ("seed", "seed", 1, "A seed so the collection exists.", 1, 1),
     ], rows
+
+
+def test_plan_lookups_made_a_window_at_a_time_see_what_each_file_needs(
+    dsn: str, embedder: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The plan reads the stored documents and possible originals for a window of files at once;
+    # with windows of 2, files on either side of a boundary are planned as one at a time were:
+    # unchanged, changed, new, a copy of a stored document, a copy of one planned earlier.
+    from pgrag.ingest.plan import StoredLookup
+
+    monkeypatch.setattr(StoredLookup, "WINDOW", 2)
+    db = pgrag.connect(dsn, embedder=embedder)
+    try:
+        stored = [from_text(s, f"Text of {s}, stored first.", title="T") for s in ("a", "b", "c")]
+        pgrag.ingest_documents(db, stored, collection="w")
+        report = pgrag.ingest_documents(
+            db,
+            [
+                from_text("a", "Text of a, stored first.", title="T"),  # unchanged
+                from_text("b", "Text of b, changed now.", title="T"),  # changed
+                from_text("c", "Text of c, stored first.", title="T"),  # unchanged
+                from_text("d", "Text of a, stored first.", title="T"),  # a copy of a (stored)
+                from_text("e", "Brand new text.", title="T"),  # new
+                from_text("f", "Brand new text.", title="T"),  # a copy of e (planned in this run)
+                from_text("g", "Another new text.", title="T"),  # new
+            ],
+            collection="w",
+        )
+    finally:
+        db.close()
+    got = {f.path: (f.status, f.reason) for f in report.files}
+    assert got == {
+        "a": ("unchanged", None),
+        "b": ("updated", None),
+        "c": ("unchanged", None),
+        "d": ("duplicate", "same as a"),
+        "e": ("added", None),
+        "f": ("duplicate", "same as e"),
+        "g": ("added", None),
+    }, got
