@@ -42,16 +42,28 @@ def write_batch(
     """Write a batch of documents with their chunks' vectors, in one transaction."""
     with transaction(db) as conn:
         others = lock_collection(conn, coll)
-        inserted = insert_documents(conn, coll, batch, principals)
         new: list[tuple[int, int, PreparedChunk, Any, list[str]]] = []
-        for doc, doc_vectors in zip(batch, vectors, strict=True):
-            if doc.file.source in inserted:
+        # Documents are written in the batch's order (by source), so that concurrent ingests
+        # lock them in the same order and cannot deadlock; a run of new ones goes in one
+        # statement, before the next document that is not new.
+        run: list[tuple[PreparedDoc, list[Any]]] = []
+
+        def insert_run() -> None:
+            inserted = insert_documents(conn, coll, [d for d, _ in run], principals)
+            for doc, doc_vectors in run:
                 doc_id, doc_principals = inserted[doc.file.source]
                 for ordinal, (chunk, vector) in enumerate(
                     zip(doc.chunks, doc_vectors, strict=True)
                 ):
                     new.append((doc_id, ordinal, chunk, vector, doc_principals))
+            run.clear()
+
+        for doc, doc_vectors in zip(batch, vectors, strict=True):
+            if is_new(doc):
+                run.append((doc, doc_vectors))
                 continue
+            if run:
+                insert_run()
             if doc.duplicate_of is not None and not original_unchanged(conn, coll, doc, principals):
                 doc.result = FileResult(
                     doc.result.path,
@@ -67,6 +79,8 @@ def write_batch(
             for ordinal, (chunk, vector) in enumerate(zip(doc.chunks, doc_vectors, strict=True)):
                 if ordinal not in kept:
                     new.append((doc_id, ordinal, chunk, vector, doc_principals))
+        if run:
+            insert_run()
         ids = chunk_ids(conn, len(new))
         chunk_rows = [
             chunk_row(i, doc_id, coll, ordinal, chunk, readers)
@@ -257,18 +271,21 @@ def chunk_row(
     )
 
 
+def is_new(doc: PreparedDoc) -> bool:
+    """Planned as a new document: not a copy, not a rewrite, not streamed."""
+    return doc.duplicate_of is None and doc.replaces is None and not doc.streamed
+
+
 def insert_documents(
-    conn: Any, coll: Collection, batch: list[PreparedDoc], principals: list[str] | None
+    conn: Any, coll: Collection, docs: list[PreparedDoc], principals: list[str] | None
 ) -> dict[str, tuple[int, list[str]]]:
-    """The rows of the batch's documents planned as new (not copies, not rewrites), written in
-    one statement instead of two round trips each: source -> (id, readers). One a concurrent
+    """The rows of documents planned as new (:func:`is_new`), written in one statement, in
+    their order, instead of two round trips each: source -> (id, readers). One a concurrent
     writer stored after this ingest planned is updated as replace_document would, and its
     chunks are deleted (all of them: none was planned to be kept)."""
     import json
 
-    fresh = [
-        d.file for d in batch if d.duplicate_of is None and d.replaces is None and not d.streamed
-    ]
+    fresh = [d.file for d in docs]
     if not fresh:
         return {}
     rows = conn.execute(

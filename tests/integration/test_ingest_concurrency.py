@@ -83,6 +83,70 @@ def test_a_bulk_ingest_leaves_the_shared_index_in_place_and_searchable(
     assert pgrag.search(second, "refund", collection="y")
 
 
+def test_ingests_lock_new_and_rewritten_documents_in_source_order_and_never_deadlock(
+    dsn: str, embedder: Any, monkeypatch: Any
+) -> None:
+    # New documents are inserted a run at a time; they must still be locked in source order
+    # with the rewritten ones. B plans a and b as rewrites; b is then deleted; A plans a as a
+    # rewrite and b as new. Were A to insert its new b before rewriting a, A would hold b and
+    # wait for a while B holds a and waits for b: a deadlock, and one ingest aborted.
+    import time
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+
+    def doc(source: str, version: int) -> Any:
+        vector = rng.standard_normal(384).tolist()
+        return from_text(source, f"{source} version {version}", vector=vector)
+
+    setup = pgrag.connect(dsn, embedder=embedder)
+    pgrag.ingest_documents(setup, [doc("a", 1), doc("b", 1)], collection="dl")
+    b_planned, b_deleted, a_planned = threading.Event(), threading.Event(), threading.Event()
+    both = threading.Barrier(2, timeout=SAFETY)
+    real = writer.replace_document
+
+    def slow(conn: Any, coll: Any, d: Any, principals: Any) -> Any:
+        # Each writer's first lock is held a while before it asks for its second.
+        if (threading.current_thread().name, d.file.source) in (("A", "a"), ("B", "b")):
+            time.sleep(1.0)
+        return real(conn, coll, d, principals)
+
+    monkeypatch.setattr(writer, "replace_document", slow)
+
+    def ingest(docs: list[Any], on_plan: Any) -> Any:
+        db = pgrag.connect(dsn, embedder=embedder)
+        try:
+            report = pgrag.ingest_documents(db, docs, collection="dl", on_plan=on_plan)
+            return sorted((f.path, f.status) for f in report.files)
+        finally:
+            db.close()
+
+    def b_hook(_: int) -> None:
+        b_planned.set()
+        b_deleted.wait(SAFETY)
+        a_planned.wait(SAFETY)
+        both.wait()
+
+    def a_hook(_: int) -> None:
+        a_planned.set()
+        both.wait()
+
+    b, b_result = _thread("B", lambda: ingest([doc("a", 2), doc("b", 2)], b_hook))
+    b.start()
+    assert b_planned.wait(SAFETY)
+    setup.conn.execute("DELETE FROM pgrag.documents WHERE source = 'b'")
+    setup.conn.commit()
+    b_deleted.set()
+    a, a_result = _thread("A", lambda: ingest([doc("a", 3), doc("b", 3)], a_hook))
+    a.start()
+    a.join(SAFETY)
+    b.join(SAFETY)
+    setup.close()
+    assert a_result == [[("a", "updated"), ("b", "added")]], a_result
+    assert b_result == [[("a", "updated"), ("b", "updated")]], b_result
+
+
 def _notes(n: int) -> list[Any]:
     return [
         from_text(f"note-{i}", f"Note {i}: parcel {i * 7} for unit {i} arrived on day {i % 28}.")
