@@ -106,6 +106,13 @@ def ensure(
     return _build_concurrently(db, model_id, wait, on_wait, on_warning)
 
 
+def build_in_transaction(db: Database, model_id: int) -> bool:
+    """Build the model's index with ``pgrag.ensure_model_index``, in a transaction: it waits
+    for no reader (a transaction open elsewhere, which ``CONCURRENTLY`` waits for), only for
+    writers of the table, and gives up when one holds it over a second. True when built."""
+    return _build_in_transaction(db, model_id, False)
+
+
 def _build_in_transaction(db: Database, model_id: int, wait: bool) -> bool:
     """pgrag.ensure_model_index. Without ``wait`` it gives up when the table's lock is not
     free at once: queued behind another writer's open transaction, the build would hold every
@@ -241,8 +248,12 @@ def set_aside_empty(db: Database, model_id: int) -> bool:
 
     Only a role that owns pgrag.chunk_embeddings (which row-level security does not filter,
     so "no vector" means none at all) drops it, ``CONCURRENTLY``, holding the model's build
-    lock, giving up after :data:`GIVE_UP` seconds rather than wait for another session. A
-    load killed meanwhile leaves the index missing, which ``pgrag status`` shows and the next
+    lock, giving up after :data:`GIVE_UP` seconds rather than wait for another session; and
+    only when no other session of the database is in a transaction (one would hold the build
+    back; a role that cannot see other sessions' state never drops it). If the concurrent
+    build after the load gives up all the same, the ingest builds it in a transaction
+    (:func:`build_in_transaction`); a load that fails builds it before it reports its error.
+    A load killed meanwhile leaves the index missing, which ``pgrag status`` shows and the next
     ingest that writes, ``pgrag worker`` or ``pgrag db repair`` builds; searches read the
     model's vectors exactly until then. A model with any vector keeps its index."""
     import psycopg
@@ -271,6 +282,11 @@ def set_aside_empty(db: Database, model_id: int) -> bool:
                 )
                 has = conn.execute(Q.model_has_vectors, {"model_id": model_id}).fetchone()
                 if state != OK or (has and has[0]):
+                    return False
+                # A session in a transaction now (an idle one left open, a long report) would
+                # hold the build after the load back: the index stays live then.
+                busy = conn.execute(Q.others_in_transaction).fetchone()
+                if busy and busy[0]:
                     return False
                 conn.execute(sql.SQL(Q.lock_timeout).format(ms=sql.Literal(GIVE_UP * 1000)))
                 index = f"chunk_embeddings_hnsw_{int(model_id)}"

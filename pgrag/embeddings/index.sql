@@ -97,3 +97,12 @@ ANALYZE (SKIP_LOCKED) pgrag.chunk_embeddings;
 -- Whether any vector of the model is stored (for the table's owner, whom row-level security
 -- does not filter: in every collection). One index probe.
 SELECT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings WHERE model_id = %(model_id)s);
+
+-- name: others_in_transaction
+-- Whether another session of this database is in a transaction (or may be: its state is hidden
+-- from this role), which a CREATE INDEX CONCURRENTLY started now would wait for.
+SELECT EXISTS (
+    SELECT 1 FROM pg_stat_activity a
+     WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+       AND a.backend_type = 'client backend'
+       AND (a.state IS NULL OR a.xact_start IS NOT NULL OR a.backend_xmin IS NOT NULL));

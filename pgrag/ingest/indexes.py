@@ -29,11 +29,34 @@ def ensure_model_index(
     *,
     on_wait: Callable[[str], None] | None = None,
     on_warning: Callable[[str, str], None] | None = None,
+    set_aside: bool = False,
 ) -> bool:
     """Build the model's HNSW index if it is missing, invalid or wrong (a catalog read when it
     is right; nothing when another session is building it; given up, with ``on_warning``,
-    when it would wait for another session's transaction). True when built."""
-    return index.ensure(db, model_id, wait=False, on_wait=on_wait, on_warning=on_warning)
+    when it would wait for another session's transaction). True when built.
+
+    ``set_aside``: this load dropped the (empty) index itself (:func:`set_aside_empty`). A
+    concurrent build that gives up is then followed by one in a transaction, which waits for
+    no reader, only for writers (and holds other writers of the table back while it builds),
+    so that a load which took the index away does not leave it missing."""
+    warnings: list[tuple[str, str]] = []
+    built = index.ensure(
+        db,
+        model_id,
+        wait=False,
+        on_wait=on_wait,
+        on_warning=(lambda what, why: warnings.append((what, why))) if set_aside else on_warning,
+    )
+    if set_aside and not built and _missing(db, model_id):
+        built = index.build_in_transaction(db, model_id)
+    if set_aside and not built and on_warning and warnings and _missing(db, model_id):
+        for what, why in warnings:
+            on_warning(what, why)
+    return built
+
+
+def _missing(db: Database, model_id: int) -> bool:
+    return any(h.model_id == model_id and h.state != index.OK for h in index.health(db, [model_id]))
 
 
 def set_aside_empty(db: Database, model_id: int) -> bool:

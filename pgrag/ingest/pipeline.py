@@ -24,6 +24,7 @@ commits). A statement that waits for a lock longer than a moment is reported thr
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -264,27 +265,37 @@ def _run(
     if contextual:
         check_configured(db)  # before anything is read (nothing is loaded yet)
     report = IngestReport(collection=collection, dry_run=dry_run, contextual=contextual)
-    with acting_for(db.conn, write_for):
-        written = _plan_and_write(
-            db,
-            items,
-            report,
-            collection=collection,
-            principals=principals,
-            on_error=on_error,
-            progress=progress,
-            on_plan=on_plan,
-            on_batch=on_batch,
-            batch_chunks=batch_chunks,
-            bulk_threshold=bulk_threshold,
-            dry_run=dry_run,
-            on_warning=on_warning,
-            contextual=contextual,
-            context_window=context_window,
-            on_context=on_context,
-            chunking=chunking,
-            rechunk=rechunk,
-        )
+    aside: list[int] = []  # the model whose empty index this load dropped (set_aside_empty)
+    try:
+        with acting_for(db.conn, write_for):
+            written = _plan_and_write(
+                db,
+                items,
+                report,
+                collection=collection,
+                principals=principals,
+                on_error=on_error,
+                progress=progress,
+                on_plan=on_plan,
+                on_batch=on_batch,
+                batch_chunks=batch_chunks,
+                bulk_threshold=bulk_threshold,
+                dry_run=dry_run,
+                on_warning=on_warning,
+                contextual=contextual,
+                context_window=context_window,
+                on_context=on_context,
+                chunking=chunking,
+                rechunk=rechunk,
+                aside=aside,
+            )
+    except Exception:
+        # The load failed after the model's empty index was dropped for it: built now, for
+        # what the load wrote (nothing else would, until the next ingest that writes).
+        if aside:
+            with contextlib.suppress(Exception):  # (the load's own error is the one to report)
+                ensure_model_index(db, aside[0], on_warning=on_warning, set_aside=True)
+        raise
     if written is None:
         return report
     coll, new_collection, bulk = written
@@ -304,6 +315,7 @@ def _run(
         coll.model_id,
         on_wait=on_wait,
         on_warning=on_warning,
+        set_aside=bool(aside),
     )
     report.files.sort(key=lambda f: f.path)
     return report
@@ -329,9 +341,11 @@ def _plan_and_write(
     on_context: Callable[[int, int], None] | None = None,
     chunking: str | None = None,
     rechunk: bool = False,
+    aside: list[int] | None = None,
 ) -> tuple[Collection, bool, bool] | None:
     """Plan and write the documents into ``report``: (the collection, whether it is new,
-    whether the load was a bulk one), or None when nothing was written."""
+    whether the load was a bulk one), or None when nothing was written. ``aside`` gets the
+    model whose empty index was dropped for the load, to be built after it."""
     embedder = configured_embedder(db)
     coll = get_collection(db, collection)
     if coll is not None:
@@ -372,8 +386,8 @@ def _plan_and_write(
     # for it only while it is empty (no collection of the model has a vector, so no search
     # uses it), and built once after the load; one that holds vectors stays live.
     bulk = total >= bulk_threshold
-    if bulk:
-        set_aside_empty(db, coll.model_id)
+    if bulk and aside is not None and set_aside_empty(db, coll.model_id):
+        aside.append(coll.model_id)
     contexts = None
     if contextual:
         contexts = _Contexts(

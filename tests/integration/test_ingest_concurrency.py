@@ -175,6 +175,79 @@ def test_a_first_bulk_load_builds_the_empty_index_once_after_it(db: Database) ->
     assert "note-17" in [h.source for h in hits], hits
 
 
+def test_a_first_bulk_load_keeps_the_index_live_while_another_session_is_in_a_transaction(
+    db: Database,
+) -> None:
+    # A transaction open elsewhere (an idle session left in one) would hold the build after
+    # the load back: the empty index is then not dropped.
+    seen: list[int | None] = []
+
+    def mid_load(done: int, total: int) -> None:
+        if 0 < done < total:
+            seen.append(_model_index(db.dsn, "x")[2])
+
+    with psycopg.connect(db.dsn) as idle:
+        idle.execute("SELECT 1")  # idle in transaction from here
+        pgrag.ingest_documents(
+            db, _notes(300), collection="x", on_batch=mid_load, batch_chunks=64,
+            bulk_threshold=300,
+        )  # fmt: skip
+        oid = _model_index(db.dsn, "x")[2]
+    assert oid is not None and seen and all(o == oid for o in seen), (seen, oid)
+
+
+def test_an_index_set_aside_is_built_in_a_transaction_when_the_concurrent_build_gives_up(
+    db: Database,
+) -> None:
+    # A transaction that begins during the load and is still open at its end holds
+    # CREATE INDEX CONCURRENTLY back; the ingest then builds the index in a transaction (which
+    # waits for writers only), rather than leave the index it took away missing.
+    holder = psycopg.connect(db.dsn)
+    # (Its snapshot held to the end: a read-committed one between statements holds none.)
+    holder.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    warnings: list[tuple[str, str]] = []
+
+    def mid_load(done: int, total: int) -> None:
+        if 0 < done < total and _model_index(db.dsn, "x")[2] is None:
+            holder.execute("SELECT count(*) FROM pgrag.documents")  # and stays open
+
+    try:
+        pgrag.ingest_documents(
+            db, _notes(300), collection="x", on_batch=mid_load, batch_chunks=64,
+            bulk_threshold=300, on_warning=lambda what, why: warnings.append((what, why)),
+        )  # fmt: skip
+        assert holder.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        model_id, _, oid, valid = _model_index(db.dsn, "x")
+    finally:
+        holder.close()
+    assert oid is not None and valid and _state(db, model_id) == "ok"
+    assert warnings == []
+
+
+def test_a_failed_first_bulk_load_builds_the_index_it_took_away(
+    db: Database, monkeypatch: Any
+) -> None:
+    # A load that fails part-way has committed whole batches without the index; it is built
+    # before the error is raised.
+    real = writer.copy_chunks
+    calls: list[int] = []
+
+    def failing(conn: Any, chunk_rows: Any, vector_rows: Any) -> None:
+        calls.append(len(chunk_rows))
+        if len(calls) == 3:
+            raise RuntimeError("the disk is full")
+        real(conn, chunk_rows, vector_rows)
+
+    monkeypatch.setattr(writer, "copy_chunks", failing)
+    with pytest.raises(RuntimeError, match="the disk is full"):
+        pgrag.ingest_documents(db, _notes(300), collection="x", batch_chunks=64, bulk_threshold=300)
+    model_id, _, oid, valid = _model_index(db.dsn, "x")
+    assert oid is not None and valid and _state(db, model_id) == "ok"
+    written = db.conn.execute("SELECT count(*) FROM pgrag.chunk_embeddings").fetchone()[0]
+    db.conn.commit()
+    assert written == 128  # the two batches before the failure
+
+
 def test_a_bulk_load_keeps_an_empty_index_it_may_not_drop_or_that_is_not_bulk(
     db: Database, writer_dsn: str, embedder: Any
 ) -> None:
