@@ -56,6 +56,16 @@ def from_text(
         raise InputError(f"unknown format {format!r}; use 'text' or 'markdown'")
     if not source:
         raise InputError("a document needs a non-empty source (its identity in the collection)")
+    if "\x00" in source:
+        raise InputError("has a NUL character in its source; PostgreSQL text cannot store it")
+    for what, value in (("source", source), ("title", title), ("text", text)):
+        if value is not None and not _encodable(value):
+            raise InputError(
+                f"has a {what} that is not valid Unicode (a lone surrogate); decode it with"
+                " errors='replace' or fix its source"
+            )
+    if metadata and not all(isinstance(k, str) for k in metadata):
+        raise InputError("has metadata whose field names are not all strings; name them in text")
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         raise InputError("has no text to index")
@@ -73,6 +83,8 @@ def from_text(
     # The metadata is part of what is compared, so that a change of it alone is stored (it
     # re-embeds nothing: every chunk keeps its row and vector).
     identity = f"{title}\n{format}\n{text}"
+    if metadata:
+        _check_json(metadata)
     described = json.dumps(metadata, sort_keys=True, default=str) if metadata else ""
     if described:
         identity += "\n" + described
@@ -83,8 +95,6 @@ def from_text(
         raise InputError(
             "has a NUL character in its title or metadata; PostgreSQL text cannot store it"
         )
-    if metadata:
-        _check_json(metadata)
     digest = hashlib.sha256(identity.encode()).hexdigest()
     return LoadedFile(
         label=source,
@@ -99,12 +109,25 @@ def from_text(
     )
 
 
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_json(metadata: dict[str, Any]) -> None:
     """Metadata PostgreSQL's jsonb stores as it is, or a one-line InputError naming the field:
     no NaN or infinity (JSON has neither), no value JSON has no type for."""
     for key, value in metadata.items():
         try:
-            json.dumps(value, allow_nan=False)
+            # (sort_keys as the content hash sorts them; encoded, as a lone surrogate cannot be)
+            json.dumps(value, allow_nan=False, sort_keys=True, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise InputError(
+                f"has text that is not valid Unicode (a lone surrogate) in metadata field {key!r}"
+            ) from None
         except ValueError:
             raise InputError(
                 f"has NaN or infinity in metadata field {key!r}; JSON (and PostgreSQL's jsonb)"

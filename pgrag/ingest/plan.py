@@ -96,7 +96,7 @@ def plan(
     ``rechunk``: an unchanged document is chunked and written again too (status "updated")."""
     docs: list[PreparedDoc] = []
     access: list[int] = []
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # source -> content hash, of the files planned
     # Identical content planned in this run: (content hash, principals) -> its source.
     planned: dict[tuple[str, frozenset[str]], str] = {}
     readers = frozenset(principals or ["public"])
@@ -140,8 +140,15 @@ def plan(
                 raise item
             file = item
             if file.source in seen:
+                # The same file named twice (a directory and a file in it) is read once,
+                # silently; the same source given again with other content is said to be left.
+                if seen[file.source] != file.content_hash:
+                    why = f"repeats source {file.source!r} with other content; the first was used"
+                    report.files.append(FileResult(label, "skipped", reason=why))
+                    if on_warning:
+                        on_warning(label, why)
                 continue
-            seen.add(file.source)
+            seen[file.source] = file.content_hash
             row = stored.document(file.source)
             # Unchanged, but chunked again (a switch of the collection's chunking): chunks
             # whose text is the same keep their vectors. (A copy stored once becomes a document

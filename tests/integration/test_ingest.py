@@ -455,3 +455,28 @@ def test_plan_lookups_made_a_window_at_a_time_see_what_each_file_needs(
         "f": ("duplicate", "same as e"),
         "g": ("added", None),
     }, got
+
+
+def test_a_source_given_twice_with_other_content_is_skipped_and_said(
+    dsn: str, embedder: object
+) -> None:
+    # The first is ingested; the second, with other content, used to vanish from the report.
+    db = pgrag.connect(dsn, embedder=embedder)
+    warnings: list[tuple[str, str]] = []
+    try:
+        report = pgrag.ingest_documents(
+            db,
+            [
+                from_text("a", "First text."),
+                from_text("a", "First text."),  # the same again: read once, silently
+                from_text("a", "Other text."),
+            ],
+            collection="twice",
+            on_warning=lambda label, why: warnings.append((label, why)),
+        )
+        content = db.conn.execute("SELECT string_agg(content, '|') FROM pgrag.chunks").fetchone()
+    finally:
+        db.close()
+    assert sorted((f.path, f.status) for f in report.files) == [("a", "added"), ("a", "skipped")]
+    why = "repeats source 'a' with other content; the first was used"
+    assert warnings == [("a", why)] and content == ("First text.",)

@@ -401,3 +401,29 @@ def test_metadata_json_cannot_hold_fails_its_record_only(tmp_path: Path) -> None
     with pytest.raises(InputError, match=r"^has a value JSON cannot hold in metadata field 'on'"):
         from_text("s", "text", metadata={"on": dt.date(2024, 1, 1)})
     assert from_text("s", "text", metadata={"on": "2024-01-01", "n": None}).metadata["n"] is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"source": "a\x00b"}, "has a NUL character in its source;"),
+        ({"text": "lone \udc80"}, "has a text that is not valid Unicode (a lone surrogate)"),
+        ({"title": "t\ud800"}, "has a title that is not valid Unicode (a lone surrogate)"),
+        ({"metadata": {1: "a", "b": 2}}, "has metadata whose field names are not all strings;"),
+        ({"metadata": {"k": "a\udc80"}},
+         "has text that is not valid Unicode (a lone surrogate) in metadata field 'k'"),
+        ({"metadata": {"k": {1: "a", "b": 2}}}, "has a value JSON cannot hold in metadata"),
+        ({"metadata": {"k": {1, 2}}}, "has a value JSON cannot hold in metadata field 'k'"),
+    ],
+)  # fmt: skip
+def test_from_text_refuses_what_postgresql_cannot_store_with_one_line(
+    kwargs: dict[str, object], message: str
+) -> None:
+    # Each used to escape as a UnicodeEncodeError or TypeError (or fail its whole batch in the
+    # database), not as the record's one-line InputError.
+    from pgrag.ingest.document import from_text
+
+    args: dict[str, object] = {"source": "s", "text": "Some text.", **kwargs}
+    with pytest.raises(InputError) as err:
+        from_text(**args)  # type: ignore[arg-type]
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
