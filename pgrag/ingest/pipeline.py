@@ -266,6 +266,7 @@ def _run(
         check_configured(db)  # before anything is read (nothing is loaded yet)
     report = IngestReport(collection=collection, dry_run=dry_run, contextual=contextual)
     aside: list[int] = []  # the model whose empty index this load dropped (set_aside_empty)
+    built = False
     try:
         with acting_for(db.conn, write_for):
             written = _plan_and_write(
@@ -289,34 +290,37 @@ def _run(
                 rechunk=rechunk,
                 aside=aside,
             )
-    except Exception:
-        # The load failed after the model's empty index was dropped for it: built now, for
-        # what the load wrote (nothing else would, until the next ingest that writes).
-        if aside:
+        if written is None:
+            return report
+        coll, new_collection, bulk = written
+        # Planner statistics for a new collection or a bulk load now, not when autovacuum
+        # comes round: the search plans once per session, and a plan made without them can
+        # scan whole postings lists where it should probe one posting.
+        if bulk:
+            analyze(db)
+        maintain_keyword_index(db, collection, analyze=bulk or new_collection)
+        # A missing index (a bulk load killed before it built the empty one it dropped), an
+        # invalid one (an interrupted CREATE INDEX CONCURRENTLY) or a wrong one is built after
+        # the load (loading into a table without it is faster), only by an ingest that wrote
+        # something: a no-op ingest never waits for a build. The build gives up, with a
+        # warning, rather than wait for another session's transaction (searches read every
+        # vector meanwhile) -- unless this load dropped it, when one in a transaction follows.
+        ensure_model_index(
+            db,
+            coll.model_id,
+            on_wait=on_wait,
+            on_warning=on_warning,
+            set_aside=bool(aside),
+        )
+        built = True
+    finally:
+        # The load stopped (an error; SIGTERM, which the CLI makes SystemExit; Ctrl-C) after
+        # the model's empty index was dropped for it: built now, for what the load wrote
+        # (nothing else would, until the next ingest that writes). A second Ctrl-C stops the
+        # build too; the index is then left for the next ingest, worker or repair.
+        if aside and not built:
             with contextlib.suppress(Exception):  # (the load's own error is the one to report)
                 ensure_model_index(db, aside[0], on_warning=on_warning, set_aside=True)
-        raise
-    if written is None:
-        return report
-    coll, new_collection, bulk = written
-    # Planner statistics for a new collection or a bulk load now, not when autovacuum comes
-    # round: the search plans once per session, and a plan made without them can scan whole
-    # postings lists where it should probe one posting.
-    if bulk:
-        analyze(db)
-    maintain_keyword_index(db, collection, analyze=bulk or new_collection)
-    # A missing index (an older release dropped it for a bulk load and was killed), an invalid
-    # one (an interrupted CREATE INDEX CONCURRENTLY) or a wrong one is built after the load
-    # (loading into a table without it is faster), only by an ingest that wrote something: a
-    # no-op ingest never waits for a build. The build gives up, with a warning, rather than
-    # wait for another session's transaction (searches read every vector meanwhile).
-    ensure_model_index(
-        db,
-        coll.model_id,
-        on_wait=on_wait,
-        on_warning=on_warning,
-        set_aside=bool(aside),
-    )
     report.files.sort(key=lambda f: f.path)
     return report
 

@@ -248,6 +248,59 @@ def test_a_failed_first_bulk_load_builds_the_index_it_took_away(
     assert written == 128  # the two batches before the failure
 
 
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
+def test_pgrag_ingest_stopped_during_a_first_bulk_load_builds_the_index_it_took_away(
+    db: Database, tmp_path: Path, stop: str
+) -> None:
+    # systemd and Kubernetes stop with SIGTERM (the CLI unwinds: SystemExit), a user with
+    # Ctrl-C (KeyboardInterrupt): neither is an Exception, and each used to leave the index
+    # missing. The batches written stay; the index is built before the process ends.
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    path = tmp_path / "many.jsonl"
+    with path.open("w") as fh:
+        for i in range(6000):
+            vector = [round(float(x), 5) for x in rng.standard_normal(384)]
+            fh.write(json.dumps({"id": i, "text": f"Record {i}.", "embedding": vector}) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgrag.cli", "--dsn", db.dsn, "ingest", str(path), "-c", "x"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # (a child of a shell without job control would ignore SIGINT)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + SAFETY
+    with psycopg.connect(db.dsn, autocommit=True) as watch:
+        while time.monotonic() < deadline and proc.poll() is None:
+            row = watch.execute(
+                "SELECT count(*), bool_and(to_regclass('pgrag.chunk_embeddings_hnsw_'"
+                " || model_id) IS NULL) FROM pgrag.chunk_embeddings GROUP BY model_id"
+            ).fetchone()
+            if row and row[0] > 0 and row[1]:  # loading, the index set aside
+                proc.send_signal(getattr(signal, stop))
+                break
+            time.sleep(0.02)
+    _, stderr = proc.communicate(timeout=SAFETY)
+    assert proc.returncode != 0, "the load finished before it could be stopped"
+    model_id, _, oid, valid = _model_index(db.dsn, "x")
+    assert oid is not None and valid, stderr
+    assert _state(db, model_id) == "ok"
+    stored = db.conn.execute("SELECT count(*) FROM pgrag.chunk_embeddings").fetchone()[0]
+    db.conn.commit()
+    assert 0 < stored < 6000
+
+
 def test_a_bulk_load_keeps_an_empty_index_it_may_not_drop_or_that_is_not_bulk(
     db: Database, writer_dsn: str, embedder: Any
 ) -> None:
