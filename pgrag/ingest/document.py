@@ -66,6 +66,8 @@ def from_text(
             )
     if metadata and not all(isinstance(k, str) for k in metadata):
         raise InputError("has metadata whose field names are not all strings; name them in text")
+    if metadata and not all(_encodable(k) for k in metadata):
+        raise InputError("has a metadata field name that is not valid Unicode (a lone surrogate)")
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     if not text.strip():
         raise InputError("has no text to index")

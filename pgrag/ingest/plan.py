@@ -234,6 +234,8 @@ def plan(
             report.files.append(FileResult(label, "failed", reason=str(err)))
             if on_error:
                 on_error(label, str(err))
+            if isinstance(item, LoadedFile) and seen.get(item.source) == item.content_hash:
+                del seen[item.source]  # (a later file of the source is planned, not skipped)
     # A copy of an original that this run rewrites holds the old content itself: the
     # original's hand-over happens before the copy's row exists.
     rewritten = {d.file.source for d in docs if d.replaces is not None}

@@ -480,3 +480,18 @@ def test_a_source_given_twice_with_other_content_is_skipped_and_said(
     assert sorted((f.path, f.status) for f in report.files) == [("a", "added"), ("a", "skipped")]
     why = "repeats source 'a' with other content; the first was used"
     assert warnings == [("a", why)] and content == ("First text.",)
+
+
+def test_a_source_whose_first_file_failed_is_planned_from_the_next(
+    dsn: str, embedder: object
+) -> None:
+    db = pgrag.connect(dsn, embedder=embedder)
+    try:
+        report = pgrag.ingest_documents(
+            db,
+            [from_text("a", "Short vector.", vector=[0.5, 0.5]), from_text("a", "Good text.")],
+            collection="retry",
+        )
+    finally:
+        db.close()
+    assert sorted((f.path, f.status) for f in report.files) == [("a", "added"), ("a", "failed")]

@@ -410,6 +410,7 @@ def test_metadata_json_cannot_hold_fails_its_record_only(tmp_path: Path) -> None
         ({"text": "lone \udc80"}, "has a text that is not valid Unicode (a lone surrogate)"),
         ({"title": "t\ud800"}, "has a title that is not valid Unicode (a lone surrogate)"),
         ({"metadata": {1: "a", "b": 2}}, "has metadata whose field names are not all strings;"),
+        ({"metadata": {"\ud800": 1}}, "has a metadata field name that is not valid Unicode"),
         ({"metadata": {"k": "a\udc80"}},
          "has text that is not valid Unicode (a lone surrogate) in metadata field 'k'"),
         ({"metadata": {"k": {1: "a", "b": 2}}}, "has a value JSON cannot hold in metadata"),
@@ -427,3 +428,40 @@ def test_from_text_refuses_what_postgresql_cannot_store_with_one_line(
     with pytest.raises(InputError) as err:
         from_text(**args)  # type: ignore[arg-type]
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_a_parquet_value_python_cannot_hold_fails_its_row_only(tmp_path: Path) -> None:
+    # pyarrow converts a batch of rows at once; a timestamp beyond Python's datetime used to
+    # fail the rest of the file. Only its row fails now.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "ts.parquet"
+    when = [1_000] * 1500
+    when[1200] = 300_000_000_000_000  # year ~11,000
+    pq.write_table(
+        pa.table(
+            {
+                "text": [f"Row {i}." for i in range(1500)],
+                "when": pa.array(when, type=pa.timestamp("ms")),
+            }
+        ),
+        path,
+    )
+    out = list(load_path(path))
+    assert len(out) == 1500
+    failed = [(label, str(item)) for label, item in out if isinstance(item, InputError)]
+    assert len(failed) == 1 and failed[0][0] == f"{path}:1201"
+    assert failed[0][1].startswith("has a value that cannot be read (")
+
+
+def test_a_parquet_text_column_that_is_not_text_is_one_line_for_the_file(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "ints.parquet"
+    pq.write_table(pa.table({"text": list(range(3000))}), path)
+    [(label, err)] = list(load_path(path))
+    assert label == str(path) and str(err) == (
+        "has a column 'text' of type int64, not text; name the text column with --jsonl-text"
+    )

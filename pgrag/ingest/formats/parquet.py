@@ -66,20 +66,47 @@ def parquet_records(fh: BinaryIO, fields: JsonlFields) -> Iterator[Record | tupl
             f"has no column {fields.text!r} (it has {', '.join(sorted(names)) or 'none'});"
             " name the text column with --jsonl-text"
         )
+    import pyarrow as pa
+
+    kind = table.schema_arrow.field(fields.text).type
+    if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+        raise InputError(
+            f"has a column {fields.text!r} of type {kind}, not text; name the text column"
+            " with --jsonl-text"
+        )
     seen: dict[str, int] = {}
     number = 0
     try:
         for batch in table.iter_batches(batch_size=ROWS_PER_BATCH):
-            for row in batch.to_pylist():
+            for row in _rows(batch):
                 number += 1
                 try:
+                    if isinstance(row, InputError):
+                        raise row
                     yield record_of(number, _plain(row, fields.embedding), fields, seen, unit="row")
                 except InputError as err:
                     yield number, err
-    except InputError:
-        raise
     except Exception as err:  # a corrupt page part-way through
         raise InputError(f"could not be read past row {number} ({one_line(err)})") from err
+
+
+def _rows(batch: Any) -> Iterator[dict[str, Any] | InputError]:
+    """A batch's rows as Python values; when the batch will not convert (a timestamp beyond
+    what Python's datetime holds), row by row, each that will not as its problem."""
+    try:
+        rows = batch.to_pylist()
+    except Exception:  # pyarrow's ArrowInvalid, ValueError, OverflowError...
+        rows = None
+    if rows is not None:
+        yield from rows
+        return
+    for i in range(batch.num_rows):
+        try:
+            [row] = batch.slice(i, 1).to_pylist()
+        except Exception as err:
+            yield InputError(f"has a value that cannot be read ({one_line(err)})")
+        else:
+            yield row
 
 
 def _plain(row: dict[str, Any], vector: str | None) -> dict[str, Any]:
