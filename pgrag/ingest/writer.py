@@ -42,10 +42,11 @@ def write_batch(
     """Write a batch of documents with their chunks' vectors, in one transaction."""
     with transaction(db) as conn:
         others = lock_collection(conn, coll)
+        lock_documents(conn, coll, batch)
         new: list[tuple[int, int, PreparedChunk, Any, list[str]]] = []
         # Documents are written in the batch's order (by source), so that concurrent ingests
-        # lock them in the same order and cannot deadlock; a run of new ones goes in one
-        # statement, before the next document that is not new.
+        # insert them in the same order; a run of new ones goes in one statement, before the
+        # next document that is not new.
         run: list[tuple[PreparedDoc, list[Any]]] = []
 
         def insert_run() -> None:
@@ -116,6 +117,7 @@ def write_streamed(
         )
         conn.execute(Q.index_old_vectors)
         others = lock_collection(conn, coll)
+        lock_documents(conn, coll, [doc])
         doc_id, doc_principals, _ = replace_document(conn, coll, doc, principals)
         ordinal = 0
         pending: list[PreparedChunk] = []
@@ -269,6 +271,19 @@ def chunk_row(
         chunk.context,
         chunk.context_for,
     )
+
+
+def lock_documents(conn: Any, coll: Collection, docs: list[PreparedDoc]) -> None:
+    """Lock the stored documents that writing ``docs`` will lock, all at once, in source
+    order (writer.sql, lock_documents): two ingests then never hold one each of two rows
+    they both need (a copy's original, a rewritten document's copies included)."""
+    sources = [d.file.source for d in docs]
+    sources += [d.duplicate_of for d in docs if d.duplicate_of is not None]
+    rewritten = [d.file.source for d in docs if d.replaces is not None]
+    conn.execute(
+        Q.lock_documents,
+        {"collection_id": coll.id, "sources": sources, "rewritten": rewritten},
+    ).fetchall()
 
 
 def is_new(doc: PreparedDoc) -> bool:

@@ -48,6 +48,23 @@ ON CONFLICT (collection_id, source) DO UPDATE SET title = EXCLUDED.title,
        body = NULL, updated_at = now()
 RETURNING id, principals;
 
+-- name: lock_documents
+-- Lock, in one statement and in source order, every stored document a batch will lock as it
+-- writes: its own, the originals its copies point to, and the copies of the documents it
+-- rewrites (documents_hand_over moves them). Taken any later, in the batch's order, such
+-- locks could cross another ingest's and deadlock. (Each copy is found through the metadata
+-- index, @>.)
+SELECT d.id FROM pgrag.documents d
+ WHERE d.id IN (SELECT x.id FROM pgrag.documents x
+                 WHERE x.collection_id = %(collection_id)s AND x.source = ANY (%(sources)s)
+                UNION ALL
+                SELECT x.id FROM unnest(%(rewritten)s::text[]) AS r(source)
+                  JOIN pgrag.documents x
+                    ON x.collection_id = %(collection_id)s
+                   AND x.metadata @> jsonb_build_object('duplicate_of', r.source))
+ ORDER BY d.source, d.id
+   FOR UPDATE OF d;
+
 -- name: insert_documents
 -- upsert_document for a batch of documents planned as new, in input order (so concurrent
 -- writers lock rows in the same order): each one's source, id, readers and whether a

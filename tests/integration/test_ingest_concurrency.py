@@ -147,6 +147,83 @@ def test_ingests_lock_new_and_rewritten_documents_in_source_order_and_never_dead
     assert b_result == [[("a", "updated"), ("b", "updated")]], b_result
 
 
+@pytest.mark.parametrize(
+    ("stored", "a_docs", "b_docs", "slow"),
+    [
+        # A's copy d locks its original a late; B rewrites a, then b.
+        (
+            [("a", "same"), ("b", "b 1")],
+            [("b", "b 2"), ("d", "same")],
+            [("a", "a 2"), ("b", "b 3")],
+            (("A", "b"), ("B", "a")),
+        ),
+        # B's rewrite of a hands its content over to its copy z, locking z early; A rewrites
+        # m, then z.
+        (
+            [("a", "same"), ("m", "m 1"), ("z", "same")],
+            [("m", "m 2"), ("z", "z 2")],
+            [("a", "a 2"), ("m", "m 3")],
+            (("A", "m"), ("B", "a")),
+        ),
+    ],
+    ids=["copy-locks-its-original", "rewrite-locks-its-copies"],
+)
+def test_ingests_with_copies_lock_every_document_they_touch_in_source_order(
+    dsn: str,
+    embedder: Any,
+    monkeypatch: Any,
+    stored: list[tuple[str, str]],
+    a_docs: list[tuple[str, str]],
+    b_docs: list[tuple[str, str]],
+    slow: tuple[tuple[str, str], ...],
+) -> None:
+    # A copy locks its original, and a rewrite locks the copies it hands its content to:
+    # rows outside the batch's own order. Both ingests must finish (neither gets "deadlock
+    # detected").
+    import time
+
+    def doc(source: str, text: str) -> Any:
+        return from_text(source, f"Content: {text}.", title="T")
+
+    setup = pgrag.connect(dsn, embedder=embedder)
+    pgrag.ingest_documents(setup, [doc(s, t) for s, t in stored], collection="dl")
+    setup.close()
+    real = writer.replace_document
+
+    def held(conn: Any, coll: Any, d: Any, principals: Any) -> Any:
+        out = real(conn, coll, d, principals)
+        if (threading.current_thread().name, d.file.source) in slow:
+            time.sleep(1.5)  # holding what it locked, before it asks for more
+        return out
+
+    monkeypatch.setattr(writer, "replace_document", held)
+    both = threading.Barrier(2, timeout=SAFETY)
+
+    def ingest(docs: list[tuple[str, str]]) -> Any:
+        db = pgrag.connect(dsn, embedder=embedder)
+        try:
+            report = pgrag.ingest_documents(
+                db, [doc(s, t) for s, t in docs], collection="dl", on_plan=lambda _: both.wait()
+            )
+            return sorted((f.path, f.status, f.reason or "") for f in report.files)
+        finally:
+            db.close()
+
+    a, a_result = _thread("A", lambda: ingest(a_docs))
+    b, b_result = _thread("B", lambda: ingest(b_docs))
+    a.start()
+    b.start()
+    a.join(SAFETY)
+    b.join(SAFETY)
+    for result in (a_result, b_result):
+        assert len(result) == 1 and not isinstance(result[0], BaseException), result
+        # (A copy whose original the other ingest rewrote first fails, saying so.)
+        assert all(
+            status != "failed" or "changed during this ingest; run the ingest again" in why
+            for _, status, why in result[0]
+        ), result
+
+
 def _notes(n: int) -> list[Any]:
     return [
         from_text(f"note-{i}", f"Note {i}: parcel {i * 7} for unit {i} arrived on day {i % 28}.")
