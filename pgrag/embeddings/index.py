@@ -136,6 +136,14 @@ def _build_in_transaction(db: Database, model_id: int, wait: bool) -> bool:
     return bool(built and built[0])
 
 
+def _state_holding_lock(conn: Any, model_id: int) -> str:
+    """The model's index state, read by the session that holds its build lock."""
+    return next(
+        (h.state for h in _health(conn, [model_id], own_build=True) if h.model_id == model_id),
+        NONE,
+    )
+
+
 def _lost(conn: Any) -> bool:
     return bool(conn.closed or conn.broken)
 
@@ -189,14 +197,7 @@ def _build_concurrently(
                     return False
                 conn.execute(sql.SQL(Q.lock_timeout).format(ms=sql.Literal(GIVE_UP * 1000)))
             try:
-                state = next(
-                    (
-                        h.state
-                        for h in _health(conn, [model_id], own_build=True)
-                        if h.model_id == model_id
-                    ),
-                    NONE,
-                )
+                state = _state_holding_lock(conn, model_id)
                 if state in (OK, NONE):
                     return False  # built meanwhile (or never to be)
                 ddl = conn.execute(Q.model_index_ddl, {"model_id": model_id}).fetchone()
@@ -272,14 +273,7 @@ def set_aside_empty(db: Database, model_id: int) -> bool:
             if not (got and got[0]):
                 return False  # someone builds it now
             try:
-                state = next(
-                    (
-                        h.state
-                        for h in _health(conn, [model_id], own_build=True)
-                        if h.model_id == model_id
-                    ),
-                    NONE,
-                )
+                state = _state_holding_lock(conn, model_id)
                 has = conn.execute(Q.model_has_vectors, {"model_id": model_id}).fetchone()
                 if state != OK or (has and has[0]):
                     return False
