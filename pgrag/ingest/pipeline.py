@@ -320,9 +320,29 @@ def _run(
         # build too; the index is then left for the next ingest, worker or repair.
         if aside and not built:
             with contextlib.suppress(Exception):  # (the load's own error is the one to report)
-                ensure_model_index(db, aside[0], on_warning=on_warning, set_aside=True)
+                _build_set_aside(db, aside[0], on_warning)
     report.files.sort(key=lambda f: f.path)
     return report
+
+
+def _build_set_aside(
+    db: Database, model_id: int, on_warning: Callable[[str, str], None] | None
+) -> None:
+    """The index a stopped load dropped, built on a connection of its own: a signal that
+    lands mid-statement (a COPY) can leave the ingest's connection with a command in progress,
+    its transaction open, holding the locks a build waits for. Such a connection, of no use
+    to anyone any more, is closed first, which ends its transaction."""
+    import dataclasses
+
+    from psycopg import pq
+
+    from pgrag.db.dsn import open_connection
+
+    if db.conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
+        db.conn.close()
+    with open_connection(db.dsn) as conn:
+        fresh = dataclasses.replace(db, conn=conn)
+        ensure_model_index(fresh, model_id, on_warning=on_warning, set_aside=True)
 
 
 def _plan_and_write(
