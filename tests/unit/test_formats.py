@@ -465,3 +465,20 @@ def test_a_parquet_text_column_that_is_not_text_is_one_line_for_the_file(tmp_pat
     assert label == str(path) and str(err) == (
         "has a column 'text' of type int64, not text; name the text column with --jsonl-text"
     )
+
+
+def test_a_parquet_vector_column_named_on_purpose_must_exist(tmp_path: Path) -> None:
+    # --jsonl-embedding vec on a file without "vec" would embed every row without a word.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "v.parquet"
+    pq.write_table(pa.table({"text": ["a"], "vector": [[0.1, 0.2]]}), path)
+    [(_, err)] = list(load_path(path, JsonlFields(embedding="vec")))
+    assert str(err) == (
+        "has no column 'vec' (it has text, vector); name the vector column with"
+        " --jsonl-embedding, or '' for none"
+    )
+    # The default name may be absent (rows are then embedded), and '' reads no vector.
+    assert isinstance(list(load_path(path))[0][1], LoadedFile)
+    assert list(load_path(path, JsonlFields(embedding=None)))[0][1].vector is None  # type: ignore[union-attr]

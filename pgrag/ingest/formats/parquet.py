@@ -66,6 +66,12 @@ def parquet_records(fh: BinaryIO, fields: JsonlFields) -> Iterator[Record | tupl
             f"has no column {fields.text!r} (it has {', '.join(sorted(names)) or 'none'});"
             " name the text column with --jsonl-text"
         )
+    if fields.embedding not in (None, JsonlFields.embedding) and fields.embedding not in names:
+        # (A column named on purpose, not there: its rows would be embedded without a word.)
+        raise InputError(
+            f"has no column {fields.embedding!r} (it has {', '.join(sorted(names))}); name the"
+            " vector column with --jsonl-embedding, or '' for none"
+        )
     import pyarrow as pa
 
     kind = table.schema_arrow.field(fields.text).type
