@@ -411,8 +411,9 @@ def ef_sweep(
     index: np.ndarray,
     exact: np.ndarray,
     block: int = 100,
+    depth: int | None = None,
 ) -> dict[str, Any]:
-    """search_v5 (k = 10) at each pgrag.ef_search and the recipe's bare statement at each
+    """search_v5 (k = 10; vector_depth ``depth``, default 40) at each pgrag.ef_search and the recipe's bare statement at each
     hnsw.ef_search, the two taking turns a block of queries at a time; then, for each
     search_v5 point, the recipe's fastest point with at least its recall, and the ratio of
     their p50 latencies."""
@@ -424,7 +425,10 @@ def ef_sweep(
         for start in range(0, len(queries), block):
             part = queries[start : start + block]
             conn.execute("SELECT set_config('pgrag.ef_search', %s, false)", (str(ef),))
-            h, t = run_queries(conn, DEFAULT, part, {"c": COLLECTION, "k": 10})
+            statement, params = DEFAULT, {"c": COLLECTION, "k": 10}
+            if depth is not None:
+                statement, params = WITH_DEPTH, {**params, "d": depth}
+            h, t = run_queries(conn, statement, part, params)
             hits["pgrag"] += h
             ms["pgrag"] += t
             conn.execute("SELECT set_config('pgrag.ef_search', '', false)")
@@ -458,6 +462,7 @@ def ef_sweep(
                 }
             )
     return {
+        "search_v5 vector_depth": depth if depth is not None else 40,
         "points": {n: {str(e): v for e, v in d.items()} for n, d in points.items()},
         "equal recall": ratios,
     }
@@ -634,7 +639,15 @@ def main() -> None:
         help="also: search_v5 at each pgrag.ef_search beside the pgvector recipe's bare"
         " ORDER BY ... LIMIT 10 at each hnsw.ef_search, taking turns (k = 10)",
     )
+    parser.add_argument(
+        "--sweep-depth",
+        type=int,
+        metavar="N",
+        help="with --ef-sweep: search_v5's vector_depth (default: its own, 40 at k = 10)",
+    )
     args = parser.parse_args()
+    if args.sweep_depth is not None and not 10 <= args.sweep_depth <= 10_000:
+        parser.error("--sweep-depth must be between 10 and 10000 (at least k = 10)")
     if args.vectors < 1000 or args.queries < 1 or args.clusters < 1:
         parser.error("--vectors must be at least 1000; --queries and --clusters positive")
 
@@ -704,7 +717,11 @@ def main() -> None:
         log(f"warm-up: {len(warmup)} queries at each k")
         for k in KS:
             run_queries(conn, DEFAULT, warmup, {**params, "k": k})
-        knob = ef_sweep(conn, model, queries, index, exact[10]) if args.ef_sweep else None
+        knob = (
+            ef_sweep(conn, model, queries, index, exact[10], depth=args.sweep_depth)
+            if args.ef_sweep
+            else None
+        )
         cases: dict[str, Any] = {}
         for name, k, depth in iter_cases(KS):
             log(f"measuring {name}: {len(queries)} queries")
@@ -757,7 +774,10 @@ def main() -> None:
     else:
         print_table(result)
         if knob:
-            print("\nef_search sweep, k = 10 (recall@10 against exact; p50 ms):")
+            print(
+                "\nef_search sweep, k = 10, search_v5 vector_depth"
+                f" {knob['search_v5 vector_depth']} (recall@10 against exact; p50 ms):"
+            )
             for name, by_ef in knob["points"].items():
                 for ef, p in by_ef.items():
                     print(

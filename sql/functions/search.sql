@@ -178,6 +178,7 @@ DECLARE
     v_ef            integer;
     v_joined        boolean;
     v_found         boolean;
+    v_ef_setting    text;
 BEGIN
     -- Bounds every caller meets, before anything is read (docs/search.md#limits): each a
     -- one-line error naming the argument and its limit, never a raw PostgreSQL one.
@@ -221,8 +222,8 @@ BEGIN
     -- 0.4, 0.6, temperature 0.5 for z-scores, 0.1 for min-max).
     -- The collection, read once for the fusion, the model and the lean statement below (the
     -- general path reads it again, and names it when it is missing).
-    SELECT c.id, c.model_id, c.text_config, c.settings -> 'fusion'
-      INTO v_collection_id, v_active, v_config_name, v_fusion
+    SELECT c.id, c.model_id, c.text_config, c.settings -> 'fusion', c.settings ->> 'ef_search'
+      INTO v_collection_id, v_active, v_config_name, v_fusion, v_ef_setting
       FROM pgrag.collections c WHERE c.name = collection;
     v_found := FOUND;
     IF rrf_k IS NULL OR vector_weight IS NULL OR keyword_weight IS NULL OR temperature IS NULL THEN
@@ -391,6 +392,103 @@ BEGIN
             END IF;
         END IF;
     END IF;
+
+    -- The lean vector statement: vector only, no filter, an unrestricted caller, valid
+    -- arguments and a query vector the general path would accept (anything else goes on to
+    -- the general path, which names what is wrong). Its steps are the general path's
+    -- vector arm (the same ef_search, the same index scan and exact fallback, the same
+    -- scores), without the general path's statement, whose plan covers every arm and
+    -- filter and costs about half a millisecond to start (docs/benchmarks.md: the vector
+    -- arm beside the recipe). The tests check that both paths agree.
+    <<lean_vector>>
+    BEGIN
+        EXIT lean_vector WHEN NOT (
+            query_text IS NULL AND query_embedding IS NOT NULL AND v_found AND v_model_id IS NOT NULL
+            AND (filter IS NULL OR filter = '{}'::jsonb)
+            AND k BETWEEN 1 AND 1000 AND rrf_k >= 1
+            AND vector_weight > 0 AND vector_weight < 'Infinity'
+            AND keyword_weight >= 0 AND keyword_weight < 'Infinity'
+            AND temperature > 0 AND temperature < 'Infinity'
+            AND (vector_depth IS NULL OR vector_depth BETWEEN 1 AND 10000)
+            AND (keyword_depth IS NULL OR keyword_depth BETWEEN 1 AND 10000)
+            AND (postings_per_term IS NULL OR postings_per_term >= 1)
+            AND coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
+            AND (session_user = current_user OR pgrag.unrestricted_role()));
+        SELECT m.dimension, m.distance, m.index_type INTO v_dimension, v_distance, v_vtype
+          FROM pgrag.embedding_models m WHERE m.id = v_model_id;
+        -- The general path's checks of the vector, as one static statement: its dimension, and
+        -- a norm whose square single precision holds (between 1e-15 and 1e15; computed in
+        -- double precision, which for a vector index gives the same verdict). A halfvec
+        -- index, whose range is narrower, is checked by the general path.
+        SELECT count(*), sqrt(sum(x::float8 * x::float8)) INTO v_qdims, v_norm
+          FROM unnest(query_embedding::real[]) x;
+        EXIT lean_vector WHEN v_vtype <> 'vector' OR v_qdims <> v_dimension
+                              OR NOT (v_norm >= 1e-15 AND v_norm <= 1e15);
+        v_text := coalesce(nullif(btrim(current_setting('pgrag.ef_search', true)), ''),
+                           nullif(btrim(v_ef_setting), ''));
+        v_ef := CASE WHEN v_text ~ '^[0-9]{1,4}$' THEN v_text::integer END;
+        EXIT lean_vector WHEN v_text IS NOT NULL AND v_ef IS NULL OR v_ef NOT BETWEEN 1 AND 1000;
+        SELECT n.nspname INTO v_schema
+          FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
+         WHERE e.extname = 'vector';
+        v_vcast := format('%I.%I(%s)', v_schema, v_vtype, v_dimension);
+        v_vdepth := greatest(coalesce(vector_depth, greatest(4 * k, 40)), k);
+        PERFORM set_config('hnsw.ef_search',
+                           coalesce(v_ef, least(greatest(2 * v_vdepth, 200), 1000))::text, true);
+        v_joined := EXISTS (
+            SELECT 1 FROM pgrag.collection_models cm
+             WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
+        FOREACH v_text IN ARRAY ARRAY['', ' + 0'] LOOP
+            EXECUTE format(
+                'SELECT array_agg(h.id ORDER BY h.dist, h.id), array_agg(h.dist ORDER BY h.dist, h.id)
+                   FROM (SELECT ce.chunk_id AS id,
+                                (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $2::%2$s)::float8 AS dist
+                           FROM pgrag.chunk_embeddings ce%6$s
+                          WHERE ce.model_id = %4$s%5$s
+                          ORDER BY (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $2::%2$s)%7$s
+                          LIMIT $3) h',
+                v_schema, v_vcast,
+                CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
+                v_model_id,
+                CASE WHEN v_joined THEN ' AND c.collection_id = $1' ELSE '' END,
+                CASE WHEN v_joined THEN ' JOIN pgrag.chunks c ON c.id = ce.chunk_id' ELSE '' END,
+                v_text)
+              INTO v_vec_ids, v_vec_dists USING v_collection_id, query_embedding, v_vdepth;
+            EXIT WHEN coalesce(cardinality(v_vec_ids), 0) >= v_vdepth;
+        END LOOP;
+        -- (the general statement's vector arm and fusion, for one arm: the same expressions)
+        RETURN QUERY
+        WITH v AS (SELECT x.id, x.dist, x.r::int AS r,
+                          CASE WHEN v_zscore
+                               THEN coalesce((avg(x.dist) FILTER (WHERE x.r <= 40) OVER ()
+                                              - least(x.dist, max(x.dist) FILTER (WHERE x.r <= 40) OVER ()))
+                                             / nullif(stddev_pop(x.dist) FILTER (WHERE x.r <= 40) OVER (), 0), 0)
+                               WHEN max(x.dist) FILTER (WHERE x.r <= 40) OVER () > min(x.dist) OVER ()
+                               THEN greatest(max(x.dist) FILTER (WHERE x.r <= 40) OVER () - x.dist, 0)
+                                    / (max(x.dist) FILTER (WHERE x.r <= 40) OVER () - min(x.dist) OVER ())
+                               ELSE 1 END AS n
+                     FROM unnest(v_vec_ids, v_vec_dists) WITH ORDINALITY AS x(id, dist, r)),
+             f AS (SELECT v.id, v.r, v.dist,
+                          CASE WHEN v_convex THEN (vector_weight * v.n + 0) / vector_weight
+                               ELSE vector_weight / (rrf_k + v.r) + 0 END AS fused
+                     FROM v),
+             top AS (SELECT f.*, c.document_id AS doc, c.section AS sect, c.content,
+                            d.source AS src, d.title AS ttl, d.metadata AS meta
+                       FROM (SELECT * FROM f ORDER BY f.fused DESC, f.r, f.id) f
+                       JOIN pgrag.chunks c ON c.id = f.id
+                       JOIN pgrag.documents d ON d.id = c.document_id
+                      WHERE c.collection_id = v_collection_id
+                      ORDER BY f.fused DESC, f.r, f.id
+                      LIMIT k),
+             z AS (SELECT top.*, exp(greatest((top.fused - max(top.fused) OVER ()) / temperature, -700)) AS e
+                     FROM top)
+        SELECT (row_number() OVER (ORDER BY z.fused DESC, z.r, z.id))::int,
+               z.fused, z.id, z.doc, z.src, z.ttl, z.sect, z.content, z.r, NULL::integer, z.dist,
+               NULL::float8, z.meta, z.e / sum(z.e) OVER ()
+          FROM z
+         ORDER BY z.fused DESC, z.r, z.id;
+        RETURN;
+    END lean_vector;
 
     -- The general path: both arms, visibility, filters and fusion.
     <<general>>

@@ -383,3 +383,65 @@ def test_pgrag_tune_command(db: Database, llm: LLMServer) -> None:
         cli, ["--dsn", db.dsn, "tune", "-c", "docs"], env={"PGRAG_LLM_BASE_URL": None}
     )
     assert result.exit_code == 1 and "needs a language model" in result.stderr
+
+
+def test_vector_only_search_agrees_with_the_general_path(loaded: Database) -> None:
+    """A vector-only, unfiltered search by an unrestricted caller has steps of its own (the
+    lean vector statement); a filter every document passes takes the general path: the same
+    rows and numbers, at every fusion, depth and k, and with a second collection on the
+    same model (whose chunks the lean steps must then leave out)."""
+    loaded.conn.execute("UPDATE pgrag.documents SET metadata = metadata || '{\"all\": true}'")
+    loaded.conn.commit()
+    columns = (
+        "rank, score, chunk_id, document_id, source, title, section, text, vector_rank,"
+        " keyword_rank, vector_distance, keyword_score, metadata, probability"
+    )
+    vectors = configured_embedder(loaded).embed(QUERIES)
+
+    def both(vector: Any, extra: str) -> tuple[list[Any], list[Any]]:
+        lean = loaded.conn.execute(
+            f"SELECT {columns} FROM pgrag.search_v5('docs', NULL, %s{extra})",  # noqa: S608 - fixed
+            (vector,),
+        ).fetchall()
+        general = loaded.conn.execute(
+            f"SELECT {columns} FROM pgrag.search_v5('docs', NULL, %s{extra},"  # noqa: S608 - fixed
+            " filter => '{\"all\": true}')",
+            (vector,),
+        ).fetchall()
+        loaded.conn.commit()
+        return lean, general
+
+    def check(extra: str) -> None:
+        for vector in vectors:
+            lean, general = both(vector, extra)
+            assert lean and len(lean) == len(general), extra
+            for a, b in zip(lean, general, strict=True):
+                assert a[0] == b[0] and a[2:11] == b[2:11] and a[12] == b[12], extra
+                assert a[1] == pytest.approx(b[1], abs=1e-12), extra
+                assert a[11] is None and b[11] is None
+                assert a[13] == pytest.approx(b[13], abs=1e-12), extra
+
+    calls = ("", ", k => 3", ", k => 50", ", k => 3, vector_depth => 5", ", rrf_k => 5")
+    for extra in calls:
+        check(extra)
+    _set_fusion(loaded, {"normalization": "minmax"})
+    check("")
+    _set_fusion(loaded, {"method": "rrf", "rrf_k": 10})
+    check(", k => 7")
+    # Another collection on the same model: its chunks are near the queries too.
+    report = pgrag.ingest_documents(
+        loaded,
+        [from_text(f"other-{i}.md", f"# Refunds\n\n{q}. {q}.") for i, q in enumerate(QUERIES)],
+        collection="other",
+    )
+    assert report.chunks_written == len(QUERIES)
+    for extra in calls:
+        check(extra)
+    sources = {
+        r[0]
+        for v in vectors
+        for r in loaded.conn.execute(
+            "SELECT source FROM pgrag.search_v5('docs', NULL, %s, k => 50)", (v,)
+        ).fetchall()
+    }
+    assert sources and not any(s.startswith("other-") for s in sources)
