@@ -413,10 +413,10 @@ def ef_sweep(
     block: int = 100,
     depth: int | None = None,
 ) -> dict[str, Any]:
-    """search_v5 (k = 10; vector_depth ``depth``, default 40) at each pgrag.ef_search and the recipe's bare statement at each
-    hnsw.ef_search, the two taking turns a block of queries at a time; then, for each
-    search_v5 point, the recipe's fastest point with at least its recall, and the ratio of
-    their p50 latencies."""
+    """search_v5 (k = 10; vector_depth ``depth``, default 40) at each pgrag.ef_search and
+    the recipe's bare statement at each hnsw.ef_search, the two taking turns a block of
+    queries at a time; then, for each search_v5 point, the recipe's fastest point with at
+    least its recall, and the ratio of their p50 latencies."""
     recipe = sql.SQL(RECIPE).format(d=sql.Literal(DIMENSION)).as_string(conn)
     runs: dict[str, dict[int, tuple[list[list[int]], list[float]]]] = {"pgrag": {}, "recipe": {}}
     for ef in EF_VALUES:
