@@ -22,6 +22,9 @@ read; questions are appended as they are written, so a killed run resumes where 
         PYTHONPATH=$PWD .venv-local/bin/python benchmarks/build_docs_set.py cmake \\
         --out ~/.cache/pgrag-bench/cmake-docs --documents 2000 --questions 400
 
+With --questions 0 only the documents are written (no model needed): a corpus for
+``benchmarks/write_path.py --data``.
+
 Nothing here is committed but this script: the set is rebuilt from the installed packages.
 """
 
@@ -176,6 +179,7 @@ def main() -> None:
         done = {json.loads(line)["_id"] for line in queries_path.open(encoding="utf-8")}
     if not qrels_path.exists():
         qrels_path.write_text("query-id\tcorpus-id\tscore\n", encoding="utf-8")
+    queries_path.touch()  # (--questions 0: the documents alone, for benchmarks/write_path.py)
     picks = list(range(len(corpus)))
     rng.shuffle(picks)
     picks = [i for i in picks[: args.questions] if f"q{i}" not in done]

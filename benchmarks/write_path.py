@@ -2,8 +2,10 @@
 
 Issue 19 (item 3): ingest with precomputed vectors at >= 0.5x the pgvector COPY recipe's
 documents/s, index builds included, measured in one run. Data: SQuAD v1.1 dev's 2,067
-paragraphs (``../shared/data/fetch-squad.sh``), each a document (title and text), with its
-all-MiniLM-L6-v2 vector computed once before the timed runs (cached next to the data). Each
+paragraphs (``../shared/data/fetch-squad.sh``), each a document (title and text), or with
+--data the documents of any set `pgrag eval retrieval` reads (a BEIR directory or a SQuAD
+file), each with its all-MiniLM-L6-v2 vector computed once before the timed runs (cached
+next to the data). Each
 run gets a fresh database (migrated to head for pgrag), and the runs take turns, --rounds times:
 
 - **recipe**: pgvector-python's recipe: ``CREATE TABLE items (id bigserial, content text,
@@ -42,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import pgrag  # noqa: E402
-from pgrag.evaluation.datasets import load_squad  # noqa: E402
+from pgrag.evaluation.datasets import load_dataset  # noqa: E402
 from pgrag.ingest.loaders import from_text  # noqa: E402
 
 MARKER = "pgrag benchmark: write_path"
@@ -113,7 +115,13 @@ def pgrag_ingest(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--squad", type=Path, default=SQUAD)
+    parser.add_argument(
+        "--data",
+        "--squad",
+        type=Path,
+        default=SQUAD,
+        help="a SQuAD file or BEIR directory (default: SQuAD v1.1 dev)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--dsn", help="server (default: PGRAG_DSN, PG*, the embedded server)")
     parser.add_argument(
@@ -124,12 +132,16 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    dataset = load_squad(args.squad)
-    docs = [(f"squad:{d.id}", d.title, d.text) for d in dataset.corpus.values()]
-    vectors = paragraph_vectors(
-        [f"{title}\n{text}" for _, title, text in docs],
-        args.squad.with_name("squad-dev-paragraph-vectors.npy"),
+    dataset = load_dataset(args.data)
+    docs = [(f"{dataset.name}:{d.id}", d.title, d.text) for d in dataset.corpus.values()]
+    cache = (
+        args.data / "paragraph-vectors.npy"
+        if args.data.is_dir()
+        else args.data.with_name("squad-dev-paragraph-vectors.npy")
+        if args.data == SQUAD
+        else args.data.with_name(args.data.stem + "-paragraph-vectors.npy")
     )
+    vectors = paragraph_vectors([f"{title}\n{text}" for _, title, text in docs], cache)
     seconds: dict[str, list[float]] = {"recipe": [], "pgrag": [], "pgrag re-ingest": []}
     for r in range(args.rounds):
         dsn = fresh_database(args.dsn, "pgrag_bench_write_recipe", MARKER)
@@ -139,7 +151,7 @@ def main() -> None:
         seconds["pgrag re-ingest"].append(pgrag_ingest(dsn, docs, vectors))
         log(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in seconds.items()))
     n = len(docs)
-    report: dict[str, Any] = {"documents": n, "rounds": args.rounds}
+    report: dict[str, Any] = {"data": dataset.name, "documents": n, "rounds": args.rounds}
     for name, values in seconds.items():
         median = statistics.median(values)
         report[name] = {
