@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from pgrag.text.tokens import TokenCounter, count_all
@@ -63,6 +63,8 @@ _ABBREVIATIONS = frozenset(
 _BLANK_LINE = re.compile(r"\n[ \t\f\v]*(?:\n[ \t\f\v]*)+")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d{1,9}[.)])\s+\S")
 _TABLE_ROW = re.compile(r"^\s*\|.*\|\s*$")
+# A Markdown table's delimiter row, under its header row: | --- | :-: | ---: |
+_TABLE_DELIMITER = re.compile(r"^\s*\|(?:\s*:?-+:?\s*\|)+\s*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _BOUNDARY = re.compile(r"""([.!?]+)(["'\u201d\u2019\u00bb)\]}]*) (?=(\S))""")
 _OPENERS = "\"'\u201c\u2018\u00ab([{*_`"
@@ -118,7 +120,9 @@ def split_sentences(text: str) -> list[str]:
             else:
                 segments[-1].append(line)  # continuation, including lazy list continuation
         for seg in segments:
-            sentences.extend(_split_segment(_WHITESPACE.sub(" ", " ".join(seg)).strip()))
+            joined = _WHITESPACE.sub(" ", " ".join(seg)).strip()
+            # A table row is one unit whatever its cells say: a chunk never ends inside one.
+            sentences.extend([joined] if _TABLE_ROW.match(joined) else _split_segment(joined))
     return sentences
 
 
@@ -196,6 +200,34 @@ def _is_block(unit: str) -> bool:
     return bool(_LIST_ITEM.match(unit) or _TABLE_ROW.match(unit) or _FENCE.match(unit))
 
 
+def table_headers(units: Sequence[str]) -> list[str | None]:
+    """For each unit, the header of the Markdown table it is a body row of (its header row and
+    delimiter row, joined by a newline), else None: what a chunk that starts inside the table
+    repeats first, so that every chunk of a long table says what its columns are. (Units
+    carry no blank lines: rows of pipes right after a table, with only a blank line between,
+    count as more of its rows.)"""
+    out: list[str | None] = [None] * len(units)
+    header: str | None = None
+    k = 0
+    while k < len(units):
+        unit = units[k]
+        if (
+            _TABLE_ROW.match(unit)
+            and k + 1 < len(units)
+            and _TABLE_DELIMITER.match(units[k + 1])
+            and not _TABLE_DELIMITER.match(unit)
+        ):
+            header = f"{unit.strip()}\n{units[k + 1].strip()}"
+            k += 2
+            continue
+        if header is not None and _TABLE_ROW.match(unit):
+            out[k] = header
+        else:
+            header = None
+        k += 1
+    return out
+
+
 def _fit(text: str, counter: TokenCounter, limit: int) -> list[str]:
     """Cut ``text`` into pieces that each count at most ``limit`` tokens on their own."""
     if counter.count(text) <= limit:
@@ -242,34 +274,59 @@ def pack_sentences(
 
 
 def _pack(
-    sentences: list[str], counter: TokenCounter, limit: int, overlap: int
+    sentences: list[str],
+    counter: TokenCounter,
+    limit: int,
+    overlap: int,
+    headers: Sequence[str | None] | None = None,
 ) -> list[tuple[str, int]]:
     """:func:`pack_sentences`, each chunk with its token count. (Each text is counted once:
     a sentence, and a join of units, whose count is kept for the chunk -- tokenising is most
-    of what chunking costs.)"""
+    of what chunking costs.) A chunk that starts at a body row of a Markdown table begins
+    with the table's header (:func:`table_headers`; ``headers``, one per sentence, when the
+    caller packs a slice of a longer list), counted within the limit; a header too long to
+    go with its row is left out."""
     _check_budget(limit, overlap)
     texts: list[str] = []
     blocks: list[bool] = []
     counts: list[int] = []
-    units = [s for s in (sentence.strip() for sentence in sentences) if s]
-    for sentence, count in zip(units, count_all(counter, units), strict=True):  # one batch
+    heads: list[str | None] = []
+    kept = [
+        (s.strip(), h) for s, h in zip(sentences, headers or [None] * len(sentences), strict=True)
+    ]
+    kept = [(s, h) for s, h in kept if s]
+    units = [s for s, _ in kept]
+    found = table_headers(units) if headers is None else [h for _, h in kept]
+    for sentence, count, head in zip(units, count_all(counter, units), found, strict=True):
         pieces = [sentence] if count <= limit else _fit(sentence, counter, limit)
         texts.extend(pieces)
         blocks.extend([_is_block(sentence)] * len(pieces))
         counts.extend([count] if count <= limit else [counter.count(t) for t in pieces])
+        heads.extend([head] * len(pieces))
     n = len(texts)
     known: dict[tuple[int, int], int] = {}
+    head_counts = {h: counter.count(h) for h in set(heads) if h is not None}
+    fits: dict[int, bool] = {}
+
+    def prefixed(a: int) -> bool:
+        """Whether a chunk starting at unit ``a`` begins with its table's header."""
+        head = heads[a]
+        if head is None:
+            return False
+        if a not in fits:
+            fits[a] = counter.count(f"{head}\n{texts[a]}") <= limit
+        return fits[a]
 
     def join(a: int, b: int) -> str:
         out = texts[a]
         for k in range(a + 1, b):
             out += ("\n" if blocks[k - 1] or blocks[k] else " ") + texts[k]
-        return out
+        return f"{heads[a]}\n{out}" if prefixed(a) else out
 
     def tokens(a: int, b: int) -> int:
         if a >= b:
             return 0
-        if b == a + 1:
+        if b == a + 1 and not prefixed(a):
             return counts[a]
         if (a, b) not in known:
             known[(a, b)] = counter.count(join(a, b))
@@ -279,7 +336,8 @@ def _pack(
     i = 0
     while i < n:
         # Estimate the end from per-unit counts, then correct it on the joined text.
-        j, total = i + 1, counts[i]
+        head = heads[i]
+        j, total = i + 1, counts[i] + (head_counts[head] if head and prefixed(i) else 0)
         while j < n and total + counts[j] <= limit:
             total += counts[j]
             j += 1

@@ -45,6 +45,7 @@ from pgrag.text.chunking import (
     markdown_sections,
     split_sentences,
     stream_sections,
+    table_headers,
 )
 from pgrag.text.tokens import TokenCounter
 
@@ -271,8 +272,9 @@ def _chunks(
             pieces = segment(
                 counts, found, threshold, limit=limit, min_tokens=min_tokens, joined=joined
             )
+        heads = table_headers(units)  # (a piece that starts inside a table repeats its header)
         for a, b in pieces:
-            for text, count in _pack(units[a:b], counter, limit, overlap):
+            for text, count in _pack(units[a:b], counter, limit, overlap, heads[a:b]):
                 yield Chunk(text=text, section=section.path, token_count=count)
 
 

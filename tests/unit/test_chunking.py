@@ -14,6 +14,7 @@ from pgrag.text.chunking import (
     markdown_sections,
     pack_sentences,
     split_sentences,
+    table_headers,
 )
 from pgrag.text.tokens import HFTokenCounter, counter_for
 
@@ -126,6 +127,81 @@ def test_list_items_and_table_rows_are_their_own_sentences() -> None:
         "| 1 | 2 |",
         "trailing text",
     ]
+
+
+def test_a_table_row_is_one_unit_whatever_its_cells_say() -> None:
+    # Sentence ends inside a cell do not cut the row: a chunk never ends inside one.
+    text = "| Dr. Smith | Born 1950. Died 2000. |\n|---|---|\nAfter. Two."
+    assert split_sentences(text) == [
+        "| Dr. Smith | Born 1950. Died 2000. |",
+        "|---|---|",
+        "After.",
+        "Two.",
+    ]
+
+
+def _table(rows: int, cols: int = 3) -> str:
+    header = "| " + " | ".join(f"col{c}" for c in range(cols)) + " |"
+    delimiter = "|" + "---|" * cols
+    body = ["| " + " | ".join(f"r{r}c{c}" for c in range(cols)) + " |" for r in range(rows)]
+    return "\n".join([header, delimiter, *body])
+
+
+def test_table_headers_name_each_body_row_and_stop_with_the_table() -> None:
+    units = split_sentences(
+        "Intro.\n\n" + _table(2, 2) + "\n\nMiddle.\n\n| x | y |\n| :-- | --: |\n| 1 | 2 |"
+        "\n\nEnd.\n\n| not | a table |\n| no | delimiter |"
+    )
+    heads = table_headers(units)
+    first = "| col0 | col1 |\n|---|---|"
+    assert list(zip(units, heads, strict=True)) == [
+        ("Intro.", None),
+        ("| col0 | col1 |", None),
+        ("|---|---|", None),
+        ("| r0c0 | r0c1 |", first),
+        ("| r1c0 | r1c1 |", first),
+        ("Middle.", None),
+        ("| x | y |", None),
+        ("| :-- | --: |", None),
+        ("| 1 | 2 |", "| x | y |\n| :-- | --: |"),
+        ("End.", None),
+        ("| not | a table |", None),
+        ("| no | delimiter |", None),
+    ]
+
+
+@pytest.mark.parametrize("counter", ["words", "real"])
+def test_every_chunk_of_a_long_table_starts_with_its_header(counter: str) -> None:
+    tokens = WORDS if counter == "words" else _real()
+    text = "# Prices\n\nThe price list follows.\n\n" + _table(80) + "\n\nThat is all."
+    chunks = chunk_text(text, tokens, limit=60, overlap=10, markdown=True)
+    assert len(chunks) > 3
+    header = "| col0 | col1 | col2 |\n|---|---|---|"
+    rows_seen: set[str] = set()
+    for chunk in chunks:
+        assert chunk.token_count == tokens.count(chunk.text) <= 60
+        lines = chunk.text.split("\n")
+        body = [line for line in lines if re.fullmatch(r"\| r\d+c0 \| r\d+c1 \| r\d+c2 \|", line)]
+        rows_seen.update(body)
+        if body and lines[0] != "| col0 | col1 | col2 |":
+            # only the first chunk may reach the table from the text before it
+            assert chunk is chunks[0] and "The price list follows." in chunk.text
+        if body and chunk is not chunks[0]:
+            assert chunk.text.startswith(header + "\n"), chunk.text[:80]
+        # whole rows only
+        for line in lines:
+            assert not line.startswith("|") or line.endswith("|"), line
+    assert len(rows_seen) == 80
+
+
+def test_a_header_too_long_to_go_with_its_row_is_left_out() -> None:
+    wide = "| " + " | ".join(f"h{k}" for k in range(30)) + " |"
+    text = wide + "\n|" + "---|" * 30 + "\n" + "\n".join(f"| r{k} |" for k in range(20))
+    # A word counter: the header alone is 61 "tokens", over the limit with any row.
+    chunks = chunk_text(text, WORDS, limit=40, overlap=0, markdown=True)
+    assert all(c.token_count <= 40 for c in chunks)
+    assert sum(c.text.count("| r") for c in chunks) == 20
+    assert not any(c.text.startswith("| h0") and "| r" in c.text for c in chunks[1:])
 
 
 def test_split_empty() -> None:
