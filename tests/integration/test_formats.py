@@ -105,6 +105,46 @@ def test_a_json_lines_metadata_change_is_stored_without_embedding(
     assert len(hits) == 1
 
 
+# -- CSV ------------------------------------------------------------------------------------
+
+
+def test_a_csv_is_a_table_whose_every_chunk_names_its_columns(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "sheets"
+    folder.mkdir()
+    rows = "".join(
+        f"WX-{i:03d},Widget model {i},{10 + i * 3} EUR,ships in {i % 7 + 1} days\n"
+        for i in range(120)
+    )
+    (folder / "prices.csv").write_text("sku,product,price,delivery\n" + rows)
+    (folder / "offices.tsv").write_text("city\topens\nLisbon\t8:00\nPorto\t9:30\n")
+    (folder / "broken.csv").write_bytes(b"sku,price\n\x00\x01\x02 binary\n")
+    (folder / "notes.md").write_text("# Notes\n\nThe price list is in prices.csv.\n")
+    report = pgrag.ingest(db, [folder], collection="sheets")
+    assert report.count("added") == 3, report.files
+    [failed] = report.failed
+    assert failed.path.endswith("broken.csv") and "\n" not in (failed.reason or "")
+    chunks = db.conn.execute(
+        "SELECT c.content, d.metadata ->> 'format' FROM pgrag.chunks c"
+        " JOIN pgrag.documents d ON d.id = c.document_id"
+        " WHERE d.source LIKE '%%prices.csv' ORDER BY c.ordinal"
+    ).fetchall()
+    assert len(chunks) > 3 and {f for _, f in chunks} == {"csv"}
+    header = "| sku | product | price | delivery |\n| --- | --- | --- | --- |\n"
+    assert all(text.startswith(header) for text, _ in chunks)
+    assert sum(text.count("| WX-") for text, _ in chunks) >= 120  # every row (some overlap)
+    # A question about one row finds the chunk with that row, and the chunk says what the
+    # columns are.
+    hits = pgrag.search(db, "WX-097 price", collection="sheets", mode="keyword", k=3)
+    assert "| WX-097 | Widget model 97 | 301 EUR | ships in 7 days |" in hits[0].text
+    assert hits[0].text.startswith(header)
+    tsv = pgrag.search(db, "when does the Porto office open", collection="sheets", k=3)
+    assert any("| Porto | 9:30 |" in h.text and h.text.startswith("| city | opens |") for h in tsv)
+    # Unchanged files are skipped; a removed one is pruned.
+    (folder / "offices.tsv").unlink()
+    again = pgrag.ingest(db, [folder], collection="sheets", prune=True)
+    assert (again.count("unchanged"), again.count("deleted")) == (2, 1), again.files
+
+
 # -- the registry: a format is one module ----------------------------------------------------
 
 

@@ -258,7 +258,7 @@ def test_boilerplate_removal_never_drops_the_page_itself() -> None:
 
 def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
     assert [f.name for f in formats.formats()] == [
-        "parquet", "pdf", "html", "jsonl", "markdown", "text"
+        "parquet", "pdf", "html", "jsonl", "csv", "markdown", "text"
     ]  # fmt: skip
     assert dict(formats.suffixes()) == {
         ".parquet": "parquet",
@@ -268,6 +268,8 @@ def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
         ".xhtml": "html",
         ".jsonl": "jsonl",
         ".ndjson": "jsonl",
+        ".csv": "csv",
+        ".tsv": "csv",
         ".md": "markdown",
         ".markdown": "markdown",
         ".txt": "text",
