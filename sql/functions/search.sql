@@ -179,6 +179,8 @@ DECLARE
     v_joined        boolean;
     v_found         boolean;
     v_ef_setting    text;
+    v_timeout_setting text;
+    v_timeouts_valid boolean := true;
 BEGIN
     -- Bounds every caller meets, before anything is read (docs/search.md#limits): each a
     -- one-line error naming the argument and its limit, never a raw PostgreSQL one.
@@ -222,8 +224,9 @@ BEGIN
     -- 0.4, 0.6, temperature 0.5 for z-scores, 0.1 for min-max).
     -- The collection, read once for the fusion, the model and the lean statement below (the
     -- general path reads it again, and names it when it is missing).
-    SELECT c.id, c.model_id, c.text_config, c.settings -> 'fusion', c.settings ->> 'ef_search'
-      INTO v_collection_id, v_active, v_config_name, v_fusion, v_ef_setting
+    SELECT c.id, c.model_id, c.text_config, c.settings -> 'fusion', c.settings ->> 'ef_search',
+           c.settings ->> 'search_timeout'
+      INTO v_collection_id, v_active, v_config_name, v_fusion, v_ef_setting, v_timeout_setting
       FROM pgrag.collections c WHERE c.name = collection;
     v_found := FOUND;
     IF rrf_k IS NULL OR vector_weight IS NULL OR keyword_weight IS NULL OR temperature IS NULL THEN
@@ -314,10 +317,24 @@ BEGIN
         END IF;
     END IF;
 
+    -- The time limit's settings, checked as the general path checks them (which reports a bad
+    -- one): the lean statements below do not use the limit, but a bad setting must fail every
+    -- search, not only those that take the general path. Unset, they cost nothing here.
+    FOREACH v_text IN ARRAY ARRAY[v_timeout_setting, current_setting('pgrag.search_timeout', true)] LOOP
+        CONTINUE WHEN coalesce(btrim(v_text), '') = '' OR btrim(v_text) ~ '^\d+(\.\d+)?$';
+        BEGIN
+            v_timeouts_valid := v_timeouts_valid
+                                AND extract(epoch FROM btrim(v_text)::interval) >= 0;
+        EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow
+                       OR interval_field_overflow OR numeric_value_out_of_range THEN
+            v_timeouts_valid := false;
+        END;
+    END LOOP;
+
     -- The lean statement, for valid arguments only (the general path below names what is wrong
     -- with others).
     -- ('NaN' sorts above 'Infinity' in PostgreSQL, so "< 'Infinity'" excludes both.)
-    IF query_embedding IS NULL AND (filter IS NULL OR filter = '{}'::jsonb)
+    IF query_embedding IS NULL AND (filter IS NULL OR filter = '{}'::jsonb) AND v_timeouts_valid
        AND k BETWEEN 1 AND 1000 AND rrf_k >= 1
        AND keyword_weight > 0 AND keyword_weight < 'Infinity'
        AND vector_weight >= 0 AND vector_weight < 'Infinity'
@@ -402,8 +419,9 @@ BEGIN
     -- arm beside the recipe). The tests check that both paths agree.
     <<lean_vector>>
     BEGIN
-        EXIT lean_vector WHEN NOT (
+        EXIT lean_vector WHEN NOT coalesce(
             query_text IS NULL AND query_embedding IS NOT NULL AND v_found AND v_model_id IS NOT NULL
+            AND v_timeouts_valid
             AND (filter IS NULL OR filter = '{}'::jsonb)
             AND k BETWEEN 1 AND 1000 AND rrf_k >= 1
             AND vector_weight > 0 AND vector_weight < 'Infinity'
@@ -413,17 +431,18 @@ BEGIN
             AND (keyword_depth IS NULL OR keyword_depth BETWEEN 1 AND 10000)
             AND (postings_per_term IS NULL OR postings_per_term >= 1)
             AND coalesce(btrim(current_setting('pgrag.principals', true)), '') = ''
-            AND (session_user = current_user OR pgrag.unrestricted_role()));
+            AND (session_user = current_user OR pgrag.unrestricted_role()), false);
         SELECT m.dimension, m.distance, m.index_type INTO v_dimension, v_distance, v_vtype
           FROM pgrag.embedding_models m WHERE m.id = v_model_id;
         -- The general path's checks of the vector, as one static statement: its dimension, and
-        -- a norm whose square single precision holds (between 1e-15 and 1e15; computed in
-        -- double precision, which for a vector index gives the same verdict). A halfvec
-        -- index, whose range is narrower, is checked by the general path.
+        -- a norm well inside the range the general path accepts (its squared length, summed
+        -- in single precision, between 1e-30 and 1e30): a vector near either bound, where
+        -- single precision's rounding decides, goes on to the general path. A halfvec index,
+        -- whose range is narrower, is checked there too.
         SELECT count(*), sqrt(sum(x::float8 * x::float8)) INTO v_qdims, v_norm
           FROM unnest(query_embedding::real[]) x;
         EXIT lean_vector WHEN v_vtype <> 'vector' OR v_qdims <> v_dimension
-                              OR NOT (v_norm >= 1e-15 AND v_norm <= 1e15);
+                              OR NOT (v_norm >= 1.01e-15 AND v_norm <= 0.99e15);
         v_text := coalesce(nullif(btrim(current_setting('pgrag.ef_search', true)), ''),
                            nullif(btrim(v_ef_setting), ''));
         v_ef := CASE WHEN v_text ~ '^[0-9]{1,4}$' THEN v_text::integer END;

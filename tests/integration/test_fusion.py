@@ -445,3 +445,62 @@ def test_vector_only_search_agrees_with_the_general_path(loaded: Database) -> No
         ).fetchall()
     }
     assert sources and not any(s.startswith("other-") for s in sources)
+
+
+def test_what_the_lean_vector_steps_leave_to_the_general_path(loaded: Database) -> None:
+    """Found by review: a NULL k, a vector whose norm sits at a bound the general path checks
+    in single precision, and a bad time-limit setting are the general path's to refuse, in
+    the lean steps' case as in a filtered search's."""
+    conn = loaded.conn
+    one = "(SELECT embedding FROM pgrag.chunk_embeddings LIMIT 1)"
+    cases = {
+        f"{one}, k => NULL": "k must be between 1 and 1000",
+        f"{one}, k => NULL, vector_depth => 10000": "k must be between 1 and 1000",
+        # norm 9.9999982e14, squared length 1.00000017e30 in single precision
+        "array_fill(51031027220480::real, ARRAY[384])::vector": "single precision",
+        # norm 1.00000006e-15, squared length 9.99998e-31 in single precision
+        "(array_fill(2.499997891486366e-16::real, ARRAY[16])"
+        " || array_fill(7e-20::real, ARRAY[368]))::vector": "single precision",
+    }
+    for args, message in cases.items():
+        for extra in ("", ', filter => \'{"$not": {"zz": 1}}\''):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match=message):
+                conn.execute(f"SELECT * FROM pgrag.search_v5('docs', NULL, {args}{extra})")  # noqa: S608 - fixed cases
+            conn.rollback()
+    # A bad time limit fails every search, lean (vector or keyword) or not.
+    vector = conn.execute("SELECT embedding FROM pgrag.chunk_embeddings LIMIT 1").fetchone()[0]
+    for setting in ("soon", "-5s"):
+        for where in ("session", "collection"):
+            if where == "session":
+                conn.execute("SELECT set_config('pgrag.search_timeout', %s, false)", (setting,))
+            else:
+                conn.execute(
+                    "UPDATE pgrag.collections SET settings = settings"
+                    " || jsonb_build_object('search_timeout', %s::text) WHERE name = 'docs'",
+                    (setting,),
+                )
+            conn.commit()
+            for query, vec in (("refund", None), (None, vector), ("refund", vector)):
+                with pytest.raises(psycopg.errors.InvalidParameterValue, match="search_timeout"):
+                    conn.execute(
+                        "SELECT * FROM pgrag.search_v5('docs', %s, %s)", (query, vec)
+                    ).fetchall()
+                conn.rollback()
+            conn.execute("SELECT set_config('pgrag.search_timeout', '', false)")
+            conn.execute(
+                "UPDATE pgrag.collections SET settings = settings - 'search_timeout'"
+                " WHERE name = 'docs'"
+            )
+            conn.commit()
+    # Good settings, as milliseconds or a duration, leave the lean steps to answer.
+    plain = conn.execute("SELECT * FROM pgrag.search_v5('docs', NULL, %s)", (vector,)).fetchall()
+    words = conn.execute("SELECT * FROM pgrag.search_v5('docs', 'refund')").fetchall()
+    assert plain and words
+    for setting in ("10s", "2500"):
+        conn.execute("SELECT set_config('pgrag.search_timeout', %s, false)", (setting,))
+        assert (
+            conn.execute("SELECT * FROM pgrag.search_v5('docs', NULL, %s)", (vector,)).fetchall()
+            == plain
+        )
+        assert conn.execute("SELECT * FROM pgrag.search_v5('docs', 'refund')").fetchall() == words
+    conn.rollback()
