@@ -231,3 +231,88 @@ def squad_file(path: Path) -> Path:
     }
     path.write_text(json.dumps(data), encoding="utf-8")
     return path
+
+
+# -- office files, written by their libraries from known content -------------------------------
+
+PRICE_ROWS = [(f"WX-{i:03d}", f"Widget model {i}", 10 + 3 * i) for i in range(60)]
+
+
+def write_docx(path: Path) -> Path:
+    import docx
+
+    doc = docx.Document()
+    doc.core_properties.title = "Supplier handbook"
+    doc.add_paragraph("Supplier handbook", style="Title")
+    doc.add_heading("Ordering", level=1)
+    doc.add_paragraph("Orders are placed through the portal. Each order needs a purchase number.")
+    doc.add_heading("Lead times", level=2)
+    doc.add_paragraph("Standard parts ship within five working days.", style="List Bullet")
+    doc.add_paragraph("Custom parts ship within six weeks.", style="List Bullet")
+    doc.add_heading("Price list", level=1)
+    doc.add_paragraph("# not a heading: a paragraph that starts with a hash")
+    table = doc.add_table(rows=1, cols=3)
+    for cell, text in zip(table.rows[0].cells, ("SKU", "Product", "Price (EUR)"), strict=True):
+        cell.text = text
+    for sku, product, price in PRICE_ROWS:
+        cells = table.add_row().cells
+        cells[0].text, cells[1].text, cells[2].text = sku, product, str(price)
+    doc.add_heading("Returns", level=1)
+    doc.add_paragraph("Damaged goods are returned | within 30 days of delivery.")
+    doc.save(str(path))
+    return path
+
+
+def write_xlsx(path: Path) -> Path:
+    import datetime as dt
+
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Prices"
+    sheet.append(["SKU", "Product", "Price (EUR)", "Listed"])
+    for i, (sku, product, price) in enumerate(PRICE_ROWS):
+        sheet.append([sku, product, float(price), dt.date(2026, 1, 1 + i % 28)])
+    offices = book.create_sheet("Offices")
+    offices.append([None])  # a leading empty row: the header is the first row with values
+    offices.append(["City", "Opens", "Staff"])
+    offices.append(["Lisbon", dt.time(8, 0), 12])
+    offices.append(["Porto", dt.time(9, 30), 7.5])
+    book.properties.title = "Price workbook"
+    book.save(str(path))
+    return path
+
+
+def write_pptx(path: Path) -> Path:
+    import pptx
+    from pptx.util import Inches
+
+    deck = pptx.Presentation()
+    layout = deck.slide_layouts[1]  # title and content
+    slides = [
+        (
+            "Quarterly review",
+            ["Revenue grew 12% over the quarter", "Costs were flat"],
+            "Mention the Lisbon launch.",
+        ),
+        ("Hiring plan", ["Two engineers in Porto", "One designer"], ""),
+    ]
+    for heading, bullets, notes in slides:
+        slide = deck.slides.add_slide(layout)
+        slide.shapes.title.text = heading
+        body = slide.placeholders[1].text_frame
+        body.text = bullets[0]
+        for bullet in bullets[1:]:
+            body.add_paragraph().text = bullet
+        if notes:
+            slide.notes_slide.notes_text_frame.text = notes
+    slide = deck.slides.add_slide(deck.slide_layouts[5])  # title only
+    slide.shapes.title.text = "Regional figures"
+    shape = slide.shapes.add_table(3, 2, Inches(1), Inches(2), Inches(6), Inches(2))
+    for r, row in enumerate([("Region", "Sales"), ("North", "120"), ("South", "95")]):
+        for c, text in enumerate(row):
+            shape.table.cell(r, c).text = text
+    deck.core_properties.title = "Board deck"
+    deck.save(str(path))
+    return path

@@ -17,6 +17,7 @@ from pgrag.errors import InputError, SkippedInput
 from pgrag.ingest import budget, formats
 from pgrag.ingest.document import LoadedFile, file_metadata, from_text, name_title
 from pgrag.ingest.formats import SNIFF_BYTES, Format
+from pgrag.ingest.formats._base import ZIP_MAGIC, zip_members
 from pgrag.ingest.formats.jsonl import JsonlFields
 from pgrag.ingest.report import Seen
 
@@ -152,7 +153,8 @@ def _format(head: bytes, path: Path) -> Format:
         raise InputError("file is empty; nothing to ingest")
     if head.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputError("is UTF-16 text; convert it to UTF-8, e.g. `iconv -f utf-16 -t utf-8`")
-    fmt = formats.format_of(head, path.suffix.lower())
+    members = zip_members(path) if head.startswith(ZIP_MAGIC) else frozenset()
+    fmt = formats.format_of(head, path.suffix.lower(), members)
     nul = head.find(b"\0")
     if not fmt.binary and nul >= 0:
         suffix = path.suffix or "(none)"

@@ -12,7 +12,17 @@ import pgrag
 from pgrag.db.connect import Database
 from pgrag.ingest import formats, loaders
 from pgrag.ingest.formats import sniff
-from tests.samples import HTML, RST_FORMAT, load_one, package_with, write_jsonl, write_pdf
+from tests.samples import (
+    HTML,
+    RST_FORMAT,
+    load_one,
+    package_with,
+    write_docx,
+    write_jsonl,
+    write_pdf,
+    write_pptx,
+    write_xlsx,
+)
 
 
 def test_html_sections_become_the_chunks_section_path(db: Database, tmp_path: Path) -> None:
@@ -142,6 +152,42 @@ def test_a_csv_is_a_table_whose_every_chunk_names_its_columns(db: Database, tmp_
     # Unchanged files are skipped; a removed one is pruned.
     (folder / "offices.tsv").unlink()
     again = pgrag.ingest(db, [folder], collection="sheets", prune=True)
+    assert (again.count("unchanged"), again.count("deleted")) == (2, 1), again.files
+
+
+# -- office files -----------------------------------------------------------------------------
+
+
+def test_word_excel_and_powerpoint_files_are_asked_about(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "office"
+    folder.mkdir()
+    write_docx(folder / "handbook.docx")
+    write_xlsx(folder / "prices.xlsx")
+    write_pptx(folder / "board.pptx")
+    (folder / "damaged.docx").write_bytes((folder / "handbook.docx").read_bytes()[:3000])
+    report = pgrag.ingest(db, [folder], collection="office")
+    assert report.count("added") == 3, report.files
+    [failed] = report.failed
+    assert failed.path.endswith("damaged.docx") and "Word" in (failed.reason or "")
+    rows = db.conn.execute(
+        "SELECT d.metadata ->> 'format', c.section, c.content FROM pgrag.chunks c"
+        " JOIN pgrag.documents d ON d.id = c.document_id ORDER BY d.source, c.ordinal"
+    ).fetchall()
+    assert {f for f, _, _ in rows} == {"docx", "xlsx", "pptx"}
+    sections = {(f, s) for f, s, _ in rows}
+    assert ("docx", "Ordering > Lead times") in sections
+    assert ("pptx", "Slide 1: Quarterly review") in sections
+    assert ("xlsx", "Offices") in sections
+    # an answer that sits in a table cell, a slide's notes and a sheet
+    hit = pgrag.search(db, "price of WX-042", collection="office", mode="keyword", k=3)[0]
+    assert "| WX-042 | Widget model 42 | 136 |" in hit.text and hit.text.startswith("| SKU |")
+    hits = pgrag.search(db, "Lisbon launch", collection="office", k=3)
+    assert any("Notes: Mention the Lisbon launch." in h.text for h in hits)
+    hits = pgrag.search(db, "when does the Porto office open", collection="office", k=5)
+    assert any("| Porto | 09:30:00 | 7.5 |" in h.text for h in hits)
+    # unchanged files are skipped; a removed one is pruned
+    (folder / "board.pptx").unlink()
+    again = pgrag.ingest(db, [folder], collection="office", prune=True)
     assert (again.count("unchanged"), again.count("deleted")) == (2, 1), again.files
 
 

@@ -258,9 +258,12 @@ def test_boilerplate_removal_never_drops_the_page_itself() -> None:
 
 def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
     assert [f.name for f in formats.formats()] == [
-        "parquet", "pdf", "html", "jsonl", "csv", "markdown", "text"
+        "docx", "xlsx", "pptx", "parquet", "pdf", "html", "jsonl", "csv", "markdown", "text"
     ]  # fmt: skip
     assert dict(formats.suffixes()) == {
+        ".docx": "docx",
+        ".xlsx": "xlsx",
+        ".pptx": "pptx",
         ".parquet": "parquet",
         ".pdf": "pdf",
         ".html": "html",

