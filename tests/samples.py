@@ -316,3 +316,30 @@ def write_pptx(path: Path) -> Path:
     deck.core_properties.title = "Board deck"
     deck.save(str(path))
     return path
+
+
+def write_epub(path: Path) -> Path:
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("pgrag-test-book")
+    book.set_title("The Harbour Keeper")
+    book.set_language("en")
+    book.add_author("A. Writer")
+    chapters = []
+    texts = [
+        ("The lighthouse", "<h1>The lighthouse</h1><p>The lamp was lit at dusk by Mara.</p>"),
+        ("Storm", "<p>The storm broke the north mooring on the third night.</p>"),
+        ("Morning", "<h2>After</h2><p>By morning the ferry to Calder Island ran again.</p>"),
+    ]
+    for n, (label, body) in enumerate(texts, 1):
+        chapter = epub.EpubHtml(title=label, file_name=f"chap_{n}.xhtml", lang="en")
+        chapter.content = f"<html><body>{body}</body></html>"
+        book.add_item(chapter)
+        chapters.append(chapter)
+    book.toc = chapters
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = ["nav", *chapters]
+    epub.write_epub(str(path), book)
+    return path

@@ -18,6 +18,7 @@ from tests.samples import (
     load_one,
     package_with,
     write_docx,
+    write_epub,
     write_jsonl,
     write_pdf,
     write_pptx,
@@ -158,22 +159,23 @@ def test_a_csv_is_a_table_whose_every_chunk_names_its_columns(db: Database, tmp_
 # -- office files -----------------------------------------------------------------------------
 
 
-def test_word_excel_and_powerpoint_files_are_asked_about(db: Database, tmp_path: Path) -> None:
+def test_word_excel_powerpoint_and_epub_files_are_asked_about(db: Database, tmp_path: Path) -> None:
     folder = tmp_path / "office"
     folder.mkdir()
     write_docx(folder / "handbook.docx")
     write_xlsx(folder / "prices.xlsx")
     write_pptx(folder / "board.pptx")
+    write_epub(folder / "harbour.epub")
     (folder / "damaged.docx").write_bytes((folder / "handbook.docx").read_bytes()[:3000])
     report = pgrag.ingest(db, [folder], collection="office")
-    assert report.count("added") == 3, report.files
+    assert report.count("added") == 4, report.files
     [failed] = report.failed
     assert failed.path.endswith("damaged.docx") and "Word" in (failed.reason or "")
     rows = db.conn.execute(
         "SELECT d.metadata ->> 'format', c.section, c.content FROM pgrag.chunks c"
         " JOIN pgrag.documents d ON d.id = c.document_id ORDER BY d.source, c.ordinal"
     ).fetchall()
-    assert {f for f, _, _ in rows} == {"docx", "xlsx", "pptx"}
+    assert {f for f, _, _ in rows} == {"docx", "xlsx", "pptx", "epub"}
     sections = {(f, s) for f, s, _ in rows}
     assert ("docx", "Ordering > Lead times") in sections
     assert ("pptx", "Slide 1: Quarterly review") in sections
@@ -185,10 +187,12 @@ def test_word_excel_and_powerpoint_files_are_asked_about(db: Database, tmp_path:
     assert any("Notes: Mention the Lisbon launch." in h.text for h in hits)
     hits = pgrag.search(db, "when does the Porto office open", collection="office", k=5)
     assert any("| Porto | 09:30:00 | 7.5 |" in h.text for h in hits)
+    hits = pgrag.search(db, "which mooring did the storm break", collection="office", k=3)
+    assert hits[0].section == "Storm" and hits[0].metadata["format"] == "epub"
     # unchanged files are skipped; a removed one is pruned
     (folder / "board.pptx").unlink()
     again = pgrag.ingest(db, [folder], collection="office", prune=True)
-    assert (again.count("unchanged"), again.count("deleted")) == (2, 1), again.files
+    assert (again.count("unchanged"), again.count("deleted")) == (3, 1), again.files
 
 
 # -- the registry: a format is one module ----------------------------------------------------

