@@ -132,8 +132,10 @@ def prune_missing(
         # empty (an unmounted share): nothing under it is judged gone.
         failed = tuple(seen.failed_files)
         failed_dirs = tuple(f.rstrip(os.sep) + os.sep for f in failed)
-        for doc_id, source, fmt, record, chunks in rows:
-            file = source[: -len(record) - 1] if fmt == "jsonl" and record else source
+        for doc_id, source, _fmt, record, chunks in rows:
+            # (a record of a file of many documents, JSON Lines, Parquet or mail: FILE#ID)
+            many = record and source.endswith("#" + record)
+            file = source[: -len(record) - 1] if many else source
             if source in seen.sources or file in failed or file.startswith(failed_dirs):
                 continue
             if not _walked(file, directories):
