@@ -343,3 +343,77 @@ def write_epub(path: Path) -> Path:
     book.spine = ["nav", *chapters]
     epub.write_epub(str(path), book)
     return path
+
+
+def mail_message(
+    subject: str, body: str, *, sender: str = "Ana Silva <ana@example.com>", msgid: str = ""
+) -> Any:
+    from email.message import EmailMessage
+
+    message = EmailMessage()
+    message["From"] = sender
+    message["To"] = "Team <team@example.com>"
+    message["Date"] = "Thu, 03 Dec 2026 09:15:00 +0000"
+    message["Subject"] = subject
+    message["Message-ID"] = msgid or f"<{abs(hash(subject)) % 10**8}@example.com>"
+    message.set_content(body)
+    return message
+
+
+def write_eml(path: Path, tmp: Path) -> Path:
+    """A message with an HTML alternative and attachments: a CSV, a Word file, a message of
+    its own, an inline image (skipped) and a damaged PDF (which fails on its own line)."""
+    import email.policy
+
+    message = mail_message(
+        "Supplier prices for 2027",
+        "Hello team,\n\nThe new price list is attached. The Lisbon depot closes on Fridays.\n",
+        msgid="<prices-2027@example.com>",
+    )
+    message.add_alternative(
+        "<p>Hello team,</p><p>The new <b>price list</b> is attached.</p>", subtype="html"
+    )
+    message.add_attachment(
+        b"sku,price\nWX-001,13 EUR\nWX-002,16 EUR\n",
+        maintype="text",
+        subtype="csv",
+        filename="prices.csv",
+    )
+    docx_bytes = write_docx(tmp / "handbook.docx").read_bytes()
+    message.add_attachment(
+        docx_bytes,
+        maintype="application",
+        subtype="vnd.openxmlformats-officedocument.wordprocessingml.document",
+        filename="handbook.docx",
+    )
+    inner = mail_message(
+        "Re: depot hours", "The Porto depot opens at 7:30.", msgid="<hours@example.com>"
+    )
+    message.add_attachment(inner)
+    message.add_attachment(
+        b"\x89PNG\r\n\x1a\n",
+        maintype="image",
+        subtype="png",
+        filename="logo.png",
+        disposition="inline",
+    )
+    message.add_attachment(
+        b"%PDF-1.4 broken", maintype="application", subtype="pdf", filename="scan.pdf"
+    )
+    path.write_bytes(message.as_bytes(policy=email.policy.SMTP))
+    return path
+
+
+def write_mbox(path: Path) -> Path:
+    import mailbox
+
+    box = mailbox.mbox(path)
+    for subject, body, msgid in (
+        ("Holiday rota", "Marta covers the help desk on 24 December.", "<rota@example.com>"),
+        ("Parking", "The car park is closed for resurfacing next week.", "<parking@example.com>"),
+        ("Parking", "Correction: the car park closes the week after.", "<parking@example.com>"),
+    ):
+        box.add(mail_message(subject, body, msgid=msgid))
+    box.flush()
+    box.close()
+    return path

@@ -126,18 +126,19 @@ def ingest(
     as_json: bool,
 ) -> None:
     """Chunk, embed and index files and directories: Markdown, text, HTML, PDF, JSON Lines,
-    CSV, Word, Excel, PowerPoint, EPUB, Parquet.
+    CSV, mail, Word, Excel, PowerPoint, EPUB, Parquet.
 
     The content decides the format (a directory walk picks .md .markdown .txt .text .html .htm
-    .xhtml .pdf .jsonl .ndjson .csv .tsv .docx .xlsx .pptx .epub .parquet). A CSV is one table,
-    its first row the header, which every chunk of it repeats; Word, Excel, PowerPoint and EPUB
-    files need pip install 'pgrag[office]'. Unchanged files are skipped (with --allow, their
-    access is updated without re-embedding); in a changed one only the chunks whose text changed
-    are embedded again. A file that cannot be read is reported on one line and the others are
-    still ingested; the exit status is then 1. With --contextual each new chunk also gets a
-    context line from the configured language model. A JSON Lines record or Parquet row (pip
-    install 'pgrag[parquet]') with an embedding field brings its own vector: it is stored as one
-    chunk with it, and not embedded.
+    .xhtml .pdf .jsonl .ndjson .csv .tsv .docx .xlsx .pptx .epub .eml .mbox .parquet). A CSV is
+    one table, its first row the header, which every chunk of it repeats; Word, Excel,
+    PowerPoint and EPUB files need pip install 'pgrag[office]'. Each attachment of a message
+    (.eml, .mbox) that pgrag reads is a document of its own. Unchanged files are skipped (with
+    --allow, their access is updated without re-embedding); in a changed one only the chunks
+    whose text changed are embedded again. A file that cannot be read is reported on one line
+    and the others are still ingested; the exit status is then 1. With --contextual each new
+    chunk also gets a context line from the configured language model. A JSON Lines record or
+    Parquet row (pip install 'pgrag[parquet]') with an embedding field brings its own vector: it
+    is stored as one chunk with it, and not embedded.
     """
     # `kill`, systemd and Kubernetes stop with SIGTERM: unwind normally, so an interrupted
     # bulk load still rebuilds the index it dropped.

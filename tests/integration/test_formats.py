@@ -18,8 +18,10 @@ from tests.samples import (
     load_one,
     package_with,
     write_docx,
+    write_eml,
     write_epub,
     write_jsonl,
+    write_mbox,
     write_pdf,
     write_pptx,
     write_xlsx,
@@ -82,6 +84,30 @@ def test_jsonl_ingest_updates_one_record_and_removes_a_vanished_one(
     )
     sources = {r[0] for r in db.conn.execute("SELECT source FROM pgrag.documents").fetchall()}
     assert sources == {f"{path.resolve()}#r{i}" for i in range(4)}
+
+
+def test_prune_removes_the_rows_of_a_parquet_file_gone_from_its_directory(
+    db: Database, tmp_path: Path
+) -> None:
+    # (Found while adding mail: only JSON Lines records were matched to their file, so the rows
+    # of a deleted Parquet file were never pruned.)
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder = tmp_path / "tables"
+    folder.mkdir()
+    for name in ("a", "b"):
+        rows = {
+            "id": [f"{name}1", f"{name}2"],
+            "text": [f"Row one of {name}.", f"Row two of {name}."],
+        }
+        pq.write_table(pa.table(rows), folder / f"{name}.parquet")
+    assert pgrag.ingest(db, [folder], collection="pq").count("added") == 4
+    (folder / "b.parquet").unlink()
+    report = pgrag.ingest(db, [folder], collection="pq", prune=True)
+    assert (report.count("unchanged"), report.count("deleted")) == (2, 2), report.files
+    sources = {r[0] for r in db.conn.execute("SELECT source FROM pgrag.documents").fetchall()}
+    assert sources == {f"{(folder / 'a.parquet').resolve()}#a{i}" for i in (1, 2)}
 
 
 def test_search_sees_pdf_html_and_jsonl_together(db: Database, tmp_path: Path) -> None:
@@ -193,6 +219,40 @@ def test_word_excel_powerpoint_and_epub_files_are_asked_about(db: Database, tmp_
     (folder / "board.pptx").unlink()
     again = pgrag.ingest(db, [folder], collection="office", prune=True)
     assert (again.count("unchanged"), again.count("deleted")) == (3, 1), again.files
+
+
+# -- mail -------------------------------------------------------------------------------------
+
+
+def test_mail_and_its_attachments_are_asked_about(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "mail"
+    folder.mkdir()
+    write_eml(folder / "prices.eml", tmp_path)
+    write_mbox(folder / "team.mbox")
+    report = pgrag.ingest(db, [folder], collection="mail")
+    # the message, its CSV, Word and attached message; the three in the mailbox
+    assert report.count("added") == 7, report.files
+    [failed] = report.failed
+    assert failed.path.endswith("#prices-2027@example.com/scan.pdf")
+    # An answer that sits only in an attachment's table, with where it came from.
+    hit = pgrag.search(db, "price of WX-002", collection="mail", mode="keyword", k=3)[0]
+    assert "| WX-002 | 16 EUR |" in hit.text and hit.metadata["format"] == "csv"
+    assert hit.metadata["attachment_of"].endswith("prices.eml#prices-2027@example.com")
+    hits = pgrag.search(db, "when does the Porto depot open", collection="mail", k=3)
+    assert any("7:30" in h.text and h.metadata["format"] == "email" for h in hits)
+    hits = pgrag.search(db, "who covers the help desk on 24 December", collection="mail", k=3)
+    assert hits[0].title == "Holiday rota" and hits[0].metadata["from"].startswith("Ana Silva")
+    # A message gone from the mailbox is pruned with its own documents only.
+    import mailbox
+
+    box = mailbox.mbox(folder / "team.mbox")
+    box.remove(next(k for k, m in box.items() if m["Subject"] == "Holiday rota"))
+    box.flush()
+    box.close()
+    again = pgrag.ingest(db, [folder], collection="mail", prune=True)
+    assert again.count("deleted") == 1 and again.count("added") == 0, again.files
+    titles = {r[0] for r in db.conn.execute("SELECT title FROM pgrag.documents").fetchall()}
+    assert "Holiday rota" not in titles and "Supplier prices for 2027" in titles
 
 
 # -- the registry: a format is one module ----------------------------------------------------

@@ -224,8 +224,8 @@ def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
     dsn: str, tmp_path: Path, corpus: Path
 ) -> None:
     (tmp_path / "empty_dir").mkdir()
-    (tmp_path / "pdfs").mkdir()  # (of word processors: not read)
-    (tmp_path / "pdfs" / "a.docx").write_bytes(b"PK\x03\x04")
+    (tmp_path / "pdfs").mkdir()  # (of a word processor pgrag does not read)
+    (tmp_path / "pdfs" / "a.odt").write_bytes(b"PK\x03\x04")
     (tmp_path / "utf16.txt").write_bytes("Hello".encode("utf-16"))
     result = CliRunner().invoke(
         cli,
@@ -242,8 +242,9 @@ def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
     assert (
-        f"error: {tmp_path / 'empty_dir'}: no .htm, .html, .jsonl, .markdown, .md, .ndjson,"
-        " .parquet, .pdf, .text, .txt, .xhtml files in this directory" in lines
+        f"error: {tmp_path / 'empty_dir'}: no .csv, .docx, .eml, .epub, .htm, .html, .jsonl,"
+        " .markdown, .mbox, .md, .ndjson, .parquet, .pdf, .pptx, .text, .tsv, .txt, .xhtml,"
+        " .xlsx files in this directory" in lines
     )
     assert any(
         line.startswith(f"error: {tmp_path / 'pdfs'}: no ")

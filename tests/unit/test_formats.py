@@ -258,7 +258,8 @@ def test_boilerplate_removal_never_drops_the_page_itself() -> None:
 
 def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
     assert [f.name for f in formats.formats()] == [
-        "docx", "xlsx", "pptx", "epub", "parquet", "pdf", "html", "jsonl", "csv", "markdown", "text"
+        "docx", "xlsx", "pptx", "epub", "parquet", "pdf", "email", "html", "jsonl", "csv",
+        "markdown", "text",
     ]  # fmt: skip
     assert dict(formats.suffixes()) == {
         ".docx": "docx",
@@ -267,6 +268,8 @@ def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
         ".epub": "epub",
         ".parquet": "parquet",
         ".pdf": "pdf",
+        ".eml": "email",
+        ".mbox": "email",
         ".html": "html",
         ".htm": "html",
         ".xhtml": "html",
