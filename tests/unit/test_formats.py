@@ -47,6 +47,26 @@ def test_pdf_pages_and_table_rows(tmp_path: Path) -> None:
     assert doc.metadata["pages"] == 2
 
 
+def test_a_pdf_tables_first_row_of_words_is_its_header() -> None:
+    from pgrag.ingest.formats.pdf import _mark_headers
+
+    rows = ["| Region | Sales | Growth |", "| North | 120 | 5% |", "| South | 95 | -2% |"]
+    text = ["Results", *rows, "After the table.", "| 2025 | 2026 |", "| 1 | 2 |", "| 3 | 4 |"]
+    cells = [0, 3, 3, 3, 0, 2, 2, 2]
+    assert _mark_headers(text, cells) == [
+        "Results",
+        rows[0],
+        "| --- | --- | --- |",  # words: a header, repeated in each chunk of the table
+        *rows[1:],
+        "After the table.",
+        "| 2025 | 2026 |",  # figures only: not taken for a header
+        "| 1 | 2 |",
+        "| 3 | 4 |",
+    ]
+    # two rows are not enough to tell a table from a layout
+    assert _mark_headers(rows[:2], [3, 3]) == rows[:2]
+
+
 def test_a_corrupt_pdf_is_one_error_and_nothing_else(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

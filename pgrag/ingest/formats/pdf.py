@@ -123,14 +123,44 @@ def _page_text(page: Any) -> str:
         raw = page.extract_text(extraction_mode="layout") or ""
     except Exception:  # layout mode is the fussier one; plain text is still worth having
         raw = page.extract_text() or ""
-    lines = []
+    lines: list[str] = []
+    cells: list[int] = []  # each line's number of cells (0: not a table row)
     for line in raw.replace("\x00", "").splitlines():
         line = line.strip()
         if _COLUMN_GAP.search(line):
-            line = "| " + " | ".join(_COLUMN_GAP.split(line)) + " |"
+            parts = _COLUMN_GAP.split(line)
+            line = "| " + " | ".join(p.replace("|", "\\|") for p in parts) + " |"
+            cells.append(len(parts))
         else:
             line = re.sub(r" {2,}", " ", line)
+            cells.append(0)
         if line.startswith("#"):
             line = "\\" + line  # chunked as Markdown (for the rows): never a heading
         lines.append(line)
-    return "\n".join(lines).strip()
+    return "\n".join(_mark_headers(lines, cells)).strip()
+
+
+_NUMERIC_CELL = re.compile(r"[\d\s.,:%+\-\u2212$\u20ac\u00a3()]+")
+
+
+def _mark_headers(lines: list[str], cells: list[int]) -> list[str]:
+    """Under the first row of each run of at least three table rows with the same number of
+    cells, a Markdown delimiter row, when that first row reads as a header (no cell of only
+    figures): the chunker then repeats it in every chunk of a long table."""
+    out: list[str] = []
+    k = 0
+    while k < len(lines):
+        end = k
+        while end < len(lines) and cells[end] and cells[end] == cells[k]:
+            end += 1
+        if end - k >= 3:
+            first = [c.strip() for c in re.split(r"(?<!\\)\|", lines[k])[1:-1]]
+            out.append(lines[k])
+            if not any(_NUMERIC_CELL.fullmatch(c) for c in first):
+                out.append("|" + " --- |" * cells[k])
+            out.extend(lines[k + 1 : end])
+            k = end
+        else:
+            out.append(lines[k])
+            k += 1
+    return out
