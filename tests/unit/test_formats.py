@@ -37,6 +37,19 @@ def test_html_keeps_headings_lists_and_tables_and_drops_boilerplate() -> None:
 # -- PDF -------------------------------------------------------------------------------------
 
 
+def test_an_html_tables_header_cells_get_a_delimiter_row() -> None:
+    # (so the chunker repeats the header in every chunk of a long table)
+    text, _ = html_to_markdown(
+        "<html><body><table><thead><tr><th>Plan</th><th>Window</th></tr></thead>"
+        "<tr><td>Annual</td><td>30 days</td></tr></table>"
+        "<table><tr><th>Plan</th><td>Monthly</td></tr><tr><td>x</td><td>y</td></tr></table>"
+        "</body></html>"
+    )
+    assert "| Plan | Window |\n| --- | --- |\n| Annual | 30 days |" in text
+    # a row with data cells beside its th is not a header row
+    assert "| Plan | Monthly |\n| x | y |" in text
+
+
 def test_pdf_pages_and_table_rows(tmp_path: Path) -> None:
     doc = load_one(write_pdf(tmp_path / "report.pdf"))
     assert doc.format == "pdf" and doc.title == "Annual report"
@@ -53,16 +66,19 @@ def test_a_pdf_tables_first_row_of_words_is_its_header() -> None:
     rows = ["| Region | Sales | Growth |", "| North | 120 | 5% |", "| South | 95 | -2% |"]
     text = ["Results", *rows, "After the table.", "| 2025 | 2026 |", "| 1 | 2 |", "| 3 | 4 |"]
     cells = [0, 3, 3, 3, 0, 2, 2, 2]
-    assert _mark_headers(text, cells) == [
-        "Results",
-        rows[0],
-        "| --- | --- | --- |",  # words: a header, repeated in each chunk of the table
-        *rows[1:],
-        "After the table.",
-        "| 2025 | 2026 |",  # figures only: not taken for a header
-        "| 1 | 2 |",
-        "| 3 | 4 |",
-    ]
+    assert (
+        _mark_headers(text, cells)
+        == [
+            "Results",
+            rows[0],
+            "| --- | --- | --- |",  # words: a header, repeated in each chunk of the table
+            *rows[1:],
+            "After the table.",
+            "| 2025 | 2026 |",  # figures only: not taken for a header
+            "| 1 | 2 |",
+            "| 3 | 4 |",
+        ]
+    )
     # two rows are not enough to tell a table from a layout
     assert _mark_headers(rows[:2], [3, 3]) == rows[:2]
 
@@ -113,7 +129,9 @@ def test_a_pdf_without_text_says_to_ocr_it(tmp_path: Path) -> None:
     c.showPage()
     c.save()
     [(_, item)] = list(load_path(path))
-    assert isinstance(item, InputError) and "run OCR" in str(item)
+    # (OCR is installed for the tests: tests/unit/test_ocr.py has the case without it)
+    assert isinstance(item, InputError)
+    assert str(item) == "has no text layer, and OCR found no text on its pages"
 
 
 # -- JSON Lines ------------------------------------------------------------------------------
@@ -183,10 +201,15 @@ def test_sniff(head: bytes, suffix: str, fmt: str) -> None:
 
 
 def test_a_binary_file_is_refused_by_name(tmp_path: Path) -> None:
-    path = tmp_path / "photo.jpg"
-    path.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01")
+    path = tmp_path / "tool.exe"
+    path.write_bytes(b"MZ\x90\x00\x03\x00\x00\x00\x04\x00")
     [(_, item)] = list(load_path(path))
-    assert isinstance(item, InputError) and "a binary file (type '.jpg')" in str(item)
+    assert isinstance(item, InputError) and "a binary file (type '.exe')" in str(item)
+    # an image is read by OCR: a damaged one is one line
+    photo = tmp_path / "photo.jpg"
+    photo.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01")
+    [(_, item)] = list(load_path(photo))
+    assert isinstance(item, InputError) and str(item).startswith("cannot be read as an image (")
 
 
 def test_a_run_of_html_comments_is_sniffed_at_once() -> None:
@@ -278,7 +301,7 @@ def test_boilerplate_removal_never_drops_the_page_itself() -> None:
 
 def test_the_shipped_formats_in_the_order_they_are_asked() -> None:
     assert [f.name for f in formats.formats()] == [
-        "docx", "xlsx", "pptx", "epub", "parquet", "pdf", "email", "html", "jsonl", "csv",
+        "image", "docx", "xlsx", "pptx", "epub", "parquet", "pdf", "email", "html", "jsonl", "csv",
         "markdown", "text",
     ]  # fmt: skip
     assert dict(formats.suffixes()) == {

@@ -227,12 +227,16 @@ class _Out:
     def open_row(self) -> None:
         self.rows.append(len(self.pieces))
 
-    def close_row(self) -> None:
+    def close_row(self, header: bool = False) -> None:
+        """A row of cells on one line; a header row (of ``th`` cells only) with the Markdown
+        delimiter row under it, so that the chunker repeats it in each chunk of the table."""
         start = self.rows.pop()
         cells = [p[1:] for p in self.pieces[start:] if p.startswith("\x03")]
         del self.pieces[start:]
         if any(cells):
             self.pieces.append("| " + " | ".join(cells) + " |\n")
+            if header:
+                self.pieces.append("|" + " --- |" * len(cells) + "\n")
 
 
 def _render(root: Any) -> str:
@@ -294,7 +298,7 @@ def _render(root: Any) -> str:
             continue
         if name == "tr" and not out.inline:
             cells = [c for c in node.contents if isinstance(c, Tag) and c.name in ("td", "th")]
-            stack.append(out.close_row)
+            stack.append(partial(out.close_row, bool(cells) and all(c.name == "th" for c in cells)))
             for cell in reversed(cells):
                 stack.append(partial(out.close_item, "", True))
                 stack.extend(reversed(cell.contents))
