@@ -2,7 +2,7 @@
 answer-in-top-k per format for hybrid search (issue 20).
 
 Documents are generated from known content in each format pgrag reads, with the libraries that
-write them (python-docx, openpyxl, python-pptx, EbookLib, reportlab, Python's email and
+write them (python-docx, openpyxl, python-pptx, zipfile (EPUB), reportlab, Python's email and
 mailbox): a catalogue of products, each a row (or a slide, a sentence, a message) with a
 name ("amber kettle K-482"), a price, a warehouse city and a lead time. Every format holds its
 own products, several files each, all in one collection, so that each format's documents are
@@ -158,25 +158,16 @@ def write_pptx(folder: Path, groups: list[list[Product]]) -> None:
 
 
 def write_epub(folder: Path, groups: list[list[Product]]) -> None:
-    from ebooklib import epub
+    from tests.samples import epub_book
 
-    book = epub.EpubBook()
-    book.set_identifier("formats-eval")
-    book.set_title("The product almanac")
     chapters = []
     for i, group in enumerate(groups):
         text = "".join(
-            f"<p>The {p.name} sells at a price of {p.price} and ships from {p.city}.</p>" for p in group
+            f"<p>The {p.name} sells at a price of {p.price} and ships from {p.city}.</p>"
+            for p in group
         )
-        chapter = epub.EpubHtml(title=f"Almanac part {i}", file_name=f"c{i}.xhtml")
-        chapter.content = f"<html><body><h1>Almanac part {i}</h1>{text}</body></html>"
-        book.add_item(chapter)
-        chapters.append(chapter)
-    book.toc = chapters
-    book.add_item(epub.EpubNcx())
-    book.add_item(epub.EpubNav())
-    book.spine = chapters
-    epub.write_epub(str(folder / "almanac.epub"), book)
+        chapters.append((f"Almanac part {i}", f"<h1>Almanac part {i}</h1>{text}"))
+    epub_book(folder / "almanac.epub", "The product almanac", "Formats eval", chapters)
 
 
 def write_eml(folder: Path, groups: list[list[Product]]) -> None:

@@ -318,31 +318,59 @@ def write_pptx(path: Path) -> Path:
     return path
 
 
-def write_epub(path: Path) -> Path:
-    from ebooklib import epub
+def epub_book(path: Path, title: str, author: str, chapters: list[tuple[str, str]]) -> Path:
+    """An EPUB 3 book written with zipfile: (page title, body HTML) per chapter, in spine order,
+    with a navigation page first (which readers skip)."""
+    import zipfile
 
-    book = epub.EpubBook()
-    book.set_identifier("pgrag-test-book")
-    book.set_title("The Harbour Keeper")
-    book.set_language("en")
-    book.add_author("A. Writer")
-    chapters = []
-    texts = [
-        ("The lighthouse", "<h1>The lighthouse</h1><p>The lamp was lit at dusk by Mara.</p>"),
-        ("Storm", "<p>The storm broke the north mooring on the third night.</p>"),
-        ("Morning", "<h2>After</h2><p>By morning the ferry to Calder Island ran again.</p>"),
-    ]
-    for n, (label, body) in enumerate(texts, 1):
-        chapter = epub.EpubHtml(title=label, file_name=f"chap_{n}.xhtml", lang="en")
-        chapter.content = f"<html><body>{body}</body></html>"
-        book.add_item(chapter)
-        chapters.append(chapter)
-    book.toc = chapters
-    book.add_item(epub.EpubNcx())
-    book.add_item(epub.EpubNav())
-    book.spine = ["nav", *chapters]
-    epub.write_epub(str(path), book)
+    items = "".join(
+        f'<item id="c{n}" href="text/c{n}.xhtml" media-type="application/xhtml+xml"/>'
+        for n in range(len(chapters))
+    )
+    spine = "".join(f'<itemref idref="c{n}"/>' for n in range(len(chapters)))
+    opf = (
+        '<?xml version="1.0" encoding="utf-8"?><package xmlns="http://www.idpf.org/2007/opf"'
+        ' version="3.0" unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/">'
+        f'<dc:identifier id="id">pgrag-test</dc:identifier><dc:title>{title}</dc:title>'
+        f"<dc:creator>{author}</dc:creator><dc:language>en</dc:language></metadata>"
+        '<manifest><item id="nav" href="nav.xhtml" media-type="application/xhtml+xml"'
+        f' properties="nav"/>{items}</manifest>'
+        f'<spine><itemref idref="nav"/>{spine}</spine></package>'
+    )
+    container = (
+        '<?xml version="1.0"?><container version="1.0"'
+        ' xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles>'
+        '<rootfile full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/>'
+        "</rootfiles></container>"
+    )
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(zipfile.ZipInfo("mimetype"), "application/epub+zip")
+        z.writestr("META-INF/container.xml", container)
+        z.writestr("OEBPS/content.opf", opf, compress_type=zipfile.ZIP_DEFLATED)
+        z.writestr(
+            "OEBPS/nav.xhtml", "<html><body><nav><ol><li>Contents</li></ol></nav></body></html>"
+        )
+        for n, (page_title, body) in enumerate(chapters):
+            z.writestr(
+                f"OEBPS/text/c{n}.xhtml",
+                f'<?xml version="1.0" encoding="utf-8"?><html xmlns="http://www.w3.org/1999/xhtml">'
+                f"<head><title>{page_title}</title></head><body>{body}</body></html>",
+                compress_type=zipfile.ZIP_DEFLATED,
+            )
     return path
+
+
+def write_epub(path: Path) -> Path:
+    return epub_book(
+        path,
+        "The Harbour Keeper",
+        "A. Writer",
+        [
+            ("The lighthouse", "<h1>The lighthouse</h1><p>The lamp was lit at dusk by Mara.</p>"),
+            ("Storm", "<p>The storm broke the north mooring on the third night.</p>"),
+            ("Morning", "<h2>After</h2><p>By morning the ferry to Calder Island ran again.</p>"),
+        ],
+    )
 
 
 def mail_message(
@@ -416,4 +444,45 @@ def write_mbox(path: Path) -> Path:
         box.add(mail_message(subject, body, msgid=msgid))
     box.flush()
     box.close()
+    return path
+
+
+# -- scans: text rendered to pixels, for OCR ---------------------------------------------------
+
+LEASE = [
+    "Lease agreement between Harbour Estates and Mara Lopes.",
+    "The monthly rent is 1,250 EUR, due on the first day.",
+    "The deposit of 2,500 EUR is returned within 30 days.",
+]
+
+
+def scan_image(lines: list[str], size: tuple[int, int] = (1700, 1100)) -> Any:
+    """A white page with ``lines`` in black, as a scanner would give it (a PIL image)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("RGB", size, "white")
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.load_default(size=40)
+    for k, line in enumerate(lines):
+        draw.text((100, 100 + 70 * k), line, fill="black", font=font)
+    return image
+
+
+def write_scanned_pdf(path: Path, pages: list[list[str] | str]) -> Path:
+    """A PDF whose pages are images of text (no text layer), or text (a str: a real layer)."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.utils import ImageReader
+    from reportlab.pdfgen import canvas
+
+    pdf = canvas.Canvas(str(path), pagesize=A4)
+    width, height = A4
+    for page in pages:
+        if isinstance(page, str):
+            pdf.drawString(72, height - 72, page)
+        else:
+            pdf.drawImage(
+                ImageReader(scan_image(page)), 36, height - 500, width=width - 72, height=420
+            )
+        pdf.showPage()
+    pdf.save()
     return path

@@ -130,8 +130,9 @@ def ingest(
 
     The content decides the format (a directory walk picks .md .markdown .txt .text .html .htm
     .xhtml .pdf .jsonl .ndjson .csv .tsv .docx .xlsx .pptx .epub .eml .mbox .parquet). A CSV is
-    one table, its first row the header, which every chunk of it repeats; Word, Excel,
-    PowerPoint and EPUB files need pip install 'pgrag[office]'. Each attachment of a message
+    one table, its first row the header, which every chunk of it repeats; Word, Excel and
+    PowerPoint files need pip install 'pgrag[office]'; scanned PDF pages, and images named here,
+    are read by OCR with pip install 'pgrag[ocr]' and Tesseract. Each attachment of a message
     (.eml, .mbox) that pgrag reads is a document of its own. Unchanged files are skipped (with
     --allow, their access is updated without re-embedding); in a changed one only the chunks
     whose text changed are embedded again. A file that cannot be read is reported on one line

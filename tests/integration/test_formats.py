@@ -14,9 +14,11 @@ from pgrag.ingest import formats, loaders
 from pgrag.ingest.formats import sniff
 from tests.samples import (
     HTML,
+    LEASE,
     RST_FORMAT,
     load_one,
     package_with,
+    scan_image,
     write_docx,
     write_eml,
     write_epub,
@@ -24,6 +26,7 @@ from tests.samples import (
     write_mbox,
     write_pdf,
     write_pptx,
+    write_scanned_pdf,
     write_xlsx,
 )
 
@@ -253,6 +256,26 @@ def test_mail_and_its_attachments_are_asked_about(db: Database, tmp_path: Path) 
     assert again.count("deleted") == 1 and again.count("added") == 0, again.files
     titles = {r[0] for r in db.conn.execute("SELECT title FROM pgrag.documents").fetchall()}
     assert "Holiday rota" not in titles and "Supplier prices for 2027" in titles
+
+
+# -- scans --------------------------------------------------------------------------------------
+
+
+def test_a_scanned_contract_is_asked_about(db: Database, tmp_path: Path) -> None:
+    folder = tmp_path / "contracts"
+    folder.mkdir()
+    write_scanned_pdf(folder / "lease.pdf", [LEASE])
+    scan_image(["Parking space 14 is included with the flat."]).save(tmp_path / "annex.png")
+    scan_image(["Unrelated."]).save(folder / "photo.png")  # (a walk does not pick images up)
+    report = pgrag.ingest(db, [folder, tmp_path / "annex.png"], collection="scans")
+    assert report.count("added") == 2 and not report.failed, report.files
+    hit = pgrag.search(db, "how much is the monthly rent", collection="scans", k=3)[0]
+    assert "1,250 EUR" in hit.text and hit.metadata["ocr_pages"] == [1]
+    assert db.conn.execute(
+        "SELECT page FROM pgrag.chunks WHERE id = %s", (hit.chunk_id,)
+    ).fetchone() == (1,)
+    hit = pgrag.search(db, "is a parking space included", collection="scans", k=3)[0]
+    assert "Parking space 14" in hit.text and hit.metadata["format"] == "image"
 
 
 # -- the registry: a format is one module ----------------------------------------------------

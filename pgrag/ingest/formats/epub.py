@@ -1,17 +1,23 @@
-"""E-books (EPUB), read with EbookLib (the ``office`` extra): the chapters in reading order (the
-spine), each turned into Markdown as HTML pages are (headings kept, navigation dropped), under
-a top-level heading of its own unless it opens with one (its table-of-contents label, else its
-page title, else "Chapter N"), so every chunk's section path names its chapter. The title is
-the book's (Dublin Core title), else the file name; its author and language are kept in the
-metadata. Images are not read; an encrypted (DRM) book's chapters read as nothing, and it is
-refused as having no text."""
+"""E-books (EPUB 2 and 3): the ZIP archive's META-INF/container.xml names the package (OPF)
+file, whose spine lists the chapters in reading order; each chapter is turned into Markdown as
+an HTML page is (headings kept, navigation dropped), under a top-level heading of its own
+unless it opens with one (its page title, else "Chapter N"), so every chunk's section path
+names its chapter. The title is the book's (Dublin Core title), else the file name; its
+authors and language are kept in the metadata. Images are not read; a DRM-encrypted book's
+chapters do not parse, and it is refused.
+
+No e-book library: EbookLib, the one kept for Python, is AGPL-3.0 (pgrag is Apache-2.0), and
+reading the spine is two small XML files with lxml (entities and network off)."""
 
 from __future__ import annotations
 
+import posixpath
 import warnings
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import unquote
 
 from pgrag.errors import InputError
 from pgrag.ingest import budget
@@ -24,6 +30,13 @@ LABEL = "EPUB"
 SUFFIXES = (".epub",)
 ORDER = 53
 BINARY = True
+
+_NS = {
+    "c": "urn:oasis:names:tc:opendocument:xmlns:container",
+    "opf": "http://www.idpf.org/2007/opf",
+    "dc": "http://purl.org/dc/elements/1.1/",
+}
+_HTML_TYPES = {"application/xhtml+xml", "text/html"}
 
 
 def detect(sample: Sample) -> bool:
@@ -44,63 +57,64 @@ def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     _office.check_archive(path, "EPUB")
-    try:
-        from ebooklib import epub
-    except ImportError as err:
-        raise _office.missing("EPUB", "EbookLib") from err
     with budget.file_budget():
         try:
-            with warnings.catch_warnings():  # (EbookLib warns about options it will change,
-                warnings.simplefilter("ignore")  # BeautifulSoup about XHTML read as HTML)
-                book = epub.read_epub(fh, {"ignore_ncx": True})
-                text, chapters = _markdown(book)
-            title = _first(book, "title")
-            extra: dict[str, object] = {"chapters": chapters}
-            for key in ("creator", "language"):
-                if (value := _first(book, key)) is not None:
-                    extra["author" if key == "creator" else key] = value
+            with zipfile.ZipFile(fh) as archive, warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (BeautifulSoup: XHTML read as HTML)
+                text, title, extra = _book(archive)
         except InputError:
             raise
-        except Exception as err:  # EbookLib, zipfile and lxml raise many types for bad books
+        except Exception as err:  # zipfile, lxml and the HTML reader raise many types
             raise InputError(
                 f"cannot be read as an EPUB book ({type(err).__name__}: {one_line(err)});"
-                " it may be damaged"
+                " it may be damaged or encrypted"
             ) from err
     yield str(path), _office.loaded(path, fh, NAME, text, title, extra)
 
 
-def _first(book: Any, key: str) -> str | None:
-    found = book.get_metadata("DC", key)
-    value = str(found[0][0]).strip() if found and found[0] and found[0][0] else ""
-    return value or None
+def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]:
+    from lxml import etree
 
-
-def _markdown(book: Any) -> tuple[str, int]:
     from pgrag.ingest.formats.html import html_to_markdown
 
-    labels: dict[str, str] = {}
-    stack = list(book.toc)
-    while stack:  # the table of contents: links, and (section, links) pairs, nested
-        entry = stack.pop()
-        if isinstance(entry, tuple | list):
-            stack.extend(entry[1] if len(entry) > 1 else [])
-            entry = entry[0]
-        href = getattr(entry, "href", None)
-        if href and getattr(entry, "title", None):
-            labels.setdefault(href.split("#")[0], str(entry.title).strip())
+    parser = etree.XMLParser(resolve_entities=False, no_network=True)
+    container = etree.fromstring(archive.read("META-INF/container.xml"), parser)
+    found = container.xpath("//c:rootfile/@full-path", namespaces=_NS)
+    if not found:
+        raise InputError("is an EPUB book without a package file named in its container.xml")
+    package = str(found[0])
+    opf = etree.fromstring(archive.read(package), parser)
+    base = posixpath.dirname(package)
+    manifest = {
+        item.get("id"): (item.get("href"), item.get("media-type"), item.get("properties") or "")
+        for item in opf.xpath("//opf:manifest/opf:item", namespaces=_NS)
+    }
     blocks: list[str] = []
-    for idref, _linear in book.spine:
-        item = book.get_item_with_id(idref)
-        if item is None:
+    for idref in opf.xpath("//opf:spine/opf:itemref/@idref", namespaces=_NS):
+        href, kind, properties = manifest.get(idref, (None, None, ""))
+        if not href or kind not in _HTML_TYPES or "nav" in properties.split():
             continue
         budget.check("reading the book's chapters")
-        html = item.get_content().decode("utf-8", errors="replace")
-        text, page_title = html_to_markdown(html)
+        name = posixpath.normpath(posixpath.join(base, unquote(href)))
+        text, page_title = html_to_markdown(archive.read(name).decode("utf-8", errors="replace"))
         text = text.strip()
         if not text:
             continue
         if not text.startswith("# "):  # (a chapter that opens with a subheading is under it)
-            label = labels.get(item.get_name()) or page_title or f"Chapter {len(blocks) + 1}"
+            label = (page_title or "").strip() or f"Chapter {len(blocks) + 1}"
             text = _office.heading(1, label) + "\n\n" + text
         blocks.append(text)
-    return "\n\n".join(blocks) + "\n", len(blocks)
+    if not blocks:
+        raise InputError("is an EPUB book with no readable chapter (encrypted, or only images?)")
+
+    def dc(key: str) -> list[str]:
+        values = opf.xpath(f"//dc:{key}/text()", namespaces=_NS)
+        return [" ".join(str(v).split()) for v in values if str(v).strip()]
+
+    extra: dict[str, object] = {"chapters": len(blocks)}
+    if dc("creator"):
+        extra["author"] = ", ".join(dc("creator"))
+    if dc("language"):
+        extra["language"] = dc("language")[0]
+    titles = dc("title")
+    return "\n\n".join(blocks) + "\n", titles[0] if titles else None, extra

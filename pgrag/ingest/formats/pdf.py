@@ -53,6 +53,9 @@ def _load(path: Path, fh: BinaryIO) -> LoadedFile:
     fh.seek(0)
     with budget.file_budget():
         pages, title = pdf_pages(fh)
+        scanned = [k for k, page in enumerate(pages) if not page.strip()]
+        if scanned:
+            pages = _ocr(path, pages, scanned)
     pages = [p.replace("\r\n", "\n").replace("\r", "\n") for p in pages]
     return LoadedFile(
         label=str(path),
@@ -61,7 +64,11 @@ def _load(path: Path, fh: BinaryIO) -> LoadedFile:
         text="\n\n".join(pages),
         title=title or name_title(path),
         content_hash=digest.hexdigest(),
-        metadata={**file_metadata(path, NAME, st.st_size, st.st_mtime), "pages": len(pages)},
+        metadata={
+            **file_metadata(path, NAME, st.st_size, st.st_mtime),
+            "pages": len(pages),
+            **({"ocr_pages": [k + 1 for k in scanned]} if scanned else {}),
+        },
         pages=tuple(pages),
         markdown=MARKDOWN,
     )
@@ -92,9 +99,36 @@ def pdf_pages(stream: IO[bytes]) -> tuple[list[str], str | None]:
         raise InputError(
             f"cannot be read as a PDF ({type(err).__name__}: {one_line(err)}); it may be corrupt"
         ) from err
-    if not any(p.strip() for p in pages):
-        raise InputError("has no text layer (a scanned PDF?); run OCR on it first")
     return pages, title
+
+
+def _ocr(path: Path, pages: list[str], scanned: list[int]) -> list[str]:
+    """The pages without a text layer read by OCR (pgrag.ingest.ocr), when it is installed;
+    without it, a PDF with no text layer at all is refused, and one with some is read as it is
+    (its pages without text stay empty)."""
+    from pgrag.ingest import ocr
+
+    why = ocr.missing()
+    if why is not None:
+        if len(scanned) == len(pages):
+            raise InputError(f"has no text layer (a scanned PDF?); to read it by OCR, {ocr.HINT}")
+        return pages
+    import pypdfium2
+
+    try:
+        document = pypdfium2.PdfDocument(str(path))
+    except Exception as err:  # (pypdf read it; pdfium may still refuse it)
+        raise InputError(f"cannot be rendered for OCR ({one_line(err)})") from err
+    out = list(pages)
+    try:
+        for k in scanned:
+            budget.check("reading scanned pages by OCR")
+            out[k] = ocr.pdf_page_text(document, k)
+    finally:
+        document.close()
+    if not any(p.strip() for p in out):
+        raise InputError("has no text layer, and OCR found no text on its pages")
+    return out
 
 
 @contextmanager
