@@ -18,7 +18,8 @@ repeated in each chunk (what pgrag did before issue 20), to measure what it is w
     PYTHONPATH=$PWD .venv/bin/python benchmarks/formats_eval.py --no-header-repeat \\
         --out formats-eval.json
 
-Scanned pages are not measured: pgrag has no OCR yet.
+Scanned pages are PDFs of page images (no text layer), read by OCR (the ocr extra and
+Tesseract must be installed: docs/ingest.md#ocr-scans-and-images).
 """
 
 from __future__ import annotations
@@ -218,6 +219,16 @@ def write_pdf(folder: Path, groups: list[list[Product]]) -> None:
         )
 
 
+def write_scans(folder: Path, groups: list[list[Product]]) -> None:
+    """Scanned price sheets: each a PDF of one page image (no text layer), read by OCR."""
+    from tests.samples import write_scanned_pdf
+
+    for i, group in enumerate(groups):
+        lines = [f"Price sheet {i} (scanned)"]
+        lines += [f"{p.name}: price {p.price}, from {p.city}" for p in group]
+        write_scanned_pdf(folder / f"scan-{i}.pdf", [lines])
+
+
 # format: (writer, files, products per file)
 FORMATS: dict[str, tuple[Callable[[Path, list[list[Product]]], None], int, int]] = {
     "csv": (write_csv, 3, 60),
@@ -230,6 +241,7 @@ FORMATS: dict[str, tuple[Callable[[Path, list[list[Product]]], None], int, int]]
     "epub": (write_epub, 4, 30),
     "email attachment": (write_eml, 3, 60),
     "mbox": (write_mbox, 2, 30),
+    "scanned PDF (OCR)": (write_scans, 4, 5),
 }
 
 
