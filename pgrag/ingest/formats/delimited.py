@@ -12,7 +12,7 @@ spaces) with ``|`` escaped, and a cell of only dashes ("-", "---") escaped so th
 reads as a table's delimiter row; an empty header cell is named "column N"; rows with no
 value are dropped; a row shorter than the header is padded, and one longer gets more
 columns. A cell over 128 KiB (the csv module's limit) or a row of more than 10,000 cells
-fails the file. Its title is the file name.
+fails the file, as does a quote never closed. Its title is the file name.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def _rows(text: str) -> list[list[str]]:
     dialect = _dialect(text)
     rows = []
     try:
-        for number, row in enumerate(csv.reader(io.StringIO(text, newline=""), dialect), 1):
+        rows_in = csv.reader(io.StringIO(text, newline=""), dialect, strict=True)
+        for number, row in enumerate(rows_in, 1):
             if len(row) > 10_000:
                 raise InputError(f"row {number} has {len(row)} cells; at most 10000 are read")
             cells = [_SPACE.sub(" ", cell).strip() for cell in row]

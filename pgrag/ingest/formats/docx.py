@@ -31,24 +31,16 @@ _HEADING = re.compile(r"heading\s*([1-9])", re.IGNORECASE)
 
 
 def detect(sample: Sample) -> bool:
-    """A ZIP archive with word/document.xml, whatever its name; one named .docx that is not
-    is refused."""
-    if sample.is_zip and "word/document.xml" in sample.members:
-        return True
-    if sample.known == NAME:
-        if sample.head.startswith(_OLE2):
-            raise InputError(
-                "is a Word 97-2003 document (.doc) named .docx; save it as .docx (Word, or"
-                " `libreoffice --headless --convert-to docx`) to ingest it"
-            )
-        raise InputError("is named .docx but is not a Word document (no word/document.xml)")
-    return False
+    """A ZIP archive holding word/document.xml, whatever its name; a file named .docx that is
+    not is refused (an older binary file with a line saying to convert it), unless it is
+    another office file, which its own module reads."""
+    return _office.claims(sample, NAME, _OLE2, "a Word 97-2003 document (.doc)")
 
 
 def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
-    _office.check_archive(path, "Word")
+    _office.check_archive(path, "Word", xml_limit=True)
     try:
         import docx
     except ImportError as err:
@@ -70,7 +62,7 @@ def read(
 def _markdown(document: Any) -> tuple[str, str | None]:
     from docx.table import Table
 
-    blocks: list[str] = []
+    blocks = _office.Text()
     title = (document.core_properties.title or "").strip() or None
     for n, item in enumerate(document.iter_inner_content()):
         if n % 200 == 0:
@@ -78,7 +70,7 @@ def _markdown(document: Any) -> tuple[str, str | None]:
         if isinstance(item, Table):
             rows = _office.markdown_table([c.text for c in row.cells] for row in item.rows)
             if rows:
-                blocks.append("\n".join(rows))
+                blocks.add("\n".join(rows))
             continue
         text = item.text.strip()
         if not text:
@@ -87,14 +79,14 @@ def _markdown(document: Any) -> tuple[str, str | None]:
         level = _HEADING.fullmatch(style.strip())
         if style.strip().lower() == "title":
             title = title or text
-            blocks.append(_office.heading(1, text))
+            blocks.add(_office.heading(1, text))
         elif level:
-            blocks.append(_office.heading(int(level.group(1)), text))
+            blocks.add(_office.heading(int(level.group(1)), text))
         elif style.lower().startswith("list") or _numbered(item):
-            blocks.append("- " + text)
+            blocks.add("- " + " ".join(_office.paragraph(text).split("\n")))
         else:
-            blocks.append(_office.paragraph(text))
-    return "\n\n".join(blocks) + "\n", title
+            blocks.add(_office.paragraph(text))
+    return blocks.joined(), title
 
 
 def _numbered(paragraph: Any) -> bool:

@@ -41,16 +41,8 @@ _HTML_TYPES = {"application/xhtml+xml", "text/html"}
 
 def detect(sample: Sample) -> bool:
     """A ZIP archive with META-INF/container.xml and a package (.opf) file, whatever its name;
-    one named .epub that is not is refused."""
-    if (
-        sample.is_zip
-        and "META-INF/container.xml" in sample.members
-        and any(m.lower().endswith(".opf") for m in sample.members)
-    ):
-        return True
-    if sample.known == NAME:
-        raise InputError("is named .epub but is not an EPUB book (no META-INF/container.xml)")
-    return False
+    a file named .epub that is not is refused, unless it is an office file."""
+    return _office.claims(sample, NAME)
 
 
 def read(
@@ -89,11 +81,15 @@ def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]
         item.get("id"): (item.get("href"), item.get("media-type"), item.get("properties") or "")
         for item in opf.xpath("//opf:manifest/opf:item", namespaces=_NS)
     }
-    blocks: list[str] = []
+    if "META-INF/encryption.xml" in archive.namelist():
+        raise InputError("is an encrypted (DRM) EPUB book; pgrag reads only books without DRM")
+    blocks = _office.Text()
+    done: set[str] = set()
     for idref in opf.xpath("//opf:spine/opf:itemref/@idref", namespaces=_NS):
         href, kind, properties = manifest.get(idref, (None, None, ""))
-        if not href or kind not in _HTML_TYPES or "nav" in properties.split():
-            continue
+        if not href or kind not in _HTML_TYPES or "nav" in properties.split() or href in done:
+            continue  # (a chapter the spine lists again is read once)
+        done.add(href)
         budget.check("reading the book's chapters")
         name = posixpath.normpath(posixpath.join(base, unquote(href)))
         text, page_title = html_to_markdown(archive.read(name).decode("utf-8", errors="replace"))
@@ -101,9 +97,9 @@ def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]
         if not text:
             continue
         if not text.startswith("# "):  # (a chapter that opens with a subheading is under it)
-            label = (page_title or "").strip() or f"Chapter {len(blocks) + 1}"
+            label = (page_title or "").strip() or f"Chapter {len(blocks.blocks) + 1}"
             text = _office.heading(1, label) + "\n\n" + text
-        blocks.append(text)
+        blocks.add(text)
     if not blocks:
         raise InputError("is an EPUB book with no readable chapter (encrypted, or only images?)")
 
@@ -111,10 +107,10 @@ def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]
         values = opf.xpath(f"//dc:{key}/text()", namespaces=_NS)
         return [" ".join(str(v).split()) for v in values if str(v).strip()]
 
-    extra: dict[str, object] = {"chapters": len(blocks)}
+    extra: dict[str, object] = {"chapters": len(blocks.blocks)}
     if dc("creator"):
         extra["author"] = ", ".join(dc("creator"))
     if dc("language"):
         extra["language"] = dc("language")[0]
     titles = dc("title")
-    return "\n\n".join(blocks) + "\n", titles[0] if titles else None, extra
+    return blocks.joined(), titles[0] if titles else None, extra

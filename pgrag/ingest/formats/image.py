@@ -10,6 +10,7 @@ pixels is refused."""
 from __future__ import annotations
 
 import hashlib
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -48,21 +49,26 @@ def read(
         digest.update(block)
     fh.seek(0)
     pages: list[str] = []
-    with budget.file_budget():
+    with budget.file_budget(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (Pillow warns of large images: the limit is ours)
         try:
             with Image.open(fh) as image:
-                width, height = image.size
-                if width * height > ocr.MAX_PIXELS:
-                    raise InputError(
-                        f"is an image of {width}x{height} pixels, over the {ocr.MAX_PIXELS}-pixel"
-                        " limit for OCR; scale it down"
-                    )
                 for frame in ImageSequence.Iterator(image):
+                    width, height = frame.size
+                    if width * height > ocr.MAX_PIXELS:
+                        raise InputError(
+                            f"is an image of {width}x{height} pixels, over the"
+                            f" {ocr.MAX_PIXELS}-pixel limit for OCR; scale it down"
+                        )
                     budget.check("reading the image by OCR")
                     pages.append(ocr.image_text(frame))
         except (InputError, SkippedInput):
             raise
-        except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as err:
+        except UnidentifiedImageError as err:
+            raise InputError(
+                "cannot be read as an image (damaged, or of a kind Pillow does not read)"
+            ) from err
+        except (OSError, ValueError, Image.DecompressionBombError) as err:
             raise InputError(f"cannot be read as an image ({one_line(err)})") from err
     if not any(p.strip() for p in pages):
         raise SkippedInput("an image in which OCR found no text")

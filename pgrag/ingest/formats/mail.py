@@ -231,14 +231,20 @@ def _attachments(
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     from pgrag.ingest.loaders import load_path
 
+    names: dict[str, int] = {}
     for n, part in enumerate(message.iter_attachments(), 1):
         if part.get_content_type() in _SKIPPED_TYPES:
             continue
         if part.get_content_maintype() == "image" and part.get_content_disposition() == "inline":
             continue
-        name = Path(str(part.get_filename() or "")).name.strip() or f"attachment-{n}"
+        name = _file_name(str(part.get_filename() or ""), n)
         if part.get_content_type() == "message/rfc822" and not name.endswith(".eml"):
             name += ".eml"
+        if name in names:  # (two attachments of one name: the second is NAME-2.ext)
+            names[name] += 1
+            stem, dot, ext = name.rpartition(".")
+            name = f"{stem}-{names[name]}.{ext}" if dot and stem else f"{name}-{names[name]}"
+        names.setdefault(name, 1)
         record = f"{key}/{name}"
         label = f"{path}#{record}"
         if _depth.get() >= MAX_DEPTH:
@@ -251,7 +257,11 @@ def _attachments(
             continue
         with tempfile.TemporaryDirectory(prefix="pgrag-mail-") as tmp:
             file = Path(tmp) / name
-            file.write_bytes(data)
+            try:
+                file.write_bytes(data)
+            except (OSError, ValueError) as err:  # (a name the file system refuses)
+                yield label, InputError(f"cannot be saved to be read ({one_line(err)})")
+                continue
             token = _depth.set(_depth.get() + 1)
             try:
                 items = list(load_path(file, options.get("jsonl")))
@@ -285,6 +295,20 @@ def _attachments(
                     metadata=meta,
                 ),
             )
+
+
+def _file_name(raw: str, n: int) -> str:
+    """An attachment's name as a file of its own: its last path part, without control
+    characters, at most 120 characters (its suffix kept); "attachment-N" when nothing is left."""
+    name = "".join(c for c in raw.replace("\\", "/").split("/")[-1] if c.isprintable()).strip()
+    if name in ("", ".", ".."):
+        return f"attachment-{n}"
+    if len(name.encode()) > 120:
+        stem, dot, ext = name.rpartition(".")
+        ext = ext[:16] if dot and stem else ""
+        stem = (stem if ext else name).encode()[:100].decode("utf-8", errors="ignore")
+        name = f"{stem}.{ext}" if ext else stem
+    return name
 
 
 def _payload(part: EmailMessage) -> bytes:

@@ -180,7 +180,7 @@ _NUMERIC_CELL = re.compile(r"[\d\s.,:%+\-\u2212$\u20ac\u00a3()]+")
 def _mark_headers(lines: list[str], cells: list[int]) -> list[str]:
     """Under the first row of each run of at least three table rows with the same number of
     cells, a Markdown delimiter row, when that first row reads as a header (no cell of only
-    figures): the chunker then repeats it in every chunk of a long table."""
+    figures, none over five words): the chunker then repeats it in every chunk of a table."""
     out: list[str] = []
     k = 0
     while k < len(lines):
@@ -190,7 +190,8 @@ def _mark_headers(lines: list[str], cells: list[int]) -> list[str]:
         if end - k >= 3:
             first = [c.strip() for c in re.split(r"(?<!\\)\|", lines[k])[1:-1]]
             out.append(lines[k])
-            if not any(_NUMERIC_CELL.fullmatch(c) for c in first):
+            # (a header is short labels; two columns of prose make rows of long cells)
+            if not any(_NUMERIC_CELL.fullmatch(c) or len(c.split()) > 5 for c in first):
                 out.append("|" + " --- |" * cells[k])
             out.extend(lines[k + 1 : end])
             k = end

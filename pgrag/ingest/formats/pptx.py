@@ -28,26 +28,16 @@ _OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 
 
 def detect(sample: Sample) -> bool:
-    """A ZIP archive with ppt/presentation.xml, whatever its name; one named .pptx that is not
-    is refused."""
-    if sample.is_zip and "ppt/presentation.xml" in sample.members:
-        return True
-    if sample.known == NAME:
-        if sample.head.startswith(_OLE2):
-            raise InputError(
-                "is a PowerPoint 97-2003 file (.ppt) named .pptx; save it as .pptx (PowerPoint,"
-                " or `libreoffice --headless --convert-to pptx`) to ingest it"
-            )
-        raise InputError(
-            "is named .pptx but is not a PowerPoint presentation (no ppt/presentation.xml)"
-        )
-    return False
+    """A ZIP archive holding ppt/presentation.xml, whatever its name; a file named .pptx that is
+    not is refused (an older binary file with a line saying to convert it), unless it is
+    another office file, which its own module reads."""
+    return _office.claims(sample, NAME, _OLE2, "a PowerPoint 97-2003 file (.ppt)")
 
 
 def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
-    _office.check_archive(path, "PowerPoint")
+    _office.check_archive(path, "PowerPoint", xml_limit=True)
     try:
         import pptx
     except ImportError as err:
@@ -69,7 +59,7 @@ def read(
 
 def _markdown(deck: Any) -> tuple[str, str | None]:
     title = (deck.core_properties.title or "").strip() or None
-    blocks: list[str] = []
+    blocks = _office.Text()
     for number, slide in enumerate(deck.slides, 1):
         budget.check("reading the presentation's slides")
         heading_shape = slide.shapes.title
@@ -85,8 +75,8 @@ def _markdown(deck: Any) -> tuple[str, str | None]:
             if notes is not None and notes.text.strip():
                 body.append("Notes: " + " ".join(notes.text.split()))
         heading = f"Slide {number}: {' '.join(name.split())}" if name else f"Slide {number}"
-        blocks.append(_office.heading(1, heading) + ("\n\n" + "\n\n".join(body) if body else ""))
-    return "\n\n".join(blocks) + "\n", title
+        blocks.add(_office.heading(1, heading) + ("\n\n" + "\n\n".join(body) if body else ""))
+    return blocks.joined(), title
 
 
 def _shape_text(shape: Any) -> list[str]:
@@ -102,6 +92,6 @@ def _shape_text(shape: Any) -> list[str]:
         for paragraph in shape.text_frame.paragraphs:
             text = " ".join(paragraph.text.split())
             if text:
-                lines.append(("  " * paragraph.level) + "- " + text)
+                lines.append(("  " * paragraph.level) + "- " + text)  # (never a heading)
         return ["\n".join(lines)] if lines else []
     return []

@@ -10,6 +10,7 @@ saying to convert it."""
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -31,18 +32,10 @@ MAX_COLUMNS = 1_000  # (a sheet's used range can claim 16,384 columns of nothing
 
 
 def detect(sample: Sample) -> bool:
-    """A ZIP archive with xl/workbook.xml, whatever its name; one named .xlsx that is not is
-    refused."""
-    if sample.is_zip and "xl/workbook.xml" in sample.members:
-        return True
-    if sample.known == NAME:
-        if sample.head.startswith(_OLE2):
-            raise InputError(
-                "is an Excel 97-2003 workbook (.xls) named .xlsx; save it as .xlsx (Excel, or"
-                " `libreoffice --headless --convert-to xlsx`) to ingest it"
-            )
-        raise InputError("is named .xlsx but is not an Excel workbook (no xl/workbook.xml)")
-    return False
+    """A ZIP archive holding xl/workbook.xml, whatever its name; a file named .xlsx that is
+    not is refused (an older binary file with a line saying to convert it), unless it is
+    another office file, which its own module reads."""
+    return _office.claims(sample, NAME, _OLE2, "an Excel 97-2003 workbook (.xls)")
 
 
 def read(
@@ -53,7 +46,8 @@ def read(
         import openpyxl
     except ImportError as err:
         raise _office.missing("Excel (XLSX)", "openpyxl") from err
-    with budget.file_budget():
+    with budget.file_budget(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (openpyxl warns of what it cannot read, on stderr)
         try:
             book = openpyxl.load_workbook(fh, read_only=True, data_only=True)
             try:
@@ -72,20 +66,32 @@ def read(
 
 
 def _markdown(book: Any) -> tuple[str, int]:
-    blocks: list[str] = []
+    text = _office.Text()
     for sheet in book.worksheets:
+        # The cells the file holds, not the range its dimension claims (one cell at XFD1048576
+        # would otherwise be a million rows of 16,384 empty cells).
+        sheet.reset_dimensions()
         rows = []
+        size = 0
         for n, row in enumerate(sheet.iter_rows(values_only=True)):
             if n % 1000 == 0:
                 budget.check("reading the workbook's rows")
+            if not row:
+                continue
             cells = [_value(v) for v in row[:MAX_COLUMNS]]
             while cells and not cells[-1]:
                 cells.pop()
-            rows.append(cells)
+            if cells:
+                rows.append(cells)
+                size += sum(len(c) for c in cells)
+                if size > _office.MAX_TEXT:
+                    raise InputError(
+                        f"has a sheet of more than {_office.MAX_TEXT} characters; split it"
+                    )
         table = _office.markdown_table(rows)
         if table:
-            blocks.append(_office.heading(1, str(sheet.title)) + "\n\n" + "\n".join(table))
-    return "\n\n".join(blocks) + "\n", len(book.worksheets)
+            text.add(_office.heading(1, str(sheet.title)) + "\n\n" + "\n".join(table))
+    return text.joined(), len(book.worksheets)
 
 
 def _value(value: Any) -> str:
