@@ -4,13 +4,18 @@ libraries, the ``office`` extra): the archive's guards, Markdown tables, and the
 from __future__ import annotations
 
 import hashlib
+import importlib
 import re
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from pgrag.errors import InputError
+from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile, file_metadata, name_title
+from pgrag.ingest.formats._base import one_line
 
 # An office file is decompressed into memory to be read: at most this much in all, and no
 # member inflating more than MAX_RATIO times (a "ZIP bomb" is refused before it is opened).
@@ -96,6 +101,33 @@ def claims(sample: Any, name: str, old: bytes | None = None, old_label: str = ""
     if sample.head.startswith(b"PK\x03\x04") and not sample.members:  # entries, no directory
         raise InputError(f"is named {suffix} but its ZIP archive is damaged (cut short?)")
     raise InputError(f"is named {suffix} but is not {_KINDS[name]}")
+
+
+def library(module: str, label: str, package: str) -> Any:
+    """The library that reads a format (of the ``office`` extra), or the one-line error that
+    says to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise missing(label, package) from err
+
+
+@contextmanager
+def reading(kind: str) -> Iterator[None]:
+    """A file read within its time budget, its library's warnings kept off stderr, and any
+    error the library raises (they raise many kinds for a broken file) as one line:
+    "cannot be read as KIND (...); it may be damaged"."""
+    with budget.file_budget(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            yield
+        except InputError:
+            raise
+        except Exception as err:
+            raise InputError(
+                f"cannot be read as {kind} ({type(err).__name__}: {one_line(err)});"
+                " it may be damaged"
+            ) from err
 
 
 def missing(label: str, package: str) -> InputError:

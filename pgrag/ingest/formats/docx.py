@@ -18,7 +18,7 @@ from pgrag.errors import InputError
 from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.formats import _office
-from pgrag.ingest.formats._base import Sample, one_line
+from pgrag.ingest.formats._base import Sample
 
 NAME = "docx"
 LABEL = "Word (DOCX)"
@@ -41,21 +41,9 @@ def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     _office.check_archive(path, "Word", xml_limit=True)
-    try:
-        import docx
-    except ImportError as err:
-        raise _office.missing("Word (DOCX)", "python-docx") from err
-    with budget.file_budget():
-        try:
-            document = docx.Document(fh)
-            text, title = _markdown(document)
-        except InputError:
-            raise
-        except Exception as err:  # python-docx and lxml raise many types for broken files
-            raise InputError(
-                f"cannot be read as a Word document ({type(err).__name__}: {one_line(err)});"
-                " it may be damaged"
-            ) from err
+    docx = _office.library("docx", "Word (DOCX)", "python-docx")
+    with _office.reading("a Word document"):
+        text, title = _markdown(docx.Document(fh))
     yield str(path), _office.loaded(path, fh, NAME, text, title)
 
 

@@ -12,7 +12,6 @@ reading the spine is two small XML files with lxml (entities and network off).""
 from __future__ import annotations
 
 import posixpath
-import warnings
 import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -23,7 +22,7 @@ from pgrag.errors import InputError
 from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.formats import _office
-from pgrag.ingest.formats._base import Sample, one_line
+from pgrag.ingest.formats._base import Sample
 
 NAME = "epub"
 LABEL = "EPUB"
@@ -49,18 +48,8 @@ def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     _office.check_archive(path, "EPUB")
-    with budget.file_budget():
-        try:
-            with zipfile.ZipFile(fh) as archive, warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # (BeautifulSoup: XHTML read as HTML)
-                text, title, extra = _book(archive)
-        except InputError:
-            raise
-        except Exception as err:  # zipfile, lxml and the HTML reader raise many types
-            raise InputError(
-                f"cannot be read as an EPUB book ({type(err).__name__}: {one_line(err)});"
-                " it may be damaged or encrypted"
-            ) from err
+    with _office.reading("an EPUB book"), zipfile.ZipFile(fh) as archive:
+        text, title, extra = _book(archive)
     yield str(path), _office.loaded(path, fh, NAME, text, title, extra)
 
 

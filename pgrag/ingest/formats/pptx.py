@@ -16,7 +16,7 @@ from pgrag.errors import InputError
 from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.formats import _office
-from pgrag.ingest.formats._base import Sample, one_line
+from pgrag.ingest.formats._base import Sample
 
 NAME = "pptx"
 LABEL = "PowerPoint (PPTX)"
@@ -38,21 +38,10 @@ def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     _office.check_archive(path, "PowerPoint", xml_limit=True)
-    try:
-        import pptx
-    except ImportError as err:
-        raise _office.missing("PowerPoint (PPTX)", "python-pptx") from err
-    with budget.file_budget():
-        try:
-            deck = pptx.Presentation(fh)
-            text, title = _markdown(deck)
-        except InputError:
-            raise
-        except Exception as err:  # python-pptx and lxml raise many types for broken files
-            raise InputError(
-                f"cannot be read as a PowerPoint presentation ({type(err).__name__}:"
-                f" {one_line(err)}); it may be damaged"
-            ) from err
+    pptx = _office.library("pptx", "PowerPoint (PPTX)", "python-pptx")
+    with _office.reading("a PowerPoint presentation"):
+        deck = pptx.Presentation(fh)
+        text, title = _markdown(deck)
     slides = len(deck.slides)
     yield str(path), _office.loaded(path, fh, NAME, text, title, {"slides": slides})
 

@@ -10,7 +10,6 @@ saying to convert it."""
 from __future__ import annotations
 
 import datetime as dt
-import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -19,7 +18,7 @@ from pgrag.errors import InputError
 from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile
 from pgrag.ingest.formats import _office
-from pgrag.ingest.formats._base import Sample, one_line
+from pgrag.ingest.formats._base import Sample
 
 NAME = "xlsx"
 LABEL = "Excel (XLSX)"
@@ -42,26 +41,14 @@ def read(
     path: Path, fh: BinaryIO, options: Mapping[str, Any]
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     _office.check_archive(path, "Excel")
-    try:
-        import openpyxl
-    except ImportError as err:
-        raise _office.missing("Excel (XLSX)", "openpyxl") from err
-    with budget.file_budget(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # (openpyxl warns of what it cannot read, on stderr)
+    openpyxl = _office.library("openpyxl", "Excel (XLSX)", "openpyxl")
+    with _office.reading("an Excel workbook"):
+        book = openpyxl.load_workbook(fh, read_only=True, data_only=True)
         try:
-            book = openpyxl.load_workbook(fh, read_only=True, data_only=True)
-            try:
-                text, sheets = _markdown(book)
-                title = book.properties.title
-            finally:
-                book.close()
-        except InputError:
-            raise
-        except Exception as err:  # openpyxl, zipfile and lxml raise many types for bad files
-            raise InputError(
-                f"cannot be read as an Excel workbook ({type(err).__name__}: {one_line(err)});"
-                " it may be damaged"
-            ) from err
+            text, sheets = _markdown(book)
+            title = book.properties.title
+        finally:
+            book.close()
     yield str(path), _office.loaded(path, fh, NAME, text, title, {"sheets": sheets})
 
 
