@@ -199,7 +199,9 @@ def test_word_excel_powerpoint_and_epub_files_are_asked_about(db: Database, tmp_
     report = pgrag.ingest(db, [folder], collection="office")
     assert report.count("added") == 4, report.files
     [failed] = report.failed
-    assert failed.path.endswith("damaged.docx") and "Word" in (failed.reason or "")
+    assert failed.path.endswith("damaged.docx") and "ZIP archive is damaged" in (
+        failed.reason or ""
+    )
     rows = db.conn.execute(
         "SELECT d.metadata ->> 'format', c.section, c.content FROM pgrag.chunks c"
         " JOIN pgrag.documents d ON d.id = c.document_id ORDER BY d.source, c.ordinal"
