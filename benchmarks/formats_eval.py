@@ -9,10 +9,13 @@ own products, several files each, all in one collection, so that each format's d
 the others' distractors. For a seeded sample of each format's products the question is
 "What is the price of the NAME?" (the word "price" is only in a table's header, or the
 slide's or sentence's own words), and a result answers it when one chunk holds both the
-product's name (in its text or its section: a slide's title) and its price. Reported per format: the share of questions answered by the
-first result, the first 5 and the first 10 (hybrid search, pgrag's defaults).
+product's name (in its text or its section: a slide's title) and its price. Reported per
+format: the share of questions answered by the first result, the first 5 and the first 10
+(hybrid search, pgrag's defaults).
 
-With --no-header-repeat, the same in a second collection chunked without the table header
+With --through-libreoffice, every Word, Excel and PowerPoint file is first opened and saved
+by LibreOffice (to OpenDocument and back), so that the files read are an office suite's own
+exports. With --no-header-repeat, the same in a second collection chunked without the table header
 repeated in each chunk (what pgrag did before issue 20), to measure what it is worth.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/formats_eval.py --no-header-repeat \\
@@ -53,7 +56,8 @@ THINGS = """kettle toaster lantern blender stool ladder kettlebell backpack ther
     skillet teapot compass hammock tripod monitor keyboard speaker headset charger router
     printer scanner projector heater fan lamp mirror clock radio""".split()
 CITIES = """Lisbon Porto Braga Coimbra Faro Madrid Seville Valencia Bilbao Lyon Nantes Lille
-    Bordeaux Turin Genoa Naples Bologna Verona Graz Linz Ghent Utrecht Leiden Aarhus Malmo""".split()
+    Bordeaux Turin Genoa Naples Bologna Verona Graz Linz Ghent Utrecht Leiden Aarhus
+    Malmo""".split()
 HEADER = ["Product", "Price", "Warehouse", "Lead time"]
 
 
@@ -72,12 +76,15 @@ def catalogue(rng: random.Random, n: int) -> list[Product]:
     names: set[str] = set()
     out = []
     while len(out) < n:
-        name = f"{rng.choice(COLOURS)} {rng.choice(THINGS)} {rng.choice('KLMNPRSTVX')}-{rng.randint(100, 999)}"
+        colour, thing = rng.choice(COLOURS), rng.choice(THINGS)  # (this order: seeded sets)
+        name = f"{colour} {thing} {rng.choice('KLMNPRSTVX')}-{rng.randint(100, 999)}"
         if name in names:
             continue
         names.add(name)
         out.append(
-            Product(name, f"{rng.randint(5, 900)} EUR", rng.choice(CITIES), f"{rng.randint(1, 40)} days")
+            Product(
+                name, f"{rng.randint(5, 900)} EUR", rng.choice(CITIES), f"{rng.randint(1, 40)} days"
+            )
         )
     return out
 
@@ -215,7 +222,10 @@ def write_pdf(folder: Path, groups: list[list[Product]]) -> None:
     for i, group in enumerate(groups):
         doc = SimpleDocTemplate(str(folder / f"price-sheet-{i}.pdf"), pagesize=A4)
         doc.build(
-            [Paragraph(f"Price sheet {i}", styles["Title"]), Table([HEADER] + [p.row() for p in group])]
+            [
+                Paragraph(f"Price sheet {i}", styles["Title"]),
+                Table([HEADER] + [p.row() for p in group]),
+            ]
         )
 
 
@@ -259,6 +269,40 @@ def build(root: Path, seed: int) -> dict[str, list[Product]]:
     return out
 
 
+ODF = {".docx": "odt", ".xlsx": "ods", ".pptx": "odp"}
+
+
+def through_libreoffice(root: Path) -> int:
+    """Every Word, Excel and PowerPoint file replaced by LibreOffice's own export of it: opened
+    and saved as OpenDocument, then opened and saved back (`soffice --headless --convert-to`),
+    so that what pgrag reads was written by an office suite, not by the Python libraries."""
+    import shutil
+    import subprocess
+
+    soffice = shutil.which("soffice")
+    if soffice is None:
+        sys.exit(
+            "--through-libreoffice: install LibreOffice"
+            " (apt-get install libreoffice-writer-nogui libreoffice-calc-nogui ...)"
+        )
+    done = 0
+    for path in sorted(p for p in root.rglob("*") if p.suffix in ODF):
+        with tempfile.TemporaryDirectory() as tmp:
+            odf = Path(tmp) / f"{path.stem}.{ODF[path.suffix]}"
+            for source, kind, out in (
+                (path, ODF[path.suffix], tmp),
+                (odf, path.suffix[1:], str(path.parent)),
+            ):
+                subprocess.run(
+                    [soffice, "--headless", "--convert-to", kind, "--outdir", out, str(source)],
+                    check=True,
+                    capture_output=True,
+                    timeout=300,
+                )
+        done += 1
+    return done
+
+
 def evaluate(
     db: Any, collection: str, products: dict[str, list[Product]], questions: int, seed: int
 ) -> dict[str, Any]:
@@ -268,7 +312,9 @@ def evaluate(
         asked = rng.sample(mine, min(questions, len(mine)))
         found = {k: 0 for k in KS}
         for p in asked:
-            hits = pgrag.search(db, f"What is the price of the {p.name}?", collection=collection, k=max(KS))
+            hits = pgrag.search(
+                db, f"What is the price of the {p.name}?", collection=collection, k=max(KS)
+            )
             # (a slide's or chapter's heading is the chunk's section, shown with it)
             first = next(
                 (
@@ -280,7 +326,10 @@ def evaluate(
             )
             for k in KS:
                 found[k] += first is not None and first <= k
-        result[name] = {"questions": len(asked), **{f"answer@{k}": found[k] / len(asked) for k in KS}}
+        result[name] = {
+            "questions": len(asked),
+            **{f"answer@{k}": found[k] / len(asked) for k in KS},
+        }
     return result
 
 
@@ -290,6 +339,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dsn", help="server (default: PGRAG_DSN, PG*, the embedded server)")
     parser.add_argument("--no-header-repeat", action="store_true", help="also measure without")
+    parser.add_argument(
+        "--through-libreoffice",
+        action="store_true",
+        help="office files as LibreOffice exports them (round-tripped through OpenDocument)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
@@ -297,6 +351,9 @@ def main() -> None:
     report: dict[str, Any] = {"questions per format": args.questions, "seed": args.seed}
     with tempfile.TemporaryDirectory() as tmp:
         products = build(Path(tmp), args.seed)
+        if args.through_libreoffice:
+            log("saving every office file again with LibreOffice")
+            report["exported by LibreOffice"] = through_libreoffice(Path(tmp))
         db = pgrag.connect(dsn)
         try:
             log("ingesting every format")
