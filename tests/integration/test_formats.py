@@ -260,6 +260,24 @@ def test_mail_and_its_attachments_are_asked_about(db: Database, tmp_path: Path) 
     assert "Holiday rota" not in titles and "Supplier prices for 2027" in titles
 
 
+def test_a_message_whose_headers_decode_to_nul_or_bad_bytes_is_stored(
+    db: Database, tmp_path: Path
+) -> None:
+    # NUL characters and undecodable bytes in headers would fail the write (PostgreSQL's text
+    # and jsonb cannot hold them): they are dropped and replaced.
+    raw = (
+        b"From: =?utf-8?q?Ana=00Silva?= <ana@example.com>\r\nTo: team@example.com\r\n"
+        b"Subject: caf\xe9 =?utf-8?q?menu=00today?=\r\nMessage-ID: <menu@example.com>\r\n"
+        b"Date: Thu, 03 Dec 2026 09:15:00 +0000\r\n\r\nThe canteen serves soup \xe9 today.\r\n"
+    )
+    (tmp_path / "menu.eml").write_bytes(raw)
+    report = pgrag.ingest(db, [tmp_path / "menu.eml"], collection="menu")
+    assert report.count("added") == 1 and not report.failed, report.files
+    [hit] = pgrag.search(db, "what does the canteen serve", collection="menu", k=1)
+    assert "\x00" not in hit.title and "menutoday" in hit.title
+    assert hit.metadata["from"] == "AnaSilva <ana@example.com>"
+
+
 # -- scans --------------------------------------------------------------------------------------
 
 

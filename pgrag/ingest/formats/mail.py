@@ -150,6 +150,10 @@ def _message(
             InputError(f"cannot be read as a message ({type(err).__name__}: {one_line(err)})"),
         )
         return
+    # (A header may decode to NUL characters or lone surrogates, which PostgreSQL's text and
+    # jsonb cannot store: they are dropped and replaced, never a failed write.)
+    text = _clean(text)
+    meta = {k: _clean(v) if isinstance(v, str) else v for k, v in meta.items()}
     source = f"{path.resolve()}#{key}"
     st = path.stat()
     yield (
@@ -168,8 +172,13 @@ def _message(
     yield from _attachments(path, message, key, source, options)
 
 
+def _clean(text: str) -> str:
+    """``text`` without NUL characters, lone surrogates replaced."""
+    return text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+
+
 def _key(message: EmailMessage, number: int | None, seen: dict[str, int]) -> str:
-    found = str(message.get("Message-ID", "") or "").strip().strip("<>").strip()
+    found = _clean(str(message.get("Message-ID", "") or "")).strip().strip("<>").strip()
     key = re.sub(r"[\s#/]+", "_", found)[:200] or f"message-{number or 1}"
     if key in seen:
         seen[key] += 1
