@@ -1,5 +1,6 @@
-"""What the office formats share (DOCX, XLSX, PPTX: ZIP archives of XML, read by their
-libraries, the ``office`` extra): the archive's guards, Markdown tables, and the document."""
+"""What the office formats share (DOCX, XLSX, PPTX, EPUB: ZIP archives of XML, read by their
+libraries, the ``office`` extra): the archive's guards, the document, and Markdown tables
+(which CSV writes too)."""
 
 from __future__ import annotations
 

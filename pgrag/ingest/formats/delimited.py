@@ -22,6 +22,7 @@ import io
 import re
 
 from pgrag.errors import InputError
+from pgrag.ingest.formats import _office
 from pgrag.ingest.formats._base import Sample, one_line
 
 NAME = "csv"
@@ -32,7 +33,6 @@ MARKDOWN = True
 
 _DELIMITERS = ",;\t|"
 _SPACE = re.compile(r"\s+")
-_DASHES = re.compile(r":?-+:?")
 
 
 def detect(sample: Sample) -> bool:
@@ -51,13 +51,9 @@ def detect(sample: Sample) -> bool:
 
 
 def convert(text: str) -> tuple[str, str | None]:
-    rows = _rows(text)
-    if not rows:
+    lines = _office.markdown_table(_rows(text))
+    if not lines:
         raise InputError("has no values: every row is empty")
-    width = max(len(r) for r in rows)
-    header = [cell or f"column {k + 1}" for k, cell in enumerate(rows[0] + [""] * width)][:width]
-    lines = [_line(header), "|" + " --- |" * width]
-    lines += [_line(r + [""] * (width - len(r))) for r in rows[1:]]
     return "\n".join(lines) + "\n", None
 
 
@@ -87,12 +83,3 @@ def _rows(text: str) -> list[list[str]]:
     except csv.Error as err:  # (a cell over the csv module's 128 KiB limit, a stray quote)
         raise InputError(f"is not valid CSV: {one_line(err)}") from None
     return rows
-
-
-def _cell(cell: str) -> str:
-    cell = cell.replace("\\", "\\\\").replace("|", "\\|")
-    return "\\" + cell if _DASHES.fullmatch(cell) else cell
-
-
-def _line(cells: list[str]) -> str:
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
