@@ -23,7 +23,9 @@ read; questions are appended as they are written, so a killed run resumes where 
         --out ~/.cache/pgrag-bench/cmake-docs --documents 2000 --questions 400
 
 With --questions 0 only the documents are written (no model needed): a corpus for
-``benchmarks/write_path.py --data``.
+``benchmarks/write_path.py --data``. With --fragments N the queries are N runs of 6-12
+consecutive words of sampled paragraphs (no model): a set for keyword speed, whose quality
+figures mean little (a query copies its paragraph's words).
 
 Nothing here is committed but this script: the set is rebuilt from the installed packages.
 """
@@ -149,6 +151,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--documents", type=int, default=2000)
     parser.add_argument("--questions", type=int, default=400)
+    parser.add_argument(
+        "--fragments",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead of a model's questions: N queries of 6-12 consecutive words of a sampled"
+        " paragraph (no model; for keyword speed, not for quality)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -180,6 +190,18 @@ def main() -> None:
     if not qrels_path.exists():
         qrels_path.write_text("query-id\tcorpus-id\tscore\n", encoding="utf-8")
     queries_path.touch()  # (--questions 0: the documents alone, for benchmarks/write_path.py)
+    if args.fragments:
+        with queries_path.open("w", encoding="utf-8") as q, qrels_path.open("w") as r:
+            r.write("query-id\tcorpus-id\tscore\n")
+            for n in range(args.fragments):
+                i = rng.randrange(len(corpus))
+                words = corpus[i][1].split()
+                size = rng.randint(6, 12)
+                start = rng.randrange(max(1, len(words) - size))
+                text = " ".join(words[start : start + size])
+                q.write(json.dumps({"_id": f"f{n}", "text": text}) + "\n")
+                r.write(f"f{n}\td{i}\t1\n")
+        return
     picks = list(range(len(corpus)))
     rng.shuffle(picks)
     picks = [i for i in picks[: args.questions] if f"q{i}" not in done]
