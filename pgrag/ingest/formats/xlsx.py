@@ -1,15 +1,17 @@
 """Excel workbooks (XLSX), read with openpyxl (the ``office`` extra), a row at a time: each
 worksheet is a section (its name the heading, so each chunk's section path names the sheet)
 holding one Markdown table whose first non-empty row is the header, repeated in every chunk
-of a long sheet. Cells are their values as last saved (a formula's cached result; one never
-calculated, as in a file written by a program, is empty); a date is written as ISO 8601, a
-whole number without decimals. Chart sheets and images are not read. The title is the
-workbook's core property, else the file name. An Excel 97-2003 .xls is refused with a line
-saying to convert it."""
+of a long sheet. Cells are their values as last saved (a formula's cached result); a formula
+never calculated (in a file written by a program, not saved by a spreadsheet) is its formula,
+such as ``=SUM(B2:B4)`` (only such a workbook is read twice: for its values and its
+formulas). A date is written as ISO 8601, a whole number without decimals. Chart sheets and
+images are not read. The title is the workbook's core property, else the file name. An Excel
+97-2003 .xls is refused with a line saying to convert it."""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -28,6 +30,15 @@ BINARY = True
 
 _OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 MAX_COLUMNS = 1_000  # (a sheet's used range can claim 16,384 columns of nothing)
+# A formula cell with no cached value (none, or an empty one that is not an empty string's):
+# found in the sheets' XML by this, before any is parsed twice.
+_UNCALCULATED = re.compile(
+    rb"<(?:\w+:)?c\b([^>]*)>\s*<(?:\w+:)?f\b(?:[^>]*/>|[^>]*>[^<]*</(?:\w+:)?f>)\s*"
+    rb"(?:<(?:\w+:)?v\s*/>|<(?:\w+:)?v>\s*</(?:\w+:)?v>)?\s*</(?:\w+:)?c>"
+)
+_STRING_TYPE = re.compile(rb"""\bt\s*=\s*["'](?:str|inlineStr)["']""")
+_SCAN_CHUNK = 1 << 20
+_SCAN_OVERLAP = 1 << 16  # longer than a cell (a formula is at most 8,192 characters)
 
 
 def detect(sample: Sample) -> bool:
@@ -44,23 +55,60 @@ def read(
     openpyxl = _office.library("openpyxl", "Excel (XLSX)", "openpyxl")
     with _office.reading("an Excel workbook"):
         book = openpyxl.load_workbook(fh, read_only=True, data_only=True)
+        # Only a workbook with formulas never calculated is read a second time, for them.
+        formulas = (
+            openpyxl.load_workbook(path, read_only=True, data_only=False)
+            if _uncalculated(path)
+            else None
+        )
         try:
-            text, sheets = _markdown(book)
+            text, sheets = _markdown(book, formulas)
             title = book.properties.title
         finally:
             book.close()
+            if formulas is not None:
+                formulas.close()
     yield str(path), _office.loaded(path, fh, NAME, text, title, {"sheets": sheets})
 
 
-def _markdown(book: Any) -> tuple[str, int]:
+def _uncalculated(path: Path) -> bool:
+    """Whether a sheet of the workbook holds a formula with no cached value (its XML read as
+    bytes, a megabyte at a time, not parsed)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if not (name.startswith("xl/worksheets/") and name.endswith(".xml")):
+                continue
+            with archive.open(name) as member:
+                tail = b""
+                while chunk := member.read(_SCAN_CHUNK):
+                    budget.check("reading the workbook's formulas")
+                    data = tail + chunk
+                    if b"f" in data and any(
+                        not _STRING_TYPE.search(m.group(1)) for m in _UNCALCULATED.finditer(data)
+                    ):
+                        return True
+                    tail = data[-_SCAN_OVERLAP:]
+    return False
+
+
+def _markdown(book: Any, formulas: Any | None = None) -> tuple[str, int]:
+    """The workbook's sheets as Markdown; with ``formulas`` (the same workbook, read for its
+    formulas), a cell with no value is its formula, if it has one."""
     text = _office.Text()
-    for sheet in book.worksheets:
+    others = formulas.worksheets if formulas is not None else [None] * len(book.worksheets)
+    for sheet, other in zip(book.worksheets, others, strict=True):
         # The cells the file holds, not the range its dimension claims (one cell at XFD1048576
         # would otherwise be a million rows of 16,384 empty cells).
         sheet.reset_dimensions()
+        values = sheet.iter_rows(values_only=True)
+        if other is not None:
+            other.reset_dimensions()
+            values = map(_merged, values, other.iter_rows(values_only=True))
         rows = []
         size = 0
-        for n, row in enumerate(sheet.iter_rows(values_only=True)):
+        for n, row in enumerate(values):
             if n % 1000 == 0:
                 budget.check("reading the workbook's rows")
             if not row:
@@ -79,6 +127,14 @@ def _markdown(book: Any) -> tuple[str, int]:
         if table:
             text.add(_office.heading(1, str(sheet.title)) + "\n\n" + "\n".join(table))
     return text.joined(), len(book.worksheets)
+
+
+def _merged(values: tuple[Any, ...], formulas: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row's values, a formula (``=SUM(B2:B4)``) where a cell has none."""
+    return tuple(
+        v if v is not None or f is None else str(getattr(f, "text", f))
+        for v, f in zip(values, formulas, strict=False)
+    )
 
 
 def _value(value: Any) -> str:
