@@ -15,6 +15,7 @@ from pgrag.ingest import formats
 from pgrag.ingest.formats import sniff
 from pgrag.ingest.formats.html import html_to_markdown
 from pgrag.ingest.formats.jsonl import JsonlFields
+from pgrag.ingest.formats.pdf import pdf_pages
 from pgrag.ingest.loaders import LoadedFile, load_path
 from tests.samples import HTML, RST_FORMAT, load_one, package_with, write_jsonl, write_pdf
 
@@ -81,6 +82,107 @@ def test_a_pdf_tables_first_row_of_words_is_its_header() -> None:
     )
     # two rows are not enough to tell a table from a layout
     assert _mark_headers(rows[:2], [3, 3]) == rows[:2]
+
+
+LONG_CELL = "Heat resistant ceramic coating for exhaust manifolds and turbo housings"
+
+
+def write_ruled_pdf(path: Path, rows: list[list[object]], lines: str = "GRID") -> Path:
+    """A page of prose, a table ruled by reportlab (a full GRID, a BOX, or only LINEBELOW
+    rules under its rows) and prose after it."""
+    from reportlab.lib import colors
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table
+
+    body = getSampleStyleSheet()["BodyText"]
+    cells = [[Paragraph(c, body) if c == LONG_CELL else c for c in row] for row in rows]
+    table = Table(cells, colWidths=[150] + [70] * (len(rows[0]) - 1))
+    table.setStyle([(lines, (0, 0), (-1, -1), 0.5, colors.black)])
+    flow = [Paragraph("Before the table.", body), table, Paragraph("After the table.", body)]
+    SimpleDocTemplate(str(path), pagesize=A4).build(flow)
+    return path
+
+
+PARTS = [
+    ["Part", "Code", "Price"],
+    [LONG_CELL, "XK-1", "12.50"],
+    ["Gasket", "XK-2", ""],
+    ["Bolt", "", "0.40"],
+]
+
+
+def test_a_ruled_pdf_tables_wrapped_and_empty_cells_stay_in_their_rows(tmp_path: Path) -> None:
+    # Issue 20: pypdf's layout text breaks a row whose cell wraps, and shifts the cells of a
+    # row with an empty one; a table bounded by lines is read by pdfplumber instead.
+    path = write_ruled_pdf(tmp_path / "parts.pdf", PARTS)
+    page = load_one(path).pages[0]  # type: ignore[index]
+    lines = page.splitlines()
+    header = lines.index("| Part | Code | Price |")
+    assert lines[header + 1] == "| --- | --- | --- |"
+    assert f"| {LONG_CELL} | XK-1 | 12.50 |" in lines
+    assert "| Gasket | XK-2 |  |" in lines and "| Bolt |  | 0.40 |" in lines
+    assert page.index("Before the table.") < header < page.index("After the table.")
+    # the layout text alone (the file's path not given: no pdfplumber) loses those rows
+    with path.open("rb") as fh:
+        [layout], _ = pdf_pages(fh)
+    assert f"| {LONG_CELL} | XK-1 | 12.50 |" not in layout.splitlines()
+    assert "| Gasket | XK-2 |  |" not in layout.splitlines()
+
+
+def test_a_framed_paragraph_is_not_a_table(tmp_path: Path) -> None:
+    path = write_ruled_pdf(tmp_path / "note.pdf", [["Remember to sign the form."]], "BOX")
+    page = load_one(path).pages[0]  # type: ignore[index]
+    assert "Remember to sign the form." in page.splitlines()
+    assert "|" not in page
+
+
+def test_a_page_of_horizontal_rules_is_not_searched_for_ruled_tables(tmp_path: Path) -> None:
+    import pypdfium2
+
+    from pgrag.ingest.formats._pdf_tables import _ruled
+
+    rules = write_ruled_pdf(tmp_path / "rules.pdf", PARTS, "LINEBELOW")
+    grid = write_ruled_pdf(tmp_path / "grid.pdf", PARTS)
+    assert [_ruled(pypdfium2.PdfDocument(str(p)), 0) for p in (rules, grid)] == [False, True]
+
+
+@pytest.mark.parametrize("how", ["no pdfplumber", "too many drawings", "pdfminer fails"])
+def test_ruled_tables_fall_back_to_the_layout_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    import sys
+
+    from pgrag.ingest.formats import _pdf_tables as pdf_tables
+
+    path = write_ruled_pdf(tmp_path / "parts.pdf", PARTS)
+    with path.open("rb") as fh:
+        [layout], _ = pdf_pages(fh)
+    if how == "no pdfplumber":
+        monkeypatch.setitem(sys.modules, "pdfplumber", None)
+    elif how == "too many drawings":  # (a plot or a map: not searched for tables)
+        monkeypatch.setattr(pdf_tables, "MAX_PATHS", 3)
+    else:
+
+        def broken(page: object) -> None:
+            raise ValueError("pdfminer cannot lay this page out")
+
+        monkeypatch.setattr(pdf_tables, "page_markdown", broken)
+    doc = load_one(path)
+    assert doc.pages == (layout,) and "Before the table." in layout
+
+
+def test_a_spent_time_budget_is_not_taken_for_a_page_pdfplumber_cannot_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pgrag.ingest.formats import _pdf_tables as pdf_tables
+
+    def spent(page: object) -> None:
+        raise InputError("took longer than its budget")
+
+    monkeypatch.setattr(pdf_tables, "page_markdown", spent)
+    [(_, item)] = list(load_path(write_ruled_pdf(tmp_path / "parts.pdf", PARTS)))
+    assert isinstance(item, InputError) and "budget" in str(item)
 
 
 def test_a_corrupt_pdf_is_one_error_and_nothing_else(

@@ -52,7 +52,7 @@ def _load(path: Path, fh: BinaryIO) -> LoadedFile:
         digest.update(block)
     fh.seek(0)
     with budget.file_budget():
-        pages, title = pdf_pages(fh)
+        pages, title = pdf_pages(fh, path)
         scanned = [k for k, page in enumerate(pages) if not page.strip()]
         if scanned:
             pages = _ocr(path, pages, scanned)
@@ -74,20 +74,24 @@ def _load(path: Path, fh: BinaryIO) -> LoadedFile:
     )
 
 
-def pdf_pages(stream: IO[bytes]) -> tuple[list[str], str | None]:
+def pdf_pages(stream: IO[bytes], path: Path | None = None) -> tuple[list[str], str | None]:
     """(text of each page, the document's title) of a PDF, read from an open file: pypdf
-    reads the objects it needs from it, not the whole file into memory."""
+    reads the objects it needs from it, not the whole file into memory. With the file's
+    ``path``, ruled tables are read by pdfplumber (pgrag.ingest.formats._pdf_tables)."""
     from pypdf import PdfReader
     from pypdf.errors import PdfReadError
 
+    from pgrag.ingest.formats._pdf_tables import RuledTables
+
     try:
-        with _quiet_pypdf():
+        with _quiet_pypdf(), RuledTables(path) as ruled:
             reader = PdfReader(stream)
             if reader.is_encrypted and not reader.decrypt(""):
                 raise InputError("is an encrypted PDF; decrypt it first (e.g. `qpdf --decrypt`)")
             pages = []
-            for page in reader.pages:
-                pages.append(_page_text(page))
+            for k, page in enumerate(reader.pages):
+                tables = ruled.page(k)
+                pages.append(tables if tables is not None else _page_text(page))
                 budget.check("reading the PDF's pages")
             meta = reader.metadata
         title = str(meta.title).replace("\x00", "").strip() if meta and meta.title else None
@@ -157,10 +161,19 @@ def _page_text(page: Any) -> str:
         raw = page.extract_text(extraction_mode="layout") or ""
     except Exception:  # layout mode is the fussier one; plain text is still worth having
         raw = page.extract_text() or ""
+    return layout_markdown(raw)
+
+
+def layout_markdown(raw: str) -> str:
+    """Text laid out by position (columns apart) as Markdown: a line whose parts stand four
+    or more spaces apart is a table row, a header row marked under runs of them; no line
+    becomes a heading."""
     lines: list[str] = []
     cells: list[int] = []  # each line's number of cells (0: not a table row)
     for line in raw.replace("\x00", "").splitlines():
         line = line.strip()
+        if not line and lines and not lines[-1]:
+            continue  # (runs of blank lines: one is enough)
         if _COLUMN_GAP.search(line):
             parts = _COLUMN_GAP.split(line)
             line = "| " + " | ".join(p.replace("|", "\\|") for p in parts) + " |"
@@ -190,8 +203,7 @@ def _mark_headers(lines: list[str], cells: list[int]) -> list[str]:
         if end - k >= 3:
             first = [c.strip() for c in re.split(r"(?<!\\)\|", lines[k])[1:-1]]
             out.append(lines[k])
-            # (a header is short labels; two columns of prose make rows of long cells)
-            if not any(_NUMERIC_CELL.fullmatch(c) or len(c.split()) > 5 for c in first):
+            if reads_as_header(first):
                 out.append("|" + " --- |" * cells[k])
             out.extend(lines[k + 1 : end])
             k = end
@@ -199,3 +211,9 @@ def _mark_headers(lines: list[str], cells: list[int]) -> list[str]:
             out.append(lines[k])
             k += 1
     return out
+
+
+def reads_as_header(cells: list[str]) -> bool:
+    """Whether a table's first row reads as its header: short labels, none only figures (two
+    columns of prose make rows of long cells; a table's continuation starts with data)."""
+    return not any(_NUMERIC_CELL.fullmatch(c) or len(c.split()) > 5 for c in cells)
