@@ -46,6 +46,11 @@ class SkippedInput(InputError):
     and counted, but not a failure of the ingest."""
 
 
+class NotText(InputError):
+    """A file read as text that is not text: NUL bytes, or bytes that are not UTF-8 (a binary
+    file of a kind no format module reads, or text in another encoding)."""
+
+
 class CollectionNotFound(InputError):
     """No collection of that name exists (or none the session may see)."""
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from pgrag.errors import InputError, SkippedInput
+from pgrag.errors import InputError, NotText, SkippedInput
 from pgrag.ingest import budget, formats
 from pgrag.ingest.document import LoadedFile, file_metadata, from_text, name_title
 from pgrag.ingest.formats import SNIFF_BYTES, Format
@@ -112,10 +112,12 @@ def load_files(
             yield str(path), problem
             continue
         for label, item in load_path(path, jsonl):
-            if isinstance(item, InputError):
-                seen.failed_files.add(str(path.resolve()))
-            else:
+            # (a part skipped with a warning, such as a mail attachment of a kind pgrag does
+            # not read, is not a failure: --prune still prunes the file's other documents)
+            if isinstance(item, LoadedFile):
                 seen.sources.add(item.source)
+            elif not isinstance(item, SkippedInput):
+                seen.failed_files.add(str(path.resolve()))
             yield label, item
 
 
@@ -158,7 +160,7 @@ def _format(head: bytes, path: Path) -> Format:
     nul = head.find(b"\0")
     if not fmt.binary and nul >= 0:
         suffix = path.suffix or "(none)"
-        raise InputError(
+        raise NotText(
             f"contains NUL bytes (offset {nul}): a binary file (type {suffix!r}), not one"
             f" pgrag reads ({formats.labels()})"
         )
@@ -185,11 +187,11 @@ def load(path: Path) -> LoadedFile:
         raise InputError("file holds only whitespace; nothing to ingest")
     nul = data.find(b"\0")
     if nul >= 0:
-        raise InputError(f"contains NUL bytes (offset {nul}); looks like a binary file, not text")
+        raise NotText(f"contains NUL bytes (offset {nul}); looks like a binary file, not text")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
-        raise InputError(
+        raise NotText(
             f"is not valid UTF-8 (byte {err.start}); convert it, e.g. `iconv -f latin1 -t utf-8`"
         ) from err
     with budget.file_budget():
@@ -226,13 +228,13 @@ def _load_streamed(path: Path, st: os.stat_result) -> LoadedFile:
             digest.update(block)
             nul = block.find(b"\0")
             if nul >= 0:
-                raise InputError(
+                raise NotText(
                     f"contains NUL bytes (offset {offset + nul}); looks like a binary file"
                 )
             try:
                 text = decoder.decode(block)
             except UnicodeDecodeError as err:
-                raise InputError(
+                raise NotText(
                     f"is not valid UTF-8 (byte {offset + err.start}); convert it, e.g."
                     " `iconv -f latin1 -t utf-8`"
                 ) from err
@@ -242,7 +244,7 @@ def _load_streamed(path: Path, st: os.stat_result) -> LoadedFile:
         try:
             decoder.decode(b"", final=True)
         except UnicodeDecodeError as err:
-            raise InputError("is not valid UTF-8 (it ends inside a character)") from err
+            raise NotText("is not valid UTF-8 (it ends inside a character)") from err
     return LoadedFile(
         label=str(path),
         source=str(path.resolve()),

@@ -260,6 +260,38 @@ def test_mail_and_its_attachments_are_asked_about(db: Database, tmp_path: Path) 
     assert "Holiday rota" not in titles and "Supplier prices for 2027" in titles
 
 
+def test_a_mailbox_with_an_attachment_pgrag_does_not_read_is_still_pruned(
+    db: Database, tmp_path: Path
+) -> None:
+    # A picture attached to one message is skipped with a warning; that is not a failure of
+    # the mailbox, so a message deleted from it is pruned (a failed file's documents are kept).
+    import mailbox
+
+    from tests.samples import mail_message
+
+    folder = tmp_path / "box"
+    folder.mkdir()
+    photo = mail_message("Team photo", "The photo from Friday.", msgid="<photo@example.com>")
+    photo.add_attachment(b"GIF89a\x01\x00;", maintype="image", subtype="gif", filename="t.gif")
+    box = mailbox.mbox(folder / "team.mbox")
+    for message in (photo, mail_message("Canteen", "Closed on Monday.", msgid="<c@example.com>")):
+        box.add(message)
+    box.flush()
+    box.close()
+    warnings: list[str] = []
+    first = pgrag.ingest(db, [folder], collection="box", on_warning=lambda f, w: warnings.append(w))
+    assert first.count("added") == 2 and not first.failed, first.files
+    assert [w for w in warnings if "does not read (image/gif)" in w], warnings
+    box = mailbox.mbox(folder / "team.mbox")
+    box.remove(next(k for k, m in box.items() if m["Subject"] == "Canteen"))
+    box.flush()
+    box.close()
+    again = pgrag.ingest(db, [folder], collection="box", prune=True)
+    assert again.count("deleted") == 1, again.files
+    titles = {r[0] for r in db.conn.execute("SELECT title FROM pgrag.documents").fetchall()}
+    assert titles == {"Team photo"}
+
+
 def test_a_message_whose_headers_decode_to_nul_or_bad_bytes_is_stored(
     db: Database, tmp_path: Path
 ) -> None:

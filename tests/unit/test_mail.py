@@ -135,3 +135,60 @@ def test_attachment_names_the_file_system_would_refuse_or_repeat(tmp_path: Path)
     assert names[0] == "ab.csv"  # (the NUL dropped)
     assert len(names[1].encode()) <= 120 and names[1].endswith(".csv")
     assert names[2:] == ["attachment-3", "notes.csv", "notes-2.csv"]
+
+
+# Found by ingesting CPython's own test messages (Debian's libpython3.11-testsuite,
+# test_email/data): mail as other programs write it.
+
+
+def test_a_message_file_without_from_or_a_blank_line_after_its_headers_is_read(
+    tmp_path: Path,
+) -> None:
+    no_from = b"MIME-Version: 1.0\nContent-Type: text/plain\nSubject: Draft\n\nThe draft text.\n"
+    run_on = b"From: a@example.com\nTo: b@example.com\nSubject: Run on\nno blank line here\n"
+    for name, raw, text in (
+        ("draft.eml", no_from, "The draft text."),
+        ("run-on.eml", run_on, "Subject: Run on"),
+    ):
+        path = tmp_path / name
+        path.write_bytes(raw)
+        [(_, doc)] = _items(path)
+        assert isinstance(doc, LoadedFile) and text in doc.text, (name, doc)
+    # a file of no known kind still needs From: and a header block that ends
+    assert sniff(no_from, "") != "email" and sniff(run_on, "") != "email"
+    with pytest.raises(InputError, match="does not start with mail headers"):
+        sniff(b"Send submissions to\n\tppp@example.org\n", ".eml")
+
+
+def test_attachments_pgrag_does_not_read_are_skipped_and_empty_ones_ignored(
+    tmp_path: Path,
+) -> None:
+    from pgrag.errors import SkippedInput
+
+    message = mail_message("Photos", "Two pictures and the rota.", msgid="<photos@example.com>")
+    gif = b"GIF89a\x01\x00\x01\x00\x00\x00\x00;"  # (a picture pgrag does not read)
+    message.add_attachment(gif, maintype="image", subtype="gif", filename="team.gif")
+    message.add_attachment(b"\x00\x01\x02", maintype="application", subtype="octet-stream")
+    message.add_attachment(b"", maintype="text", subtype="plain", filename="empty.txt")
+    message.add_attachment(b"day,who\nMon,Ana\n", maintype="text", subtype="csv", filename="r.csv")
+    path = tmp_path / "photos.eml"
+    path.write_bytes(bytes(message))
+    items = dict(_items(path))
+    base = f"{path}#photos@example.com"
+    assert list(items) == [base, f"{base}/team.gif", f"{base}/attachment-2", f"{base}/r.csv"]
+    for skipped, kind in ((f"{base}/team.gif", "image/gif"), (f"{base}/attachment-2", "octet")):
+        item = items[skipped]
+        assert isinstance(item, SkippedInput) and "does not read" in str(item) and kind in str(item)
+    assert isinstance(items[f"{base}/r.csv"], LoadedFile)
+
+
+def test_a_text_attachment_is_read_in_the_charset_it_declares(tmp_path: Path) -> None:
+    message = mail_message("Menu", "The menu is attached.", msgid="<menu@example.com>")
+    latin = "Crème brûlée, 4 €".encode("cp1252")
+    message.add_attachment(latin, maintype="text", subtype="plain", filename="menu.txt")
+    message.get_payload()[1].set_param("charset", "windows-1252")
+    path = tmp_path / "menu.eml"
+    path.write_bytes(bytes(message))
+    items = dict(_items(path))
+    menu = items[f"{path}#menu@example.com/menu.txt"]
+    assert isinstance(menu, LoadedFile) and "Crème brûlée, 4 €" in menu.text

@@ -29,7 +29,7 @@ from email.parser import BytesParser
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from pgrag.errors import InputError
+from pgrag.errors import InputError, NotText, SkippedInput
 from pgrag.ingest import budget
 from pgrag.ingest.document import LoadedFile, file_metadata
 from pgrag.ingest.formats._base import Sample, one_line
@@ -46,6 +46,7 @@ MAX_DEPTH = 3
 
 _HEADER = re.compile(rb"^([!-9;-~]+):[ \t]?", re.MULTILINE)
 _TYPICAL = {b"date", b"subject", b"to", b"message-id", b"mime-version", b"received", b"return-path"}
+_MAIL = _TYPICAL | {b"from", b"content-type", b"cc", b"sender", b"reply-to", b"in-reply-to"}
 _SKIPPED_TYPES = {"application/pgp-signature", "application/pkcs7-signature"}
 _depth: ContextVar[int] = ContextVar("pgrag_mail_depth", default=0)
 
@@ -56,19 +57,22 @@ def detect(sample: Sample) -> bool:
     head = sample.head.lstrip(b"\r\n")
     if head.startswith(b"From "):  # a mailbox ("From sender date" lines between messages)
         return sample.known in (NAME, None) and _headers(head.partition(b"\n")[2]) is not None
-    names = _headers(head)
     if sample.known == NAME:
-        if names is None:
+        if _headers(head) is None:
             raise InputError(
                 f"is named {sample.suffix} but does not start with mail headers (From:, Date:,"
-                " Subject:); not a message"
+                " Subject:, Content-Type:...); not a message"
             )
         return True
+    names = _headers(head, strict=True)
     return sample.known is None and names is not None and len(names & _TYPICAL) >= 2
 
 
-def _headers(head: bytes) -> set[bytes] | None:
-    """The names of the header block at the start of ``head``, if it is one with From:."""
+def _headers(head: bytes, strict: bool = False) -> set[bytes] | None:
+    """The names in the header block at the start of ``head``, if it is one: a file named as
+    mail may have any of a message's headers (one saved without From:, a part of a message),
+    and its header block may run into the body without a blank line, as Python's parser
+    allows; ``strict`` (a file of no known kind) asks for From: and a block that ends."""
     block = re.split(rb"\r?\n\r?\n", head, maxsplit=1)[0]
     lines = block.splitlines()
     if not lines or not _HEADER.match(lines[0]):
@@ -79,9 +83,13 @@ def _headers(head: bytes) -> set[bytes] | None:
             continue  # a folded header's continuation
         match = _HEADER.match(line)
         if match is None:
-            return None
+            if strict:
+                return None
+            break
         names.add(match.group(1).lower())
-    return names if b"from" in names else None
+    if strict:
+        return names if b"from" in names else None
+    return names if names & _MAIL else None
 
 
 def read(
@@ -264,6 +272,8 @@ def _attachments(
         except InputError as err:
             yield label, err
             continue
+        if not data.strip():
+            continue  # (an empty part: nothing to read, and nothing wrong)
         with tempfile.TemporaryDirectory(prefix="pgrag-mail-") as tmp:
             file = Path(tmp) / name
             try:
@@ -278,6 +288,15 @@ def _attachments(
                 _depth.reset(token)
         for inner_label, item in items:
             inner = inner_label[len(str(file)) :]  # ("" or a record's ":N" / "#ID" of its own)
+            if isinstance(item, NotText) and part.get_content_maintype() != "text":
+                # (a picture, an archive, a program: mail carries many kinds pgrag does not
+                # read, and the message is read without them)
+                kind = part.get_content_type()
+                yield (
+                    label + inner,
+                    SkippedInput(f"skipped: an attachment of a kind pgrag does not read ({kind})"),
+                )
+                continue
             if isinstance(item, InputError):
                 yield label + inner, item
                 continue
@@ -327,10 +346,15 @@ def _payload(part: EmailMessage) -> bytes:
     else:
         found = part.get_payload(decode=True)
         data = found if isinstance(found, bytes) else b""
-    if not data:
-        raise InputError("is empty")
     if len(data) > MAX_ATTACHMENT_BYTES:
         raise InputError(
             f"is {len(data)} bytes, over the {MAX_ATTACHMENT_BYTES}-byte limit for an attachment"
         )
+    if part.get_content_maintype() == "text" and part.get_content_charset():
+        # Text in the charset it declares (ISO-8859-1, Windows-1252, ...), saved as UTF-8,
+        # which is what pgrag reads text files as.
+        try:
+            data = data.decode(part.get_content_charset() or "utf-8").encode("utf-8")
+        except (LookupError, UnicodeError):
+            pass  # (an unknown or wrong charset: the bytes as they are, UTF-8 or refused)
     return data
