@@ -189,6 +189,14 @@ def test_a_header_in_every_section_is_read_once(tmp_path: Path) -> None:
     doc.save(str(tmp_path / "first.docx"))
     text = load_one(tmp_path / "first.docx").text
     assert text.count(HIDDEN_HEADER) == 1 and text.count(HEADER) == 1, text
+    # A later section showing a first-page header of none of its own shows the nearest
+    # earlier section's (linked to previous: Word's default), though that one hid it.
+    doc = docx.Document(str(tmp_path / "headers.docx"))
+    doc.sections[2].different_first_page_header_footer = True
+    assert doc.sections[2].first_page_header.is_linked_to_previous
+    doc.save(str(tmp_path / "later.docx"))
+    text = load_one(tmp_path / "later.docx").text
+    assert text.count(HIDDEN_HEADER) == 1, text
 
 
 def test_notes_are_numbered_as_the_text_refers_to_them(tmp_path: Path) -> None:

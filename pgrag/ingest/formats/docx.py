@@ -273,10 +273,11 @@ class _Reader:
                 *([section.even_page_footer] if even else []),
             ):
                 self.tick()
-                if part.is_linked_to_previous:  # none of its own: the previous section's
+                element = _shown(part)
+                if element is None:
                     continue
                 text = _office.Text()
-                self.add_blocks(part._element, text)
+                self.add_blocks(element, text)
                 joined = text.joined()
                 if text and joined not in seen:
                     seen.add(joined)
@@ -290,6 +291,20 @@ class _Reader:
             self.out.add(_office.heading(1, heading))
             for block in blocks.blocks:
                 self.out.add(block)
+
+
+def _shown(part: Any) -> Any | None:
+    """The XML of the header or footer a section shows: its own, or (linked to the previous
+    section, as Word's are unless told otherwise) the nearest earlier section's of that kind,
+    which may be one that section did not show; None where no section defines one. (Not
+    python-docx's ``_element``, which adds an empty definition where there is none.)"""
+    seen = 0
+    while part is not None and seen < 10_000:
+        if part._has_definition:
+            return part._definition.element
+        part = part._prior_headerfooter
+        seen += 1
+    return None
 
 
 def _blocks(container: Any) -> Iterator[Any]:
