@@ -129,7 +129,8 @@ def ingest(
     CSV, mail, Word, Excel, PowerPoint, EPUB, Parquet.
 
     The content decides the format (a directory walk picks .md .markdown .txt .text .html .htm
-    .xhtml .pdf .jsonl .ndjson .csv .tsv .docx .xlsx .pptx .epub .eml .mbox .parquet). A CSV is
+    .xhtml .pdf .jsonl .ndjson .csv .tsv .docx .xlsx .pptx .epub .eml .mbox .parquet, and Office's
+    .docm .dotx .xlsm .pptm .ppsx and other variants). A CSV is
     one table, its first row the header, which every chunk of it repeats; Word, Excel and
     PowerPoint files need pip install 'pgrag[office]'; scanned PDF pages, and images named here,
     are read by OCR with pip install 'pgrag[ocr]' and Tesseract. Each attachment of a message

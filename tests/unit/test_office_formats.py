@@ -254,3 +254,77 @@ def test_a_book_listing_a_chapter_again_and_again_reads_it_once(tmp_path: Path) 
     with zipfile.ZipFile(path, "a") as z:
         z.writestr("META-INF/encryption.xml", "<encryption/>")
     assert "is an encrypted (DRM) EPUB book" in _error(path)
+
+
+def _with_main_type(path: Path, target: Path, content_type: str) -> Path:
+    """``path`` saved as ``target`` with its main part's content type changed (as Word,
+    Excel and PowerPoint write macro-enabled files, templates and slide shows)."""
+    mains = (
+        b"wordprocessingml.document.main+xml",
+        b"spreadsheetml.sheet.main+xml",
+        b"presentationml.presentation.main+xml",
+    )
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(target, "w") as dst:
+        for info in src.infolist():
+            data = src.read(info.filename)
+            if info.filename == "[Content_Types].xml":
+                for main in mains:
+                    data = data.replace(
+                        b"application/vnd.openxmlformats-officedocument." + main,
+                        content_type.encode(),
+                    )
+            dst.writestr(info, data)
+    return target
+
+
+@pytest.mark.parametrize(
+    ("kind", "suffix", "content_type"),
+    [
+        ("docx", ".docm", "application/vnd.ms-word.document.macroEnabled.main+xml"),
+        (
+            "docx",
+            ".dotx",
+            "application/vnd.openxmlformats-officedocument.wordprocessingml.template.main+xml",
+        ),
+        ("xlsx", ".xlsm", "application/vnd.ms-excel.sheet.macroEnabled.main+xml"),
+        (
+            "pptx",
+            ".ppsx",
+            "application/vnd.openxmlformats-officedocument.presentationml.slideshow.main+xml",
+        ),
+        ("pptx", ".pptm", "application/vnd.ms-powerpoint.presentation.macroEnabled.main+xml"),
+    ],
+)
+def test_macro_enabled_files_templates_and_slide_shows_are_read_and_walked(
+    tmp_path: Path, kind: str, suffix: str, content_type: str
+) -> None:
+    # python-docx's Document() refuses all but a .docx's main part; python-pptx's
+    # Presentation() a slide show's. Their text is the same; their macros are never run.
+    plain = WRITERS[kind](tmp_path / f"plain.{kind}")
+    folder = tmp_path / "walked"
+    folder.mkdir()
+    path = _with_main_type(plain, folder / f"file{suffix}", content_type)
+    assert content_type.encode() in zipfile.ZipFile(path).read("[Content_Types].xml")
+    [(_, doc)] = list(load_path(path))
+    assert not isinstance(doc, InputError), doc
+    assert doc.format == kind and doc.text == load_one(plain).text
+    from pgrag.ingest.loaders import find_files
+
+    assert [p for p, _ in find_files([folder])] == [path]
+
+
+def test_a_workbook_of_uncalculated_formulas_named_as_another_file_is_read(
+    tmp_path: Path,
+) -> None:
+    # Its second reading (for the formulas) went by the file's name, which openpyxl refuses
+    # unless it is .xlsx, .xlsm, .xltx or .xltm.
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.append(["Item", "Cost"])
+    book.active.append(["Fuel", 120])
+    book.active.append(["Total", "=SUM(B2:B2)"])
+    path = tmp_path / "budget.bin"
+    book.save(str(path))
+    doc = load_one(path)
+    assert doc.format == "xlsx" and "| Total | =SUM(B2:B2) |" in doc.text, doc.text

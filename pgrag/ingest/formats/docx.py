@@ -31,7 +31,7 @@ from pgrag.ingest.formats._base import Sample
 
 NAME = "docx"
 LABEL = "Word (DOCX)"
-SUFFIXES = (".docx",)
+SUFFIXES = (".docx", ".docm", ".dotx", ".dotm")  # (macros are not run)
 ORDER = 50
 BINARY = True
 
@@ -70,8 +70,30 @@ def read(
     _office.check_archive(path, "Word", xml_limit=True)
     docx = _office.library("docx", "Word (DOCX)", "python-docx")
     with _office.reading("a Word document"):
-        text, title = _Reader(docx.Document(fh)).markdown()
+        text, title = _Reader(_document(docx, fh)).markdown()
     yield str(path), _office.loaded(path, fh, NAME, text, title)
+
+
+# Word's main parts besides a document's (.docx): macro-enabled (.docm), template (.dotx) and
+# macro-enabled template (.dotm); python-docx's Document() refuses them, its parts read them.
+_WORD_MAINS = (
+    "application/vnd.ms-word.document.macroEnabled.main+xml",
+    "application/vnd.openxmlformats-officedocument.wordprocessingml.template.main+xml",
+    "application/vnd.ms-word.template.macroEnabledTemplate.main+xml",
+)
+
+
+def _document(docx: Any, fh: BinaryIO) -> Any:
+    from docx.opc.part import PartFactory
+    from docx.package import Package
+    from docx.parts.document import DocumentPart
+
+    for content_type in _WORD_MAINS:
+        PartFactory.part_type_for.setdefault(content_type, DocumentPart)
+    part = Package.open(fh).main_document_part
+    if not isinstance(part, DocumentPart):
+        raise InputError(f"is not a Word document (its main part is {part.content_type})")
+    return part.document
 
 
 class _Reader:

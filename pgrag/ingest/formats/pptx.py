@@ -20,7 +20,7 @@ from pgrag.ingest.formats._base import Sample
 
 NAME = "pptx"
 LABEL = "PowerPoint (PPTX)"
-SUFFIXES = (".pptx",)
+SUFFIXES = (".pptx", ".pptm", ".ppsx", ".ppsm", ".potx", ".potm")  # (macros are not run)
 ORDER = 52
 BINARY = True
 
@@ -40,10 +40,21 @@ def read(
     _office.check_archive(path, "PowerPoint", xml_limit=True)
     pptx = _office.library("pptx", "PowerPoint (PPTX)", "python-pptx")
     with _office.reading("a PowerPoint presentation"):
-        deck = pptx.Presentation(fh)
+        # (the package, not pptx.Presentation(), which refuses a slide show or a template)
+        deck = _presentation(pptx, fh)
         text, title = _markdown(deck)
     slides = len(deck.slides)
     yield str(path), _office.loaded(path, fh, NAME, text, title, {"slides": slides})
+
+
+def _presentation(pptx: Any, fh: BinaryIO) -> Any:
+    from pptx.package import Package
+    from pptx.parts.presentation import PresentationPart
+
+    part = Package.open(fh).main_document_part
+    if not isinstance(part, PresentationPart):
+        raise InputError(f"is not a PowerPoint presentation (its main part is {part.content_type})")
+    return part.presentation
 
 
 def _markdown(deck: Any) -> tuple[str, str | None]:

@@ -24,7 +24,7 @@ from pgrag.ingest.formats._base import Sample
 
 NAME = "xlsx"
 LABEL = "Excel (XLSX)"
-SUFFIXES = (".xlsx",)
+SUFFIXES = (".xlsx", ".xlsm", ".xltx", ".xltm")  # (macros are not run)
 ORDER = 51
 BINARY = True
 
@@ -55,19 +55,26 @@ def read(
     openpyxl = _office.library("openpyxl", "Excel (XLSX)", "openpyxl")
     with _office.reading("an Excel workbook"):
         book = openpyxl.load_workbook(fh, read_only=True, data_only=True)
-        # Only a workbook with formulas never calculated is read a second time, for them.
-        formulas = (
-            openpyxl.load_workbook(path, read_only=True, data_only=False)
-            if _uncalculated(path)
-            else None
-        )
+        # Only a workbook with formulas never calculated is read a second time, for them
+        # (from a file object: given a path, openpyxl refuses a name it does not know, and
+        # content, not the name, decides the format).
+        second = path.open("rb") if _uncalculated(path) else None
         try:
-            text, sheets = _markdown(book, formulas)
-            title = book.properties.title
+            formulas = (
+                openpyxl.load_workbook(second, read_only=True, data_only=False)
+                if second is not None
+                else None
+            )
+            try:
+                text, sheets = _markdown(book, formulas)
+                title = book.properties.title
+            finally:
+                if formulas is not None:
+                    formulas.close()
         finally:
             book.close()
-            if formulas is not None:
-                formulas.close()
+            if second is not None:
+                second.close()
     yield str(path), _office.loaded(path, fh, NAME, text, title, {"sheets": sheets})
 
 
