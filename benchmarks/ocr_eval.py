@@ -9,6 +9,23 @@ pgrag.ingest.ocr) reads each; reported per setting: the character error rate
 clean page (no scan effects), and the same scanned page at 200 dpi (scaled by 2/3).
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/ocr_eval.py --pages 10
+
+With --engine rapidocr or both, the same pages are also read by RapidOCR (the
+``rapidocr-onnxruntime`` 1.4 package from the package index: PaddleOCR's PP-OCRv4 detection
+and Chinese+English recognition models as ONNX, shipped inside its wheel, run by
+onnxruntime), twice: with one onnxruntime thread (and one OpenCV thread), like Tesseract's
+one thread a page, and with onnxruntime's default threads. It is imported only when asked
+for; install it in a venv of its own (it pulls in onnxruntime, OpenCV and numpy):
+
+    python3 -m venv /tmp/ocr-venv
+    /tmp/ocr-venv/bin/pip install 'rapidocr-onnxruntime>=1.4,<1.5' pillow pypdfium2
+    PYTHONPATH=$PWD /tmp/ocr-venv/bin/python benchmarks/ocr_eval.py --pages 6 --engine both
+
+RapidOCR answers a box per run of text; the boxes are put back into lines (see
+``rapid_lines``) so that its text compares with Tesseract's on the same footing. Its
+``max_side_len`` (default 2000 pixels, the package's own) shrinks a larger page before
+detection, so a 300 dpi A4 page is read at about 170 dpi; --rapidocr-max-side 4000 reads it
+whole.
 """
 
 from __future__ import annotations
@@ -42,7 +59,9 @@ def paragraphs() -> list[str]:
     if roots:
         return [text for _, text in build_docs_set.cmake_paragraphs(roots[-1])]
     docs = (ROOT / "docs").glob("*.md")
-    return [p for d in docs for p in d.read_text().split("\n\n") if len(p.split()) > 30 and "|" not in p]
+    return [
+        p for d in docs for p in d.read_text().split("\n\n") if len(p.split()) > 30 and "|" not in p
+    ]
 
 
 def page_text(rng: random.Random, pool: list[str]) -> str:
@@ -80,18 +99,98 @@ def cer(truth: str, found: str) -> float:
     return previous[-1] / max(len(a), 1)
 
 
+def rapid_lines(boxes: list[Any]) -> str:
+    """RapidOCR's boxes ([corners, text, score]) as lines of text in reading order: sorted by
+    the vertical centre of each box, a box joins the line above when its centre is within half
+    the median box height of that line's mean centre; a line's boxes are sorted by their left
+    edge and joined by a space, and lines by a newline."""
+    items = []
+    for corners, text, _score in boxes:
+        ys = [point[1] for point in corners]
+        items.append(
+            (sum(ys) / len(ys), max(ys) - min(ys), min(point[0] for point in corners), text)
+        )
+    if not items:
+        return ""
+    items.sort()
+    half = statistics.median(height for _, height, _, _ in items) / 2
+    lines: list[list[tuple[float, float, float, str]]] = []
+    for item in items:
+        if lines and abs(item[0] - statistics.mean(i[0] for i in lines[-1])) <= half:
+            lines[-1].append(item)
+        else:
+            lines.append([item])
+    return "\n".join(" ".join(i[3] for i in sorted(line, key=lambda i: i[2])) for line in lines)
+
+
+def rapid_engines(max_side: int) -> dict[str, Any]:
+    """RapidOCR readers by name: one onnxruntime (and OpenCV) thread, and the defaults."""
+    try:
+        import cv2
+        from rapidocr_onnxruntime import RapidOCR
+    except ImportError as err:
+        hint = "pip install 'rapidocr-onnxruntime>=1.4,<1.5'"
+        sys.exit(f"ocr_eval: --engine rapidocr needs {hint} ({err.name} is missing)")
+    from PIL import Image, ImageDraw, ImageFont
+
+    default_cv_threads = cv2.getNumThreads()
+    engines: dict[str, Any] = {}
+    for name, threads in (("rapidocr 1 thread", 1), ("rapidocr default threads", -1)):
+        reader = RapidOCR(
+            intra_op_num_threads=threads, inter_op_num_threads=threads, max_side_len=max_side
+        )
+
+        def read(image: Any, reader: Any = reader, threads: int = threads) -> str:
+            cv2.setNumThreads(1 if threads == 1 else default_cv_threads)
+            boxes, _ = reader(image.convert("L"))
+            return rapid_lines(boxes or [])
+
+        warm = Image.new("L", (900, 120), 255)
+        ImageDraw.Draw(warm).text(
+            (20, 30), "Warm up the sessions", fill=0, font=ImageFont.load_default(size=FONT_PX)
+        )
+        read(warm)  # the first run of a session allocates: not a page's time
+        engines[name] = read
+    return engines
+
+
+def rapid_about(max_side: int) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    from rapidocr_onnxruntime.main import DEFAULT_CFG_PATH
+    from rapidocr_onnxruntime.utils import read_yaml
+
+    config = read_yaml(str(DEFAULT_CFG_PATH))
+    return {
+        "version": version("rapidocr-onnxruntime"),
+        "onnxruntime": version("onnxruntime"),
+        "models": {part: Path(config[part]["model_path"]).name for part in ("Det", "Cls", "Rec")},
+        "max_side_len": max_side,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pages", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engine", choices=("tesseract", "rapidocr", "both"), default="tesseract")
+    parser.add_argument(
+        "--rapidocr-max-side", type=int, default=2000, help="RapidOCR's max_side_len"
+    )
     args = parser.parse_args()
-    why = ocr.missing()
-    if why is not None:
-        sys.exit(f"ocr_eval: {why}")
+    engines: dict[str, Any] = {}
+    if args.engine in ("tesseract", "both"):
+        why = ocr.missing()
+        if why is not None:
+            sys.exit(f"ocr_eval: {why}")
+        engines["tesseract"] = ocr.image_text
+    if args.engine in ("rapidocr", "both"):
+        engines.update(rapid_engines(args.rapidocr_max_side))
     rng = random.Random(args.seed)
     pool = paragraphs()
-    results: dict[str, dict[str, list[float]]] = {
-        name: {"cer": [], "seconds": []} for name in ("clean 300 dpi", "scanned 300 dpi", "scanned 200 dpi")
+    settings = ("clean 300 dpi", "scanned 300 dpi", "scanned 200 dpi")
+    results: dict[tuple[str, str], dict[str, list[float]]] = {
+        (name, engine): {"cer": [], "seconds": []} for name in settings for engine in engines
     }
     lengths = []
     for n in range(args.pages):
@@ -100,28 +199,37 @@ def main() -> None:
         clean = render(text, False, rng)
         scanned = render(text, True, rng)
         low = scanned.resize((WIDTH * 2 // 3, HEIGHT * 2 // 3))
-        for name, image in (("clean 300 dpi", clean), ("scanned 300 dpi", scanned), ("scanned 200 dpi", low)):
-            t0 = time.perf_counter()
-            found = ocr.image_text(image)
-            results[name]["seconds"].append(time.perf_counter() - t0)
-            results[name]["cer"].append(cer(text, found))
+        for name, image in zip(settings, (clean, scanned, low), strict=True):
+            for engine, read in engines.items():
+                t0 = time.perf_counter()
+                found = read(image)
+                results[name, engine]["seconds"].append(time.perf_counter() - t0)
+                results[name, engine]["cer"].append(cer(text, found))
         print(f"page {n + 1}/{args.pages}", file=sys.stderr)
-    report = {
+
+    def summary(r: dict[str, list[float]]) -> dict[str, float]:
+        return {
+            "CER mean": round(statistics.mean(r["cer"]), 4),
+            "CER max": round(max(r["cer"]), 4),
+            "seconds per page (median)": round(statistics.median(r["seconds"]), 2),
+        }
+
+    report: dict[str, Any] = {
         "pages": args.pages,
         "characters per page (mean)": round(statistics.mean(lengths)),
-        "tesseract": subprocess.run(
-            ["tesseract", "--version"], capture_output=True, text=True
-        ).stdout.split("\n")[0],
-        "language": ocr.language(),
-        **{
-            name: {
-                "CER mean": round(statistics.mean(r["cer"]), 4),
-                "CER max": round(max(r["cer"]), 4),
-                "seconds per page (median)": round(statistics.median(r["seconds"]), 2),
-            }
-            for name, r in results.items()
-        },
     }
+    if "tesseract" in engines:
+        report["tesseract"] = subprocess.run(
+            ["tesseract", "--version"], capture_output=True, text=True
+        ).stdout.split("\n")[0]
+        report["language"] = ocr.language()
+    if args.engine != "tesseract":
+        report["rapidocr"] = rapid_about(args.rapidocr_max_side)
+    for name in settings:
+        if args.engine == "tesseract":
+            report[name] = summary(results[name, "tesseract"])
+        else:
+            report[name] = {engine: summary(results[name, engine]) for engine in engines}
     print(json.dumps(report, indent=2))
 
 
