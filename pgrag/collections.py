@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag.db import principals, queries
 from pgrag.db.connect import transaction
+from pgrag.db.replica import read
 from pgrag.embeddings.local import configured_embedder, require_model
 from pgrag.embeddings.models import describe
 from pgrag.errors import CollectionNotFound, InputError
@@ -154,8 +155,11 @@ def list_collections(db: Database) -> list[dict[str, Any]]:
     read (``pgrag.collections_v2``, which restricted roles may call). ``estimated`` is true when
     ``documents`` is the planner's estimate (only for a session that sees everything, and only
     above ``pgrag.exact_count_limit`` documents; sql/functions/status.sql)."""
-    with transaction(db) as conn:
+
+    def run(conn: Any) -> Any:
         principals.apply(conn, db.principals)  # a connection opened with principals counts theirs
-        rows = conn.execute(Q.list_collections).fetchall()
+        return conn.execute(Q.list_collections).fetchall()
+
+    rows = read(db, run)  # (the read replica's, when there is one)
     keys = ("name", "model", "dimension", "documents", "chunks", "estimated")
     return [dict(zip(keys, r, strict=True)) for r in rows]

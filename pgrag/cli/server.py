@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -58,3 +59,20 @@ def server_status(ctx: click.Context, dsn_only: bool, as_json: bool) -> None:
     echo(f"           (no psql installed? the embedded server ships one: {st.psql})")
     if not st.running:
         sys.exit(3)  # pg_ctl's convention for "not running", so scripts can test it
+
+
+@server.command("standby")
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.pass_context
+def server_standby(ctx: click.Context, directory: Path) -> None:
+    """Make a hot standby of the embedded server in DIRECTORY and start it; print its DSN.
+
+    The embedded server (PGRAG_SERVER_DIR's, started if needed) is copied by pg_basebackup
+    and streams its changes to the standby from then on: point PGRAG_READ_DSN at the DSN
+    printed to search there. `PGRAG_SERVER_DIR=DIRECTORY pgrag server stop|start|status`
+    manages the standby. For trying read replicas on one machine (docs/scale.md)."""
+    primary = _server(ctx)
+    if directory.resolve() == primary.directory.resolve():
+        raise click.UsageError(f"{directory} is the primary's own directory; name a new one")
+    primary.ensure_running()
+    echo(EmbeddedServer(directory).replicate(primary))

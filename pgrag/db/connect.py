@@ -21,6 +21,7 @@ from pgrag.errors import DatabaseError, PgragError
 if TYPE_CHECKING:
     import psycopg
 
+    from pgrag.db.replica import Replica
     from pgrag.embeddings.embedder import Embedder
 
 Q = queries.load(__name__)
@@ -47,9 +48,15 @@ class Database:
     query_cache: bool = True
     # The configuration this connection was opened with (pgrag.config: read once, here).
     settings: Settings = field(default_factory=Settings)
+    # The read replica searches and listings read from (PGRAG_READ_DSN), if any; and whether
+    # each read waits for it to have replayed the primary's writes (pgrag.db.replica).
+    replica: Replica | None = field(default=None, repr=False)
+    read_your_writes: bool = False
 
     def close(self) -> None:
         self.conn.close()
+        if self.replica is not None:
+            self.replica.close()
 
     def __enter__(self) -> Database:
         return self
@@ -138,6 +145,7 @@ def connect(
     embedder: Embedder | None = None,
     principals: Sequence[str] | None = None,
     settings: Settings | None = None,
+    read_your_writes: bool | None = None,
 ) -> Database:
     """Open pgrag's database (see the module docstring for where it is found).
 
@@ -148,11 +156,19 @@ def connect(
     ``settings`` is pgrag's configuration (:mod:`pgrag.config`); by default the environment
     is read, once, now.
 
+    With ``PGRAG_READ_DSN`` set, searches and listings read from that replica, falling back
+    to this database when it fails; ``read_your_writes`` (default ``PGRAG_READ_YOUR_WRITES``)
+    makes each read wait for the replica to have this database's writes so far
+    (:mod:`pgrag.db.replica`).
+
     Raises :class:`pgrag.SchemaError` when the schema is missing or out of date: schema changes
     happen only through ``pgrag db upgrade``, never as a side effect of connecting.
     """
     names = None if principals is None else check_principals(principals)
     settings = settings or config.from_env()
+    from pgrag.db.replica import open_replica, wait_seconds
+
+    wait_seconds(settings)  # (a bad PGRAG_READ_WAIT_SECONDS is said now, not at a search)
     resolved = resolve_dsn(dsn, settings)
     conn = open_connection(resolved)
     try:
@@ -162,5 +178,13 @@ def connect(
         conn.close()
         raise
     return Database(
-        conn=conn, dsn=resolved, given_embedder=embedder, principals=names, settings=settings
+        conn=conn,
+        dsn=resolved,
+        given_embedder=embedder,
+        principals=names,
+        settings=settings,
+        replica=open_replica(settings),
+        read_your_writes=settings.reads_your_writes
+        if read_your_writes is None
+        else read_your_writes,
     )

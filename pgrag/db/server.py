@@ -145,6 +145,48 @@ class EmbeddedServer:
             self._run(["pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "-t", "60", "stop"])
             return True
 
+    def replicate(self, primary: EmbeddedServer) -> str:
+        """Make this (uninitialised) server a hot standby of ``primary`` by streaming
+        replication, and start it; its DSN. The primary's data is copied by
+        ``pg_basebackup -R`` (which writes the standby's ``primary_conninfo``), over the
+        primary's socket: both run as the same OS user. For trying read replicas on one
+        machine (docs/scale.md); a production standby is the operator's."""
+        if (self.data / "PG_VERSION").exists():
+            raise ServerError(
+                f"{self.data} already holds a cluster; replicate into a new directory"
+            )
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            self._prepare_owner()
+            self._prepare_socket_dir()
+            self._run(
+                [
+                    "pg_basebackup",
+                    "-D",
+                    str(self.data),
+                    "-R",
+                    "-X",
+                    "stream",
+                    "-c",
+                    "fast",
+                    "-h",
+                    str(primary.socket_dir),
+                    "-p",
+                    str(PORT),
+                    "-U",
+                    SUPERUSER,
+                ],
+                timeout=600,
+            )
+            self._start_with_retry()
+        return self.dsn()
+
+    def stop_now(self) -> None:
+        """Stop the server at once, as a crash would (``pg_ctl -m immediate``)."""
+        with self._lock():
+            if self._running_pid() is not None:
+                self._run(["pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop"])
+
     # -- internals --------------------------------------------------------------------------
 
     def _choose_socket_dir(self) -> Path:
@@ -506,9 +548,9 @@ def directory_problem(directory: Path) -> str | None:
             return None
         return (
             f"the embedded server runs as OS user {SYSTEM_USER!r}, which cannot reach"
-            f" {directory} because {blocked} is closed to other users; set"
-            " PGRAG_SERVER_DIR to a directory outside root's home (default /var/lib/pgrag),"
-            f" or {command_line('chmod', 'o+x', str(blocked))}"
+            f" {directory} because {blocked} is closed to other users; use a directory"
+            " outside root's home (PGRAG_SERVER_DIR's default is /var/lib/pgrag), or"
+            f" {command_line('chmod', 'o+x', str(blocked))}"
         )
     existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
     if existing is None or (existing.is_dir() and os.access(existing, os.W_OK | os.X_OK)):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag.collections import require_collection_id
 from pgrag.db import principals, queries
-from pgrag.db.connect import transaction
+from pgrag.db.replica import read
 from pgrag.errors import InputError
 
 if TYPE_CHECKING:
@@ -25,12 +25,14 @@ def list_documents(
     collection is :class:`pgrag.CollectionNotFound`."""
     if not 1 <= limit <= MAX_PAGE:
         raise InputError(f"limit must be 1-{MAX_PAGE}, got {limit}")
-    with transaction(db) as conn:
+    arguments = {"collection": collection, "after": after, "limit": limit + 1}
+
+    def run(conn: Any) -> Any:
         principals.apply(conn, db.principals)
         require_collection_id(conn, collection)
-        rows = conn.execute(
-            Q.documents_page, {"collection": collection, "after": after, "limit": limit + 1}
-        ).fetchall()
+        return conn.execute(Q.documents_page, arguments).fetchall()
+
+    rows = read(db, run)  # (the read replica's, when there is one)
     page = [
         {
             "document_id": r[0],

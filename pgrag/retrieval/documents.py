@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pgrag.db import principals as access
 from pgrag.db import queries
-from pgrag.db.connect import transaction
+from pgrag.db.replica import read
 from pgrag.errors import InputError
 from pgrag.retrieval.search import check_text, collection_model
 from pgrag.retrieval.sections import join_chunks
@@ -90,17 +90,19 @@ def fetch_document(
         raise InputError(f"max_chunks must be between 1 and {MAX_CHUNKS}, got {max_chunks}")
     if collection is not None:
         collection_model(db, collection)  # CollectionNotFound, said as such
-    with transaction(db) as conn:
-        access.apply(conn, db.principals if principals is None else principals)
-        rows = conn.execute(
-            Q.document_chunks,
-            {
-                "collection": collection,
-                "source": None if chunk_id is not None else source,
-                "chunk_id": chunk_id,
-                "n": max_chunks,
-            },
-        ).fetchall()
+    readers = db.principals if principals is None else principals
+    arguments = {
+        "collection": collection,
+        "source": None if chunk_id is not None else source,
+        "chunk_id": chunk_id,
+        "n": max_chunks,
+    }
+
+    def run(conn: Any) -> Any:
+        access.apply(conn, readers)
+        return conn.execute(Q.document_chunks, arguments).fetchall()
+
+    rows = read(db, run)  # (the read replica's, when there is one)
     if not rows:
         where = f" in collection {collection!r}" if collection is not None else ""
         what = f"no chunk {chunk_id}" if chunk_id is not None else f"no document {source!r}"

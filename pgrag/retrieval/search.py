@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, LiteralString, overload
 from pgrag.db import principals as access
 from pgrag.db import queries
 from pgrag.db.connect import transaction
+from pgrag.db.replica import read
 from pgrag.embeddings.models import query_model
 from pgrag.embeddings.query_cache import check_query_vector, embed_query
 from pgrag.errors import CollectionNotFound, DatabaseError, InputError, PgragError
@@ -390,21 +391,23 @@ def search(
             embedding = vectors[0] if len(vectors) == 1 else mean_vector(vectors, embedder.name)
     t1 = time.perf_counter()
     fetch = candidates(k) if (reranker is not None or mmr is not None) else k
+    readers = db.principals if principals is None else principals
+    arguments = {
+        "model": model_name,
+        "collection": collection,
+        "query": None if mode == "vector" else query,
+        "embedding": None if mode == "keyword" else embedding,
+        "k": fetch,
+        "filter": Jsonb(filter or {}),
+        **(settings or SearchSettings()).arguments(),
+    }
+
+    def run(conn: Any) -> Any:
+        access.apply(conn, readers)
+        return conn.execute(call_sql(settings, model=model_name is not None), arguments).fetchall()
+
     try:
-        with transaction(db) as conn:
-            access.apply(conn, db.principals if principals is None else principals)
-            rows = conn.execute(
-                call_sql(settings, model=model_name is not None),
-                {
-                    "model": model_name,
-                    "collection": collection,
-                    "query": None if mode == "vector" else query,
-                    "embedding": None if mode == "keyword" else embedding,
-                    "k": fetch,
-                    "filter": Jsonb(filter or {}),
-                    **(settings or SearchSettings()).arguments(),
-                },
-            ).fetchall()
+        rows = read(db, run)  # (the read replica's, when there is one: pgrag.db.replica)
     except DatabaseError as err:
         cause = err.__cause__
         primary = getattr(getattr(cause, "diag", None), "message_primary", None) or ""
@@ -547,8 +550,8 @@ def _diversified(
 
     ids = [r.chunk_id for r in results]
     try:
-        with transaction(db) as conn:
-            rows = conn.execute(Q.chunk_vectors, {"m": model_id, "ids": ids}).fetchall()
+        arguments = {"m": model_id, "ids": ids}
+        rows = read(db, lambda conn: conn.execute(Q.chunk_vectors, arguments).fetchall())
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
             raise PgragError(

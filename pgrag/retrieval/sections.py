@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pgrag.db import principals as access
 from pgrag.db import queries
-from pgrag.db.connect import transaction
+from pgrag.db.replica import read
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -34,11 +34,13 @@ def widen(
     """The results in rank order, each one's text widened to its section."""
     if not results:
         return []
-    with transaction(db) as conn:
+    arguments = {"ids": [r.chunk_id for r in results], "n": max_chunks}
+
+    def run(conn: Any) -> Any:
         access.apply(conn, principals)
-        rows = conn.execute(
-            Q.section_chunks, {"ids": [r.chunk_id for r in results], "n": max_chunks}
-        ).fetchall()
+        return conn.execute(Q.section_chunks, arguments).fetchall()
+
+    rows = read(db, run)  # (the read replica's, when there is one)
     sections: dict[int, list[tuple[int, int, str]]] = {}
     for seed, sibling, ordinal, content in rows:
         sections.setdefault(seed, []).append((sibling, ordinal, content))

@@ -83,6 +83,7 @@ class Service:
             config.settings, no_auth=config.no_auth, local_principals=config.local_principals
         )
         self.pool: ConnectionPool[Any] | None = None
+        self.replica: Any = None  # a PooledReplica when PGRAG_READ_DSN names one
         self.embedder: Any = None
         self.warnings: list[str] = []  # about the database role, said at start (open)
 
@@ -108,6 +109,25 @@ class Service:
             open=False,
         )
         self.pool.open(wait=True, timeout=30.0)
+        if self.settings.read_dsn:
+            # Reads (search, ask's retrieval, listings) from a replica, through a pool of its
+            # own that may start empty: a replica down at start is failed over, not fatal.
+            from pgrag.db.replica import CONNECT_SECONDS, PooledReplica
+
+            reads: ConnectionPool[Any] = ConnectionPool(
+                self.settings.read_dsn,
+                min_size=0,
+                max_size=self.config.pool_max,
+                timeout=float(CONNECT_SECONDS),
+                configure=_configure,
+                check=_check,
+                reset=_returned,
+                name="pgrag-read",
+                kwargs={"connect_timeout": CONNECT_SECONDS},
+                open=False,
+            )
+            reads.open(wait=False)
+            self.replica = PooledReplica(self.settings.read_dsn, reads)
         self.warnings = self._role_warnings() if self.config.shared else []
         for warning in self.warnings:
             log.warning("%s", warning)
@@ -140,6 +160,9 @@ class Service:
         if self.pool is not None:
             self.pool.close(timeout=5.0)
             self.pool = None
+        if self.replica is not None:
+            self.replica.close()
+            self.replica = None
 
     # -- per request ----------------------------------------------------------------------
 
@@ -187,6 +210,8 @@ class Service:
                     given_embedder=None,
                     principals=caller.principals,
                     settings=self.settings,
+                    replica=self.replica,
+                    read_your_writes=self.settings.reads_your_writes,
                 )
             finally:
                 if work is not None:

@@ -36,19 +36,26 @@ def _tmp_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def admin_dsn() -> Iterator[str]:
-    external = os.environ.get("PGRAG_TEST_DSN")
-    if external:
-        yield external
+def embedded_server() -> Iterator[EmbeddedServer | None]:
+    """The session's embedded server (None when ``PGRAG_TEST_DSN`` names another)."""
+    if os.environ.get("PGRAG_TEST_DSN"):
+        yield None
         return
     directory = Path(tempfile.mkdtemp(prefix="pgrag-test-server-", dir=_tmp_root()))
     server = EmbeddedServer(directory, settings=FAST_SETTINGS)
     server.ensure_running()
     try:
-        yield server.dsn("postgres")
+        yield server
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def admin_dsn(embedded_server: EmbeddedServer | None) -> str:
+    if embedded_server is None:
+        return os.environ["PGRAG_TEST_DSN"]
+    return embedded_server.dsn("postgres")
 
 
 def dsn_for(admin: str, database: str) -> str:

@@ -1,0 +1,251 @@
+"""Reads from a read replica: ``PGRAG_READ_DSN`` names a standby (streaming replication, a
+managed service's read replica) that searches, ask's retrieval and listings read from, while
+everything that writes (ingest, the query log, the query-vector cache, conversations,
+settings) stays on the primary, the database :func:`pgrag.connect` opened.
+
+Several replicas are libpq's to choose among, not pgrag's: one connection string with several
+hosts, ``postgresql://replica1,replica2/pgrag?target_session_attrs=standby&load_balance_hosts=random``
+(libpq 16+, which psycopg's binary package ships).
+
+- **Failing over.** A replica that cannot be reached, or whose connection breaks, is left
+  alone for :data:`RETRY_SECONDS`; reads go to the primary meanwhile, with one warning (logger
+  ``pgrag``) when it goes down and one when it is back. A read that a replica cancels because
+  of a conflict with recovery is read again on the primary.
+- **Read-your-writes**, when asked (``pgrag.connect(read_your_writes=True)`` or
+  ``PGRAG_READ_YOUR_WRITES=on``): before each read, the primary's current WAL position is
+  taken, and the replica is waited for until it has replayed it, at most
+  ``PGRAG_READ_WAIT_SECONDS`` (2); a replica still behind then is passed over for that read
+  (the primary answers it) with a warning.
+- **Access** is the primary's: row-level security, principals and grants are in the
+  replicated catalog, and each read sets its principals in its own read-only transaction,
+  as on the primary.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pgrag.db import queries
+from pgrag.errors import ConfigError, DatabaseError, PgragError
+
+if TYPE_CHECKING:
+    import psycopg
+
+    from pgrag.config import Settings
+    from pgrag.db.connect import Database
+
+Q = queries.load(__name__)
+log = logging.getLogger("pgrag")
+
+RETRY_SECONDS = 30.0  # how long a replica that failed is left alone
+CONNECT_SECONDS = 3  # libpq's connect_timeout for a replica (the primary answers otherwise)
+DEFAULT_WAIT_SECONDS = 2.0
+# SQLSTATE 40001 with a standby's "conflict with recovery": the replica cancelled the read.
+_RECOVERY_CONFLICT = "40001"
+
+T = TypeVar("T")
+
+
+class ReplicaDown(PgragError):
+    """The replica cannot serve a read now (why is in the message)."""
+
+
+class Replica:
+    """A read replica: one connection, opened when first needed, reopened after a failure
+    once :data:`RETRY_SECONDS` have passed. Thread-safe to share, one read at a time (as a
+    :class:`pgrag.Database` is)."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self._conn: psycopg.Connection[Any] | None = None
+        self._down_until = 0.0
+        self._down_why: str | None = None
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._lock:
+            if time.monotonic() < self._down_until:
+                raise ReplicaDown(self._down_why or "the replica is down")
+            if self._conn is None or self._conn.closed:
+                self._conn = self._open()
+            yield self._conn
+
+    def _open(self) -> psycopg.Connection[Any]:
+        import psycopg
+
+        from pgrag.db.connect import prepare_session
+
+        try:
+            conn = psycopg.connect(
+                self.dsn, application_name="pgrag", connect_timeout=CONNECT_SECONDS
+            )
+        except psycopg.Error as err:
+            raise self.failed(err) from err
+        try:
+            prepare_session(conn)
+        except Exception as err:
+            conn.close()
+            raise self.failed(err) from err
+        if self._down_why is not None:
+            log.warning("the read replica answers again: reading from it (%s)", _where(self.dsn))
+            self._down_why = None
+        return conn
+
+    def failed(self, err: BaseException) -> ReplicaDown:
+        """Mark the replica down for :data:`RETRY_SECONDS` (warning once), closing its
+        connection; the :class:`ReplicaDown` to raise."""
+        why = " ".join(str(err).split())[:300] or type(err).__name__
+        if self._down_why is None:
+            log.warning(
+                "the read replica (%s) failed: %s; reading from the primary, trying the"
+                " replica again in %g s",
+                _where(self.dsn),
+                why,
+                RETRY_SECONDS,
+            )
+        self._down_why = why
+        self._down_until = time.monotonic() + RETRY_SECONDS
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+            self._conn = None
+        return ReplicaDown(why)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+
+class PooledReplica(Replica):
+    """A replica read through a connection pool (``pgrag serve``): one connection per
+    request, the pool's; failing over as :class:`Replica` does."""
+
+    def __init__(self, dsn: str, pool: Any) -> None:
+        super().__init__(dsn)
+        self.pool = pool
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if time.monotonic() < self._down_until:
+            raise ReplicaDown(self._down_why or "the replica is down")
+        try:
+            checkout: AbstractContextManager[Any] = self.pool.connection()
+            conn = checkout.__enter__()
+        except Exception as err:  # (a pool timeout: the replica does not answer)
+            raise self.failed(err) from err
+        if self._down_why is not None:
+            log.warning("the read replica answers again: reading from it (%s)", _where(self.dsn))
+            self._down_why = None
+        try:
+            yield conn
+        except BaseException as err:
+            checkout.__exit__(type(err), err, err.__traceback__)
+            raise
+        else:
+            checkout.__exit__(None, None, None)
+
+    def close(self) -> None:
+        self.pool.close(timeout=5.0)
+
+
+def _where(dsn: str) -> str:
+    from pgrag.db.dsn import describe_dsn
+
+    return describe_dsn(dsn)
+
+
+def wait_seconds(settings: Settings) -> float:
+    raw = settings.read_wait_seconds
+    if raw is None:
+        return DEFAULT_WAIT_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 600:
+        raise ConfigError(
+            f"PGRAG_READ_WAIT_SECONDS={raw!r} is not a number of seconds from 0 to 600; set it"
+            " to e.g. 2"
+        )
+    return value
+
+
+def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+    """``work(conn)`` in a read-only transaction on the replica when there is one that can
+    answer (see the module docstring), else in a transaction on the primary, as
+    :func:`pgrag.db.connect.transaction` runs it: a database error is a one-line
+    :class:`~pgrag.DatabaseError`. ``work`` must only read: it may run twice (on the
+    replica, then on the primary)."""
+    import psycopg
+
+    from pgrag.db.connect import connection_lost, describe_error, transaction
+
+    replica = db.replica
+    if replica is not None:
+        target = _primary_position(db) if db.read_your_writes else None
+        try:
+            with replica.connection() as conn:
+                try:
+                    if target is not None and not _caught_up(conn, target, db):
+                        raise ReplicaDown("behind the primary")
+                    with conn.transaction():
+                        conn.execute(Q.read_only)
+                        return work(conn)
+                except psycopg.Error as err:
+                    if connection_lost(err):
+                        raise replica.failed(err) from err
+                    if getattr(err, "sqlstate", None) != _RECOVERY_CONFLICT:
+                        raise DatabaseError(describe_error(err)) from err
+                    log.warning(
+                        "the read replica cancelled a read (%s); reading from the primary",
+                        describe_error(err),
+                    )
+        except ReplicaDown:
+            pass
+    with transaction(db) as conn:
+        return work(conn)
+
+
+def _primary_position(db: Database) -> str:
+    from pgrag.db.connect import transaction
+
+    with transaction(db) as conn:
+        row = conn.execute(Q.primary_position).fetchone()
+    return str(row[0])
+
+
+def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database) -> bool:
+    """Whether the replica has replayed the primary's WAL up to ``target``, waiting for it at
+    most PGRAG_READ_WAIT_SECONDS; a replica still behind is passed over, with a warning."""
+    limit = wait_seconds(db.settings)
+    deadline = time.monotonic() + limit
+    pause = 0.005
+    while True:
+        row = conn.execute(Q.replayed, {"target": target}).fetchone()
+        conn.rollback()
+        if row is None or row[0]:
+            return True
+        if time.monotonic() >= deadline:
+            log.warning(
+                "the read replica had not replayed the primary's last writes after %g s"
+                " (PGRAG_READ_WAIT_SECONDS); this read goes to the primary",
+                limit,
+            )
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
+
+
+def open_replica(settings: Settings) -> Replica | None:
+    """The replica PGRAG_READ_DSN names (opened when first read from), None without one."""
+    return Replica(settings.read_dsn) if settings.read_dsn else None

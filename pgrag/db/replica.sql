@@ -1,0 +1,17 @@
+-- name: read_only
+-- A replica's read is read-only, whatever the server (a read DSN that names a primary by
+-- mistake still writes nothing).
+SET TRANSACTION READ ONLY;
+
+-- name: primary_position
+-- Where the primary's WAL is now: a read that must see every write committed so far waits
+-- for the replica to have replayed this far. The insert position, not the write position:
+-- with synchronous_commit off a commit returns before its record is written, and the write
+-- position can still be short of it.
+SELECT pg_current_wal_insert_lsn();
+
+-- name: replayed
+-- Whether this server has the primary's writes up to %(target)s: a standby once it has
+-- replayed that far; a server not in recovery (a primary named as the replica) always.
+SELECT NOT pg_is_in_recovery()
+    OR coalesce(pg_last_wal_replay_lsn() >= %(target)s::pg_lsn, false);

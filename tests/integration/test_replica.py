@@ -1,0 +1,330 @@
+"""Read replicas (issue 21, item 1): two embedded PostgreSQL servers in streaming replication,
+the standby made from the primary by pg_basebackup with the bundled binaries
+(:meth:`EmbeddedServer.replicate`). Searches read from the standby (``PGRAG_READ_DSN``) and
+see committed ingests; row-level security and principals hold there; read-your-writes waits
+for the standby to replay; a killed standby fails reads over to the primary with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+import pgrag
+from pgrag import access
+from pgrag.config import Settings
+from pgrag.db import replica as replica_module
+from pgrag.db.server import EmbeddedServer
+from pgrag.errors import ConfigError
+from pgrag.ingest.document import from_text
+from tests.integration.conftest import FAST_SETTINGS, TEMPLATE, _create_database, _drop_database
+
+DOCS = [
+    ("acme.txt", ["tenant:acme"], "The Lisbon depot closes at six on weekdays."),
+    ("globex.txt", ["tenant:globex"], "The Porto depot closes at five on weekdays."),
+    ("public.txt", ["public"], "Every depot closes on national holidays."),
+]
+
+
+@dataclass
+class Pair:
+    primary: str  # superuser DSN of the test database on the primary
+    standby: str  # the same database on the standby
+    reader: str  # a pgrag_reader role mapped to tenant:acme
+    server: EmbeddedServer  # the standby
+
+
+def _as(dsn: str, role: str) -> str:
+    return make_conninfo(dsn, user=role)
+
+
+def wait_for_replay(primary: str, standby: str) -> None:
+    with psycopg.connect(primary, autocommit=True) as conn:
+        target = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
+    with psycopg.connect(standby, autocommit=True) as conn:
+        for _ in range(600):
+            done = conn.execute(
+                "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)
+            ).fetchone()
+            if done and done[0]:
+                return
+            conn.execute("SELECT pg_sleep(0.05)")
+    raise AssertionError("the standby did not catch up in 30 s")
+
+
+@pytest.fixture(scope="module")
+def pair(
+    embedded_server: EmbeddedServer | None, admin_dsn: str, template_dsn: str, embedder: Any
+) -> Iterator[Pair]:
+    if embedded_server is None:
+        pytest.skip("needs the embedded server (a standby is made from it); PGRAG_TEST_DSN is set")
+    suffix = uuid.uuid4().hex[:8]
+    name, reader = f"pgrag_replica_{suffix}", f"replica_reader_{suffix}"
+    primary = _create_database(admin_dsn, name, TEMPLATE)
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(reader)))
+        conn.execute(sql.SQL("GRANT pgrag_reader TO {}").format(sql.Identifier(reader)))
+    with pgrag.connect(primary, embedder=embedder) as db:
+        for source, principals, text in DOCS:
+            pgrag.ingest_documents(
+                db, [from_text(source, text)], collection="depots", allow=principals
+            )
+        access.map_role(db, reader, ["tenant:acme"])
+    directory = Path(tempfile.mkdtemp(prefix="pgrag-test-standby-", dir=tempfile.gettempdir()))
+    server = EmbeddedServer(directory, settings=FAST_SETTINGS)
+    server.replicate(embedded_server)
+    standby = make_conninfo(server.dsn(), dbname=name)
+    wait_for_replay(primary, standby)
+    try:
+        yield Pair(primary=primary, standby=standby, reader=reader, server=server)
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        _drop_database(admin_dsn, name)
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(reader)))
+
+
+def _connect(pair: Pair, embedder: Any, role: str | None = None, **settings: str) -> Any:
+    primary = pair.primary if role is None else _as(pair.primary, role)
+    standby = pair.standby if role is None else _as(pair.standby, role)
+    return pgrag.connect(
+        primary, embedder=embedder, settings=Settings(read_dsn=standby, **settings)
+    )
+
+
+def _sources(db: Any, query: str, **kwargs: Any) -> set[str]:
+    hits = pgrag.search(db, query, collection="depots", mode="keyword", k=10, **kwargs)
+    return {Path(h.source).name for h in hits}
+
+
+def test_a_restricted_role_on_the_standby_reads_only_what_it_may(pair: Pair, embedder: Any) -> None:
+    from pgrag.retrieval.documents import DocumentNotFound, fetch_document
+
+    with _connect(pair, embedder, pair.reader) as db:
+        assert _sources(db, "when does the depot close") == {"acme.txt", "public.txt"}
+        # hybrid (the query's vector cached on the primary), and a document fetched whole
+        hits = pgrag.search(db, "Lisbon depot hours", collection="depots", k=3)
+        assert {Path(h.source).name for h in hits} <= {"acme.txt", "public.txt"}
+        assert Path(hits[0].source).name == "acme.txt"
+        assert "closes at six" in fetch_document(db, hits[0].source, collection="depots").text
+        globex = hits[0].source.replace("acme.txt", "globex.txt")
+        with pytest.raises(DocumentNotFound):
+            fetch_document(db, globex, collection="depots")
+        assert db.replica is not None and db.replica._conn is not None  # it read the standby
+        in_recovery = db.replica._conn.execute("SELECT pg_is_in_recovery()").fetchone()
+        assert in_recovery == (True,)
+    # The standby enforces access itself, for the SQL an app runs there (the search
+    # function, as the role), and refuses writes.
+    from pgrag.retrieval.search import search_sql
+
+    with psycopg.connect(_as(pair.standby, pair.reader)) as conn:
+        statement = search_sql("depot close", collection="depots", mode="keyword", k=10)
+        rows = conn.execute(statement.encode()).fetchall()
+        assert {Path(r[4]).name for r in rows} == {"acme.txt", "public.txt"}
+        conn.rollback()
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT source FROM pgrag.documents")  # (only through the function)
+        conn.rollback()
+    with (
+        psycopg.connect(pair.standby) as conn,
+        pytest.raises(psycopg.errors.ReadOnlySqlTransaction),
+    ):
+        conn.execute("DELETE FROM pgrag.documents")  # (a superuser, on a standby)
+    # Principals named by the caller narrow what a superuser's search reads, there too.
+    with _connect(pair, embedder) as db:
+        got = _sources(db, "when does the depot close", principals=["tenant:globex"])
+        assert got == {"globex.txt", "public.txt"}
+
+
+def test_reads_are_the_standbys_and_read_your_writes_waits_for_it(
+    pair: Pair, embedder: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    superuser_standby = make_conninfo(pair.standby, dbname="postgres")
+    with psycopg.connect(superuser_standby, autocommit=True) as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+    try:
+        with _connect(pair, embedder) as db:  # ingest goes to the primary, as every write
+            pgrag.ingest_documents(
+                db,
+                [from_text("faro.txt", "The Faro depot opens on Sundays.")],
+                collection="depots",
+                allow=["public"],
+            )
+            # The standby has not replayed it: a read from it does not see it.
+            assert "faro.txt" not in _sources(db, "Faro depot Sundays")
+        with _connect(pair, embedder, read_your_writes="on", read_wait_seconds="0.3") as db:
+            with caplog.at_level(logging.WARNING, logger="pgrag"):
+                assert "faro.txt" in _sources(db, "Faro depot Sundays")  # (the primary's)
+            assert any("had not replayed" in r.getMessage() for r in caplog.records)
+        caplog.clear()
+        with psycopg.connect(superuser_standby, autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        with _connect(pair, embedder, read_your_writes="on", read_wait_seconds="30") as db:
+            with caplog.at_level(logging.WARNING, logger="pgrag"):
+                assert "faro.txt" in _sources(db, "Faro depot Sundays")  # the standby's now
+            assert not caplog.records, [r.getMessage() for r in caplog.records]
+    finally:
+        with psycopg.connect(superuser_standby, autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        wait_for_replay(pair.primary, pair.standby)
+
+
+def test_a_killed_standby_fails_reads_over_to_the_primary(
+    pair: Pair, embedder: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with _connect(pair, embedder, pair.reader) as db:
+        seen = _sources(db, "when does the depot close")
+        assert "acme.txt" in seen and "globex.txt" not in seen
+        pair.server.stop_now()  # as a crash: its connections break
+        try:
+            with caplog.at_level(logging.WARNING, logger="pgrag"):
+                # Every read still answers, from the primary, as the same role.
+                for _ in range(3):
+                    assert _sources(db, "when does the depot close") == seen
+            warned = [r.getMessage() for r in caplog.records]
+            assert len(warned) == 1 and "read replica" in warned[0], warned  # said once
+            assert "reading from the primary" in warned[0]
+        finally:
+            pair.server.ensure_running()
+        caplog.clear()
+        monkeypatch.setattr(replica_module, "RETRY_SECONDS", 0.0)
+        db.replica._down_until = 0.0  # type: ignore[union-attr]  # (its 30 s are up)
+        with caplog.at_level(logging.WARNING, logger="pgrag"):
+            assert _sources(db, "when does the depot close") == seen
+        assert any("answers again" in r.getMessage() for r in caplog.records)
+        assert db.replica._conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)  # type: ignore[union-attr]
+
+
+def test_a_read_dsn_that_names_no_server_reads_from_the_primary(
+    pair: Pair, embedder: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    missing = make_conninfo(pair.standby, host=tempfile.mkdtemp(prefix="pgrag-nosuch-"))
+    settings = Settings(read_dsn=missing)
+    with pgrag.connect(pair.primary, embedder=embedder, settings=settings) as db:
+        with caplog.at_level(logging.WARNING, logger="pgrag"):
+            assert "acme.txt" in _sources(db, "Lisbon depot")
+        assert any("read replica" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bad_read_wait_is_said_at_connect(pair: Pair, embedder: Any) -> None:
+    with pytest.raises(ConfigError, match="PGRAG_READ_WAIT_SECONDS='soon'"):
+        pgrag.connect(pair.primary, settings=Settings(read_wait_seconds="soon"))
+
+
+def test_listings_read_the_standby_as_the_role(pair: Pair, embedder: Any) -> None:
+    from pgrag.collections import list_collections
+    from pgrag.ingest.listing import list_documents
+
+    with _connect(pair, embedder, pair.reader) as db:
+        counts = {c["name"]: c["documents"] for c in list_collections(db)}
+        page, _ = list_documents(db, "depots")
+        assert db.replica is not None and db.replica._conn is not None  # it read the standby
+    names = {Path(d["source"]).name for d in page}
+    assert {"acme.txt", "public.txt"} <= names and "globex.txt" not in names
+    assert counts["depots"] == len(names)  # (what the role may read, not all three tenants')
+
+
+def test_the_service_reads_from_the_standby_and_fails_over(pair: Pair, embedder: Any) -> None:
+    import httpx2 as httpx
+
+    from tests.serving import served
+
+    superuser_standby = make_conninfo(pair.standby, dbname="postgres")
+    query = {"query": "Braga depot", "collection": "depots", "mode": "keyword", "k": 10}
+
+    def seen(url: str) -> tuple[set[str], set[str]]:
+        found = httpx.post(f"{url}/v1/search", json=query)
+        listed = httpx.get(f"{url}/v1/documents", params={"collection": "depots"})
+        assert found.status_code == 200 and listed.status_code == 200, (found.text, listed.text)
+        return (
+            {Path(h["source"]).name for h in found.json()["results"]},
+            {Path(d["source"]).name for d in listed.json()["documents"]},
+        )
+
+    with psycopg.connect(superuser_standby, autocommit=True) as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+    try:
+        with served(pair.primary, Settings(read_dsn=pair.standby), no_auth=True) as s:
+            with pgrag.connect(pair.primary, embedder=embedder) as db:
+                pgrag.ingest_documents(
+                    db,
+                    [from_text("braga.txt", "The Braga depot closes at noon.")],
+                    collection="depots",
+                    allow=["public"],
+                )
+            hits, listed = seen(s.url)  # the standby's: it has not replayed the ingest
+            assert "braga.txt" not in hits and "braga.txt" not in listed
+            assert "public.txt" in listed
+            with psycopg.connect(superuser_standby, autocommit=True) as conn:
+                conn.execute("SELECT pg_wal_replay_resume()")
+            wait_for_replay(pair.primary, pair.standby)
+            hits, listed = seen(s.url)
+            assert "braga.txt" in hits and "braga.txt" in listed
+            pair.server.stop_now()
+            try:
+                hits, listed = seen(s.url)  # the primary's, the standby being down
+                assert "braga.txt" in hits and "braga.txt" in listed
+            finally:
+                pair.server.ensure_running()
+    finally:
+        with psycopg.connect(superuser_standby, autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        wait_for_replay(pair.primary, pair.standby)
+
+
+def test_pgrag_server_standby_makes_one_from_the_embedded_server(
+    embedded_server: EmbeddedServer | None,
+) -> None:
+    from click.testing import CliRunner
+
+    from pgrag.cli import cli
+
+    if embedded_server is None:
+        pytest.skip("needs the embedded server; PGRAG_TEST_DSN is set")
+    runner = CliRunner(env={"PGRAG_SERVER_DIR": str(embedded_server.directory)})
+    same = runner.invoke(cli, ["server", "standby", str(embedded_server.directory)])
+    assert same.exit_code == 2 and "primary's own directory" in same.output
+    directory = Path(tempfile.mkdtemp(prefix="pgrag-test-standby-"))
+    made = runner.invoke(cli, ["server", "standby", str(directory)])
+    try:
+        assert made.exit_code == 0, made.output
+        dsn = made.output.strip().splitlines()[-1]
+        with psycopg.connect(make_conninfo(dsn, dbname="postgres")) as conn:
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+        again = runner.invoke(cli, ["server", "standby", str(directory)])
+        assert again.exit_code != 0 and "already holds a cluster" in again.output
+    finally:
+        EmbeddedServer(directory).stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_several_hosts_in_one_read_dsn_are_libpqs_to_choose_among(
+    pair: Pair, embedder: Any
+) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    primary, standby = conninfo_to_dict(pair.primary), conninfo_to_dict(pair.standby)
+    both = make_conninfo(
+        pair.standby,
+        host=f"{primary['host']},{standby['host']}",
+        port=f"{primary['port']},{standby['port']}",
+        target_session_attrs="standby",
+        load_balance_hosts="random",
+    )
+    settings = Settings(read_dsn=both)
+    with pgrag.connect(pair.primary, embedder=embedder, settings=settings) as db:
+        assert "acme.txt" in _sources(db, "Lisbon depot")
+        assert db.replica is not None and db.replica._conn is not None
+        assert db.replica._conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
