@@ -242,9 +242,10 @@ def test_directories_with_nothing_to_ingest_and_utf16_files_are_explained(
     assert result.exit_code == 1
     lines = result.stderr.splitlines()
     assert (
-        f"error: {tmp_path / 'empty_dir'}: no .csv, .docx, .eml, .epub, .htm, .html, .jsonl,"
-        " .markdown, .mbox, .md, .ndjson, .parquet, .pdf, .pptx, .text, .tsv, .txt, .xhtml,"
-        " .xlsx files in this directory" in lines
+        f"error: {tmp_path / 'empty_dir'}: no .csv, .docm, .docx, .dotm, .dotx, .eml, .epub,"
+        " .htm, .html, .jsonl, .markdown, .mbox, .md, .ndjson, .parquet, .pdf, .potm, .potx,"
+        " .ppsm, .ppsx, .pptm, .pptx, .text, .tsv, .txt, .xhtml, .xlsm, .xlsx, .xltm, .xltx"
+        " files in this directory" in lines
     )
     assert any(
         line.startswith(f"error: {tmp_path / 'pdfs'}: no ")
