@@ -97,7 +97,15 @@ class Settings:
 
     @property
     def reads_your_writes(self) -> bool:
-        return (self.read_your_writes or "off").lower() in ("1", "on", "true", "yes")
+        value = (self.read_your_writes or "off").strip().lower()
+        if value not in ("1", "on", "true", "yes", "0", "off", "false", "no", ""):
+            from pgrag.errors import ConfigError
+
+            raise ConfigError(
+                f"PGRAG_READ_YOUR_WRITES={self.read_your_writes!r} is neither on nor off; set"
+                " it to on or off"
+            )
+        return value in ("1", "on", "true", "yes")
 
     @property
     def query_cache_enabled(self) -> bool:

@@ -62,17 +62,20 @@ def server_status(ctx: click.Context, dsn_only: bool, as_json: bool) -> None:
 
 
 @server.command("standby")
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.argument("directory")
 @click.pass_context
-def server_standby(ctx: click.Context, directory: Path) -> None:
+def server_standby(ctx: click.Context, directory: str) -> None:
     """Make a hot standby of the embedded server in DIRECTORY and start it; print its DSN.
 
     The embedded server (PGRAG_SERVER_DIR's, started if needed) is copied by pg_basebackup
     and streams its changes to the standby from then on: point PGRAG_READ_DSN at the DSN
     printed to search there. `PGRAG_SERVER_DIR=DIRECTORY pgrag server stop|start|status`
     manages the standby. For trying read replicas on one machine (docs/scale.md)."""
+    if not directory.strip():
+        raise click.UsageError("DIRECTORY is empty; name a new directory for the standby")
     primary = _server(ctx)
-    if directory.resolve() == primary.directory.resolve():
+    target = Path(directory).resolve()
+    if target == primary.directory.resolve():
         raise click.UsageError(f"{directory} is the primary's own directory; name a new one")
     primary.ensure_running()
-    echo(EmbeddedServer(directory).replicate(primary))
+    echo(EmbeddedServer(target).replicate(primary))

@@ -166,9 +166,12 @@ def connect(
     """
     names = None if principals is None else check_principals(principals)
     settings = settings or config.from_env()
-    from pgrag.db.replica import open_replica, wait_seconds
+    from pgrag.db.replica import check_dsn, open_replica, wait_seconds
 
-    wait_seconds(settings)  # (a bad PGRAG_READ_WAIT_SECONDS is said now, not at a search)
+    # (bad replica settings are said now, not at a search)
+    wait_seconds(settings)
+    check_dsn(settings)
+    reads_your_writes = settings.reads_your_writes if read_your_writes is None else read_your_writes
     resolved = resolve_dsn(dsn, settings)
     conn = open_connection(resolved)
     try:
@@ -183,8 +186,6 @@ def connect(
         given_embedder=embedder,
         principals=names,
         settings=settings,
-        replica=open_replica(settings),
-        read_your_writes=settings.reads_your_writes
-        if read_your_writes is None
-        else read_your_writes,
+        replica=open_replica(settings, conn.info.user),
+        read_your_writes=reads_your_writes,
     )

@@ -31,7 +31,7 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from pgrag.db import queries
-from pgrag.errors import ConfigError, DatabaseError, PgragError
+from pgrag.errors import CollectionNotFound, ConfigError, DatabaseError, PgragError
 
 if TYPE_CHECKING:
     import psycopg
@@ -47,6 +47,8 @@ CONNECT_SECONDS = 3  # libpq's connect_timeout for a replica (the primary answer
 DEFAULT_WAIT_SECONDS = 2.0
 # SQLSTATE 40001 with a standby's "conflict with recovery": the replica cancelled the read.
 _RECOVERY_CONFLICT = "40001"
+# SQLSTATE 42704: a collection (or model) the replica does not know, perhaps not replayed yet.
+_UNDEFINED_OBJECT = "42704"
 
 T = TypeVar("T")
 
@@ -60,11 +62,13 @@ class Replica:
     once :data:`RETRY_SECONDS` have passed. Thread-safe to share, one read at a time (as a
     :class:`pgrag.Database` is)."""
 
-    def __init__(self, dsn: str) -> None:
+    def __init__(self, dsn: str, user: str | None = None) -> None:
         self.dsn = dsn
+        self.user = user  # the primary's role: the replica must read as the same one
         self._conn: psycopg.Connection[Any] | None = None
         self._down_until = 0.0
         self._down_why: str | None = None
+        self._said_not_standby = False
         self._lock = threading.Lock()
 
     @contextmanager
@@ -88,14 +92,44 @@ class Replica:
         except psycopg.Error as err:
             raise self.failed(err) from err
         try:
+            self.check(conn)
             prepare_session(conn)
         except Exception as err:
             conn.close()
             raise self.failed(err) from err
+        self.answering()
+        return conn
+
+    def check(self, conn: psycopg.Connection[Any]) -> None:
+        """Refuse a replica connection that would read as another role than the primary's
+        (it would see what that role may), or whose database has no pgrag schema; say once
+        that a server not in recovery is not a standby."""
+        row = conn.execute(Q.describe).fetchone()
+        conn.rollback()
+        assert row is not None
+        standby, user, schema = row
+        if not schema:
+            raise ReplicaDown(
+                "its database has no pgrag schema: PGRAG_READ_DSN must name a replica of"
+                " PGRAG_DSN's database"
+            )
+        if self.user is not None and user != self.user:
+            raise ReplicaDown(
+                f"it connects as role {user!r} and the primary as {self.user!r}: a read there"
+                " would see what another role may; use the same role in PGRAG_READ_DSN"
+            )
+        if not standby and not self._said_not_standby:
+            self._said_not_standby = True
+            log.warning(
+                "PGRAG_READ_DSN (%s) names a server that is not a standby (not in recovery);"
+                " reading from it all the same",
+                _where(self.dsn),
+            )
+
+    def answering(self) -> None:
         if self._down_why is not None:
             log.warning("the read replica answers again: reading from it (%s)", _where(self.dsn))
             self._down_why = None
-        return conn
 
     def failed(self, err: BaseException) -> ReplicaDown:
         """Mark the replica down for :data:`RETRY_SECONDS` (warning once), closing its
@@ -128,24 +162,42 @@ class Replica:
 
 class PooledReplica(Replica):
     """A replica read through a connection pool (``pgrag serve``): one connection per
-    request, the pool's; failing over as :class:`Replica` does."""
+    request, the pool's; failing over as :class:`Replica` does. Before the pool is used,
+    and again after the replica failed, one connection of its own tries it (and checks it as
+    :meth:`Replica.check` does): a replica that is down is then passed over at once, without
+    the pool waiting for it or retrying it in the background."""
 
-    def __init__(self, dsn: str, pool: Any) -> None:
-        super().__init__(dsn)
+    def __init__(self, dsn: str, pool: Any, user: str | None = None) -> None:
+        super().__init__(dsn, user)
         self.pool = pool
+        self._tried = False
+
+    def _try(self) -> None:
+        import psycopg
+
+        try:
+            with psycopg.connect(
+                self.dsn, application_name="pgrag", connect_timeout=CONNECT_SECONDS
+            ) as conn:
+                self.check(conn)
+        except (psycopg.Error, ReplicaDown) as err:
+            raise self.failed(err) from err
+        self._tried = True
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         if time.monotonic() < self._down_until:
             raise ReplicaDown(self._down_why or "the replica is down")
+        if not self._tried or self._down_why is not None:
+            with self._lock:
+                if not self._tried or self._down_why is not None:
+                    self._try()
         try:
             checkout: AbstractContextManager[Any] = self.pool.connection()
             conn = checkout.__enter__()
         except Exception as err:  # (a pool timeout: the replica does not answer)
             raise self.failed(err) from err
-        if self._down_why is not None:
-            log.warning("the read replica answers again: reading from it (%s)", _where(self.dsn))
-            self._down_why = None
+        self.answering()
         try:
             yield conn
         except BaseException as err:
@@ -204,6 +256,8 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
                 except psycopg.Error as err:
                     if connection_lost(err):
                         raise replica.failed(err) from err
+                    if getattr(err, "sqlstate", None) == _UNDEFINED_OBJECT:
+                        raise CollectionNotFound("") from err  # (see below)
                     if getattr(err, "sqlstate", None) != _RECOVERY_CONFLICT:
                         raise DatabaseError(describe_error(err)) from err
                     log.warning(
@@ -212,6 +266,8 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
                     )
         except ReplicaDown:
             pass
+        except CollectionNotFound:
+            pass  # (one the replica has not replayed yet? the primary says whether it exists)
     with transaction(db) as conn:
         return work(conn)
 
@@ -246,6 +302,27 @@ def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database) -> bool
         pause = min(pause * 2, 0.1)
 
 
-def open_replica(settings: Settings) -> Replica | None:
-    """The replica PGRAG_READ_DSN names (opened when first read from), None without one."""
-    return Replica(settings.read_dsn) if settings.read_dsn else None
+def check_dsn(settings: Settings) -> str | None:
+    """PGRAG_READ_DSN, refused now (a :class:`~pgrag.ConfigError`) when it is not a
+    connection string at all, rather than failed over at every read."""
+    dsn = settings.read_dsn
+    if dsn is None or not dsn.strip():
+        return None
+    from psycopg import ProgrammingError
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(dsn)
+    except ProgrammingError as err:
+        raise ConfigError(
+            f"PGRAG_READ_DSN is not a connection string ({' '.join(str(err).split())}); set it"
+            " to e.g. postgresql://user@replica/pgrag"
+        ) from err
+    return dsn
+
+
+def open_replica(settings: Settings, user: str | None = None) -> Replica | None:
+    """The replica PGRAG_READ_DSN names (opened when first read from; it must read as
+    ``user``, the primary's role), None without one."""
+    dsn = check_dsn(settings)
+    return Replica(dsn, user) if dsn else None

@@ -15,3 +15,8 @@ SELECT pg_current_wal_insert_lsn();
 -- replayed that far; a server not in recovery (a primary named as the replica) always.
 SELECT NOT pg_is_in_recovery()
     OR coalesce(pg_last_wal_replay_lsn() >= %(target)s::pg_lsn, false);
+
+-- name: describe
+-- What a new replica connection is: whether it is a standby, who it reads as, and whether
+-- its database holds pgrag's schema.
+SELECT pg_is_in_recovery(), current_user::text, to_regnamespace('pgrag') IS NOT NULL;

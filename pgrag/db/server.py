@@ -155,6 +155,17 @@ class EmbeddedServer:
             raise ServerError(
                 f"{self.data} already holds a cluster; replicate into a new directory"
             )
+        mine, theirs = self.directory, primary.directory.resolve()
+        if mine == theirs or theirs in mine.parents or mine in theirs.parents:
+            raise ServerError(
+                f"{mine} is inside the primary's directory {theirs} (or holds it); name a"
+                " directory apart from it"
+            )
+        if mine.exists() and (not mine.is_dir() or any(mine.iterdir())):
+            raise ServerError(f"{mine} is not an empty directory; name a new or empty one")
+        problem = directory_problem(mine)
+        if problem is not None:
+            raise ServerError(problem)
         self.directory.mkdir(parents=True, exist_ok=True)
         with self._lock():
             self._prepare_owner()

@@ -112,8 +112,19 @@ class Service:
         if self.settings.read_dsn:
             # Reads (search, ask's retrieval, listings) from a replica, through a pool of its
             # own that may start empty: a replica down at start is failed over, not fatal.
-            from pgrag.db.replica import CONNECT_SECONDS, PooledReplica
+            from pgrag.db.replica import (
+                CONNECT_SECONDS,
+                RETRY_SECONDS,
+                PooledReplica,
+                check_dsn,
+                wait_seconds,
+            )
 
+            check_dsn(self.settings)
+            wait_seconds(self.settings)
+            _ = self.settings.reads_your_writes  # (a bad value is said at start)
+            with self.pool.connection() as conn:
+                user = conn.info.user  # (the replica must read as the same role)
             reads: ConnectionPool[Any] = ConnectionPool(
                 self.settings.read_dsn,
                 min_size=0,
@@ -124,10 +135,11 @@ class Service:
                 reset=_returned,
                 name="pgrag-read",
                 kwargs={"connect_timeout": CONNECT_SECONDS},
+                reconnect_timeout=RETRY_SECONDS,  # (then PooledReplica tries it itself)
                 open=False,
             )
             reads.open(wait=False)
-            self.replica = PooledReplica(self.settings.read_dsn, reads)
+            self.replica = PooledReplica(self.settings.read_dsn, reads, user)
         self.warnings = self._role_warnings() if self.config.shared else []
         for warning in self.warnings:
             log.warning("%s", warning)

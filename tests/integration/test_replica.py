@@ -296,6 +296,20 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
     runner = CliRunner(env={"PGRAG_SERVER_DIR": str(embedded_server.directory)})
     same = runner.invoke(cli, ["server", "standby", str(embedded_server.directory)])
     assert same.exit_code == 2 and "primary's own directory" in same.output
+    empty = runner.invoke(cli, ["server", "standby", ""])
+    assert empty.exit_code == 2 and "DIRECTORY is empty" in empty.output
+    inside = embedded_server.directory / "data" / "standby"
+    refused = runner.invoke(cli, ["server", "standby", str(inside)])
+    assert refused.exit_code == 1 and "inside the primary's directory" in refused.output
+    assert not inside.exists()
+    occupied = Path(tempfile.mkdtemp(prefix="pgrag-test-occupied-"))
+    (occupied / "keep.txt").write_text("mine")
+    try:
+        refused = runner.invoke(cli, ["server", "standby", str(occupied)])
+        assert refused.exit_code == 1 and "not an empty directory" in refused.output
+        assert [p.name for p in occupied.iterdir()] == ["keep.txt"]
+    finally:
+        shutil.rmtree(occupied)
     directory = Path(tempfile.mkdtemp(prefix="pgrag-test-standby-"))
     made = runner.invoke(cli, ["server", "standby", str(directory)])
     try:
@@ -328,3 +342,68 @@ def test_several_hosts_in_one_read_dsn_are_libpqs_to_choose_among(
         assert "acme.txt" in _sources(db, "Lisbon depot")
         assert db.replica is not None and db.replica._conn is not None
         assert db.replica._conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+
+
+def test_replica_settings_that_cannot_work_are_said_at_connect(pair: Pair) -> None:
+    with pytest.raises(ConfigError, match="PGRAG_READ_DSN is not a connection string"):
+        pgrag.connect(pair.primary, settings=Settings(read_dsn="garbage string"))
+    with pytest.raises(ConfigError, match="PGRAG_READ_YOUR_WRITES='banana'"):
+        pgrag.connect(pair.primary, settings=Settings(read_your_writes="banana"))
+
+
+@pytest.mark.parametrize(
+    ("where", "said"),
+    [
+        ("another role", "connects as role 'postgres' and the primary as"),
+        ("not pgrag's database", "no pgrag schema"),
+    ],
+)
+def test_a_replica_that_would_read_otherwise_is_passed_over(
+    pair: Pair, embedder: Any, caplog: pytest.LogCaptureFixture, where: str, said: str
+) -> None:
+    # (a superuser's replica connection for a restricted primary one would read everything)
+    read_dsn = (
+        pair.standby
+        if where == "another role"
+        else make_conninfo(pair.standby, dbname="postgres", user=pair.reader)
+    )
+    settings = Settings(read_dsn=read_dsn)
+    with pgrag.connect(_as(pair.primary, pair.reader), embedder=embedder, settings=settings) as db:
+        with caplog.at_level(logging.WARNING, logger="pgrag"):
+            seen = _sources(db, "when does the depot close")
+    assert "acme.txt" in seen and "globex.txt" not in seen  # the primary's, as the reader
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and said in warned[0], warned
+
+
+def test_a_read_dsn_naming_the_primary_is_said_once(
+    pair: Pair, embedder: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = Settings(read_dsn=pair.primary)
+    with pgrag.connect(pair.primary, embedder=embedder, settings=settings) as db:
+        with caplog.at_level(logging.WARNING, logger="pgrag"):
+            for _ in range(2):
+                assert "acme.txt" in _sources(db, "Lisbon depot")
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "not a standby" in warned[0], warned
+
+
+def test_a_collection_the_standby_has_not_replayed_is_read_from_the_primary(
+    pair: Pair, embedder: Any
+) -> None:
+    superuser_standby = make_conninfo(pair.standby, dbname="postgres")
+    with psycopg.connect(superuser_standby, autocommit=True) as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+    try:
+        with _connect(pair, embedder) as db:
+            pgrag.ingest_documents(
+                db, [from_text("new.txt", "A brand new depot.")], collection="brandnew"
+            )
+            hits = pgrag.search(db, "brand new depot", collection="brandnew", mode="keyword")
+            assert [Path(h.source).name for h in hits] == ["new.txt"]
+            with pytest.raises(pgrag.CollectionNotFound):  # (and one that exists nowhere)
+                pgrag.search(db, "depot", collection="nowhere", mode="keyword")
+    finally:
+        with psycopg.connect(superuser_standby, autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        wait_for_replay(pair.primary, pair.standby)
