@@ -15,6 +15,20 @@ from pgrag.errors import InputError
 from pgrag.ingest.vectors import MAX_TEXT_CHARS, check_vector, vector_digest
 
 
+def source_of(path: Path) -> str:
+    """A file's source, what the document is stored under: its absolute path with every
+    directory's symbolic links resolved. A symbolic link to a file keeps its own name, where
+    it is: it is its own document there (so removing the link lets ``--prune`` remove it),
+    not its target's, which may lie outside what was ingested. A loop of links is kept as
+    named."""
+    try:
+        if path.is_symlink() and not path.is_dir():
+            return str(path.absolute().parent.resolve() / path.name)
+        return str(path.resolve())
+    except (OSError, RuntimeError):  # (RuntimeError: a loop of symbolic links)
+        return str(path.absolute())
+
+
 @dataclass(frozen=True)
 class LoadedFile:
     """A document ready to chunk: from a file, or from text an application hands over."""

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pgrag.errors import InputError, NotText, SkippedInput
 from pgrag.ingest import budget, formats
-from pgrag.ingest.document import LoadedFile, file_metadata, from_text, name_title
+from pgrag.ingest.document import LoadedFile, file_metadata, from_text, name_title, source_of
 from pgrag.ingest.formats import SNIFF_BYTES, Format
 from pgrag.ingest.formats._base import ZIP_MAGIC, zip_members
 from pgrag.ingest.formats.jsonl import JsonlFields
@@ -50,6 +50,14 @@ def find_files(paths: list[Path]) -> Iterator[tuple[Path, InputError | None]]:
             yield path, None  # named explicitly: its content decides what it is
         elif path.exists():
             yield path, InputError("not a regular file or directory")
+        elif path.is_symlink():
+            yield (
+                path,
+                InputError(
+                    f"a symbolic link to {_link_target(path)}, which leads to no file (a loop"
+                    " of links, or a target that does not exist)"
+                ),
+            )
         else:
             yield path, InputError("no such file or directory")
 
@@ -108,7 +116,7 @@ def load_files(
         if problem is not None:
             # (--prune keeps the documents of a file it could not read: a dangling link's
             # under its own name and its target's)
-            seen.failed_files.update({str(path.absolute()), str(path.resolve())})
+            seen.failed_files.update({str(path.absolute()), source_of(path)})
             yield str(path), problem
             continue
         for label, item in load_path(path, jsonl):
@@ -117,7 +125,7 @@ def load_files(
             if isinstance(item, LoadedFile):
                 seen.sources.add(item.source)
             elif not isinstance(item, SkippedInput):
-                seen.failed_files.add(str(path.resolve()))
+                seen.failed_files.add(source_of(path))
             yield label, item
 
 
@@ -198,7 +206,7 @@ def load(path: Path) -> LoadedFile:
         text, title = fmt.convert(text.replace("\r\n", "\n").replace("\r", "\n"))
     return LoadedFile(
         label=str(path),
-        source=str(path.resolve()),
+        source=source_of(path),
         format=fmt.name,
         text=text,
         title=title or name_title(path),
@@ -247,7 +255,7 @@ def _load_streamed(path: Path, st: os.stat_result) -> LoadedFile:
             raise NotText("is not valid UTF-8 (it ends inside a character)") from err
     return LoadedFile(
         label=str(path),
-        source=str(path.resolve()),
+        source=source_of(path),
         format=fmt.name,
         text="",
         title=title or name_title(path),

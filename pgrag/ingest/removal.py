@@ -16,6 +16,7 @@ from pgrag.db.connect import transaction
 from pgrag.db.principals import acting_for
 from pgrag.errors import InputError
 from pgrag.ingest import formats
+from pgrag.ingest.document import source_of
 from pgrag.ingest.indexes import maintain_keyword_index
 from pgrag.ingest.report import FileResult, IngestReport, Seen
 
@@ -86,7 +87,7 @@ def remove(
                     {"collection_id": cid, "source": raw, "records": raw + "#"},
                 ).fetchall()
             else:
-                absolute = str(Path(raw).expanduser().resolve())
+                absolute = source_of(Path(raw).expanduser())
                 rows = conn.execute(
                     Q.documents_named,
                     {

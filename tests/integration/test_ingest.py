@@ -354,6 +354,34 @@ def test_dangling_links_are_warned_about_and_a_heading_only_file_is_its_title(
     assert rows == [("Quarterly planning notes",)]
 
 
+def test_symbolic_links_are_documents_where_they_are_and_a_loop_is_one_line(
+    db: Database, tmp_path: Path
+) -> None:
+    # A hostile review: a loop of links crashed the whole ingest (a traceback), and a link to
+    # a file outside the tree was stored under its target's path, so removing the link never
+    # pruned it.
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    (tree / "ok.md").write_text("# Ok\n\nThe plain file of the tree.\n")
+    (outside / "shared.md").write_text("# Shared\n\nThe flamingo policy lives elsewhere.\n")
+    (tree / "shared.md").symlink_to(outside / "shared.md")
+    (tree / "x.md").symlink_to(tree / "y.md")
+    (tree / "y.md").symlink_to(tree / "x.md")
+    report = pgrag.ingest(db, [tree], collection="links")
+    assert report.count("added") == 2, report.files
+    looped = [f for f in report.files if f.path.endswith(("x.md", "y.md"))]
+    assert len(looped) == 2 and all(f.status == "skipped" for f in looped), looped
+    hit = pgrag.search(db, "flamingo policy", collection="links", k=1)[0]
+    assert hit.source == str(tree.resolve() / "shared.md")  # the link's place, not the target's
+    named = pgrag.ingest(db, [tree / "x.md"], collection="links")
+    assert named.count("failed") == 1 and "a loop" in (named.files[0].reason or "")
+    (tree / "shared.md").unlink()
+    pgrag.ingest(db, [tree], collection="links", prune=True)
+    sources = {h.source for h in pgrag.search(db, "flamingo policy plain file", collection="links")}
+    assert sources == {str(tree.resolve() / "ok.md")}
+
+
 def test_progress_moves_by_chunks_within_one_large_file(db: Database, tmp_path: Path) -> None:
     # Issue 16: one big file was one batch, embedded whole: the progress bar stood still
     # until the file was written.

@@ -192,3 +192,30 @@ def test_a_text_attachment_is_read_in_the_charset_it_declares(tmp_path: Path) ->
     items = dict(_items(path))
     menu = items[f"{path}#menu@example.com/menu.txt"]
     assert isinstance(menu, LoadedFile) and "Crème brûlée, 4 €" in menu.text
+
+
+def test_a_mailbox_whose_first_message_has_no_headers_is_still_a_mailbox(tmp_path: Path) -> None:
+    # A hostile review: a .mbox whose first message had no header lines was read as one text
+    # document, and with a NUL byte in that message refused whole.
+    message = mail_message("Parking", "The car park closes in May.", msgid="<p@example.com>")
+    path = tmp_path / "box.mbox"
+    path.write_bytes(
+        b"From nobody Mon Jan  1 00:00:00 2024\nno headers here \x00 at all\n\n"
+        b"From someone Mon Jan  1 00:00:00 2024\n" + bytes(message) + b"\n"
+    )
+    assert sniff(path.read_bytes()[:4096], ".mbox") == "email"
+    items = dict(_items(path))
+    parking = items[f"{path}#p@example.com"]
+    assert isinstance(parking, LoadedFile) and "car park closes in May" in parking.text
+    assert len(items) == 2  # the headless one: a document or its own error, not the box's
+
+
+def test_a_body_in_a_charset_python_does_not_know_is_read_as_its_bytes(tmp_path: Path) -> None:
+    message = mail_message("Menu", "placeholder", msgid="<m@example.com>")
+    raw = bytes(message).replace(b"placeholder", b"Soup of the day: leek")
+    raw = raw.replace(b'charset="utf-8"', b"charset=x-nonsense-42")
+    path = tmp_path / "menu.eml"
+    path.write_bytes(raw)
+    assert b"x-nonsense-42" in raw
+    [(_, item)] = _items(path)
+    assert isinstance(item, LoadedFile) and "Soup of the day: leek" in item.text

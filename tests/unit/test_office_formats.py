@@ -328,3 +328,25 @@ def test_a_workbook_of_uncalculated_formulas_named_as_another_file_is_read(
     book.save(str(path))
     doc = load_one(path)
     assert doc.format == "xlsx" and "| Total | =SUM(B2:B2) |" in doc.text, doc.text
+
+
+def test_a_chapter_the_book_lacks_is_passed_over(tmp_path: Path) -> None:
+    # A hostile review: a spine item naming a missing file failed the whole book (KeyError).
+    import zipfile
+
+    from tests.samples import epub_book
+
+    whole = epub_book(
+        tmp_path / "whole.epub",
+        "Atlas",
+        "X",
+        [("One", "<p>The first chapter is lost.</p>"), ("Two", "<p>Herons nest in June.</p>")],
+    )
+    broken = tmp_path / "broken.epub"
+    with zipfile.ZipFile(whole) as src, zipfile.ZipFile(broken, "w") as out:
+        for info in src.infolist():
+            if info.filename != "OEBPS/text/c0.xhtml":
+                out.writestr(info, src.read(info.filename))
+    doc = load_one(broken)
+    assert "Herons nest in June." in doc.text and "first chapter" not in doc.text
+    assert doc.metadata["missing_chapters"] == ["text/c0.xhtml"]

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 from pgrag.errors import InputError
 from pgrag.ingest import budget
-from pgrag.ingest.document import LoadedFile, file_metadata, name_title
+from pgrag.ingest.document import LoadedFile, file_metadata, name_title, source_of
 from pgrag.ingest.formats._base import one_line
 
 # An office file is decompressed into memory to be read: at most this much in all, and no
@@ -218,7 +218,7 @@ def loaded(
         digest.update(block)
     return LoadedFile(
         label=str(path),
-        source=str(path.resolve()),
+        source=source_of(path),
         format=name,
         text=text,
         title=(title or "").strip() or name_title(path),

@@ -74,6 +74,7 @@ def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]
         raise InputError("is an encrypted (DRM) EPUB book; pgrag reads only books without DRM")
     blocks = _office.Text()
     done: set[str] = set()
+    missing: list[str] = []
     for idref in opf.xpath("//opf:spine/opf:itemref/@idref", namespaces=_NS):
         href, kind, properties = manifest.get(idref, (None, None, ""))
         if not href or kind not in _HTML_TYPES or "nav" in properties.split() or href in done:
@@ -81,7 +82,12 @@ def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]
         done.add(href)
         budget.check("reading the book's chapters")
         name = posixpath.normpath(posixpath.join(base, unquote(href)))
-        text, page_title = html_to_markdown(archive.read(name).decode("utf-8", errors="replace"))
+        try:
+            raw = archive.read(name)
+        except KeyError:  # the spine names a file the book lacks: the other chapters stand
+            missing.append(href)
+            continue
+        text, page_title = html_to_markdown(raw.decode("utf-8", errors="replace"))
         text = text.strip()
         if not text:
             continue
@@ -97,6 +103,8 @@ def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]
         return [" ".join(str(v).split()) for v in values if str(v).strip()]
 
     extra: dict[str, object] = {"chapters": len(blocks.blocks)}
+    if missing:
+        extra["missing_chapters"] = missing[:20]  # (listed in the spine, absent from the file)
     if dc("creator"):
         extra["author"] = ", ".join(dc("creator"))
     if dc("language"):

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 from pgrag.errors import InputError, SkippedInput
 from pgrag.ingest import budget
-from pgrag.ingest.document import LoadedFile, file_metadata, name_title
+from pgrag.ingest.document import LoadedFile, file_metadata, name_title, source_of
 from pgrag.ingest.formats._base import Sample, one_line
 
 NAME = "image"
@@ -77,7 +77,7 @@ def read(
         str(path),
         LoadedFile(
             label=str(path),
-            source=str(path.resolve()),
+            source=source_of(path),
             format=NAME,
             text="\n\n".join(pages),
             title=name_title(path),

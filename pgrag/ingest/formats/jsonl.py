@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from pgrag.errors import InputError
-from pgrag.ingest.document import LoadedFile, from_text
+from pgrag.ingest.document import LoadedFile, from_text, source_of
 from pgrag.ingest.formats._base import Sample, one_line
 from pgrag.ingest.vectors import check_vector
 
@@ -130,7 +130,7 @@ def documents(
 ) -> Iterator[tuple[str, LoadedFile | InputError]]:
     """Each record as a document labelled ``FILE:NUMBER`` (a problem, as its InputError), of
     format ``fmt``: its source is the file's path and the record's id."""
-    source = str(path.resolve())
+    source = source_of(path)
     for item in records:
         if isinstance(item, tuple):
             number, err = item

@@ -31,7 +31,7 @@ from typing import Any, BinaryIO
 
 from pgrag.errors import InputError, NotText, SkippedInput
 from pgrag.ingest import budget
-from pgrag.ingest.document import LoadedFile, file_metadata
+from pgrag.ingest.document import LoadedFile, file_metadata, source_of
 from pgrag.ingest.formats._base import Sample, one_line
 
 NAME = "email"
@@ -56,7 +56,9 @@ def detect(sample: Sample) -> bool:
     that does not start like mail is refused."""
     head = sample.head.lstrip(b"\r\n")
     if head.startswith(b"From "):  # a mailbox ("From sender date" lines between messages)
-        return sample.known in (NAME, None) and _headers(head.partition(b"\n")[2]) is not None
+        if sample.known == NAME:
+            return True  # (named as mail and laid out as a mailbox: each message says the rest)
+        return sample.known is None and _headers(head.partition(b"\n")[2]) is not None
     if sample.known == NAME:
         if _headers(head) is None:
             raise InputError(
@@ -162,7 +164,7 @@ def _message(
     # jsonb cannot store: they are dropped and replaced, never a failed write.)
     text = _clean(text)
     meta = {k: _clean(v) if isinstance(v, str) else v for k, v in meta.items()}
-    source = f"{path.resolve()}#{key}"
+    source = f"{source_of(path)}#{key}"
     st = path.stat()
     yield (
         f"{path}#{key}",
@@ -227,7 +229,11 @@ def _text(message: EmailMessage) -> tuple[str, bool]:
     body = message.get_body(preferencelist=("plain", "html"))
     text, markdown = "", False
     if body is not None:
-        content = body.get_content()
+        try:
+            content = body.get_content()
+        except LookupError:  # a charset Python does not know: its bytes, as UTF-8 where valid
+            payload = body.get_payload(decode=True)
+            content = payload if isinstance(payload, bytes) else str(payload or "")
         if isinstance(content, bytes):
             content = content.decode("utf-8", errors="replace")
         if body.get_content_subtype() == "html":
@@ -306,7 +312,7 @@ def _attachments(
                     InputError("is too large to read from a message; save it and ingest it"),
                 )
                 continue
-            own = item.source[len(str(file.resolve())) :]  # "#ID" for a file of many documents
+            own = item.source[len(source_of(file)) :]  # "#ID" for a file of many documents
             meta = {
                 **item.metadata,
                 "path": str(path),
@@ -319,7 +325,7 @@ def _attachments(
                 replace(
                     item,
                     label=label + inner,
-                    source=f"{path.resolve()}#{record}{own}",
+                    source=f"{source_of(path)}#{record}{own}",
                     metadata=meta,
                 ),
             )

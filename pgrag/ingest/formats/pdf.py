@@ -14,7 +14,7 @@ from typing import IO, Any, BinaryIO
 
 from pgrag.errors import InputError
 from pgrag.ingest import budget
-from pgrag.ingest.document import LoadedFile, file_metadata, name_title
+from pgrag.ingest.document import LoadedFile, file_metadata, name_title, source_of
 from pgrag.ingest.formats._base import Sample, one_line
 
 NAME = "pdf"
@@ -59,7 +59,7 @@ def _load(path: Path, fh: BinaryIO) -> LoadedFile:
     pages = [p.replace("\r\n", "\n").replace("\r", "\n") for p in pages]
     return LoadedFile(
         label=str(path),
-        source=str(path.resolve()),
+        source=source_of(path),
         format=NAME,
         text="\n\n".join(pages),
         title=title or name_title(path),
