@@ -57,12 +57,11 @@
 -- channels). The engine asks pgrag.visible_acls (sql/functions/access.sql) once which access
 -- lists the session may read and tests every protected row it reads against them; BM25's
 -- statistics come from the visible access lists only. k results: when the caller is restricted
--- or filters, or the collection shares its model's index with others (whose vectors its index
--- scan would step over), the chunks it may match are counted (up to 2 x sqrt(depth x table
--- size), between 2,000 and 50,000); if they are fewer, both arms score exactly those chunks,
--- else the vector arm filters during an iterative HNSW scan (exact should it still come back
--- short) and the keyword arm reads every posting the caller can see, so neither arm is
--- starved by what it may not return. Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
+-- or filters, the chunks it may match are counted (up to 2 x sqrt(depth x table size), between
+-- 2,000 and 50,000); if they are fewer, both arms score exactly those chunks, else the vector arm
+-- filters during an iterative HNSW scan (exact should it still come back short) and the keyword
+-- arm reads every posting the caller can see, so neither arm is starved by what it may not
+-- return. Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
 --
 -- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
 -- most 1,000,000, weights at most 1,000,000, temperature between 1e-300 and 1e6 (with the
@@ -458,17 +457,6 @@ BEGIN
         v_joined := EXISTS (
             SELECT 1 FROM pgrag.collection_models cm
              WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
-        IF v_joined THEN
-            -- A small collection sharing the model's index is scored exactly: the general
-            -- path's few-candidates steps (its limit, reckoned the same way).
-            SELECT least(50000, greatest(2000,
-                       2 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
-              INTO v_limit
-              FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
-            SELECT coalesce(sum(t.chunks), 0) INTO v_visible
-              FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id;
-            EXIT lean_vector WHEN v_visible <= v_limit;
-        END IF;
         FOREACH v_text IN ARRAY ARRAY['', ' + 0'] LOOP
             EXECUTE format(
                 'SELECT array_agg(h.id ORDER BY h.dist, h.id), array_agg(h.dist ORDER BY h.dist, h.id)
@@ -678,13 +666,7 @@ BEGIN
                                       CASE WHEN v_use_vector THEN greatest(4 * k, 40)
                                            WHEN v_convex THEN greatest(k, 40) ELSE k END), k);
 
-        -- A collection that shares its model's vectors (and HNSW index) with other
-        -- collections: its index scan steps over theirs as a restricted caller's steps over
-        -- what it may not see, so a small one is scored exactly too, as below.
-        v_joined := v_use_vector AND NOT v_filtered AND NOT v_restricted AND EXISTS (
-            SELECT 1 FROM pgrag.collection_models cm
-             WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
-        IF v_filtered OR v_restricted OR v_joined THEN
+        IF v_filtered OR v_restricted THEN
             -- The chunks this call may return, counted up to a limit; below it both arms score
             -- exactly these. The limit is about where scoring every candidate costs what an HNSW
             -- scan that must step over the other rows does: sqrt(depth x table size), doubled.
@@ -696,8 +678,7 @@ BEGIN
                 -- Exact for the caller: the statistics rows of what it may see.
                 SELECT coalesce(sum(t.chunks), 0) INTO v_visible
                   FROM pgrag.keyword_totals t
-                 WHERE t.collection_id = v_collection_id
-                   AND (v_acls IS NULL OR t.acl_id = ANY (v_acls));
+                 WHERE t.collection_id = v_collection_id AND t.acl_id = ANY (v_acls);
             END IF;
             -- Planned per call (EXECUTE), with the filter's values known, so the planner can pick
             -- the GIN index on documents.metadata; the statement text is fixed.
@@ -788,12 +769,9 @@ BEGIN
             ELSIF v_small THEN
                 -- Probes cost one index descent per (term, candidate); reading a term's list costs
                 -- its length, which for a restricted caller includes postings it cannot see (so
-                -- its own df undercounts): probe unless that is clearly the larger read. An
-                -- unrestricted caller's candidates are the whole (small) collection: its lists
-                -- hold only theirs, never more rows than the probes would read.
-                v_probe := (v_filtered OR v_restricted)
-                           AND cardinality(v_cand) * cardinality(v_terms)
-                               <= greatest(50000, (SELECT sum(x) FROM unnest(v_dfs) x));
+                -- its own df undercounts): probe unless that is clearly the larger read.
+                v_probe := cardinality(v_cand) * cardinality(v_terms)
+                           <= greatest(50000, (SELECT sum(x) FROM unnest(v_dfs) x));
             ELSIF v_pruned THEN
                 -- Impact-ordered reading with a budget: each term reads its best postings (highest
                 -- impact first) up to a share of postings_per_term proportional to its idf, so a
