@@ -473,7 +473,8 @@ def print_summary(result: dict[str, Any]) -> None:
         ]
         print(
             f"| {label} | {', '.join(f'{n:,}' for n in c['chunks'])} | {' | '.join(cells)}"
-            f" | {c['vector_recall_at_10']:.4f} | {c['hnsw_index_scans']} / {c['vector_arm_calls']} |",
+            f" | {c['vector_recall_at_10']:.4f}"
+            f" | {c['hnsw_index_scans']} / {c['vector_arm_calls']} |",
             file=out,
         )
     ing = result["ingest"]
