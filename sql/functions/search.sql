@@ -61,7 +61,9 @@
 -- 2,000 and 50,000); if they are fewer, both arms score exactly those chunks, else the vector arm
 -- filters during an iterative HNSW scan (exact should it still come back short) and the keyword
 -- arm reads every posting the caller can see, so neither arm is starved by what it may not
--- return. Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
+-- return. A collection that shares its model's index with others and is under the same limit
+-- has its vector arm scored exactly, by its chunks' ids (docs/search.md#the-vector-arm).
+-- Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
 --
 -- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
 -- most 1,000,000, weights at most 1,000,000, temperature between 1e-300 and 1e6 (with the
@@ -141,6 +143,7 @@ DECLARE
     v_limit         integer;
     v_small         boolean := false;
     v_cand          bigint[];
+    v_vcand         bigint[];
     v_probe         boolean := false;
     v_acls          integer[];
     v_use_vector    boolean;
@@ -457,6 +460,17 @@ BEGIN
         v_joined := EXISTS (
             SELECT 1 FROM pgrag.collection_models cm
              WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
+        IF v_joined THEN
+            -- A small collection sharing the model's index is scored exactly, by the general
+            -- path (its limit, reckoned the same way).
+            SELECT least(50000, greatest(2000,
+                       2 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
+              INTO v_limit
+              FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
+            SELECT coalesce(sum(t.chunks), 0) INTO v_visible
+              FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id;
+            EXIT lean_vector WHEN v_visible <= v_limit;
+        END IF;
         FOREACH v_text IN ARRAY ARRAY['', ' + 0'] LOOP
             EXECUTE format(
                 'SELECT array_agg(h.id ORDER BY h.dist, h.id), array_agg(h.dist ORDER BY h.dist, h.id)
@@ -714,6 +728,28 @@ BEGIN
             ELSIF v_cand IS NULL THEN
                 EXIT general;  -- the caller may see nothing that matches
             END IF;
+        ELSIF v_use_vector AND EXISTS (
+                  SELECT 1 FROM pgrag.collection_models cm
+                   WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id) THEN
+            -- A collection whose model's HNSW index holds other collections' vectors too: its
+            -- index scan steps over theirs, and the plan the planner picks for a mid-sized one
+            -- (a join, every distance) costs 3.4 us a chunk. Below the same limit its vector
+            -- arm scores its chunks exactly, by their ids; the keyword arm is unchanged
+            -- (docs/scale.md#searches-at-a-million-chunks).
+            SELECT least(50000, greatest(2000,
+                       2 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
+              INTO v_limit
+              FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
+            SELECT coalesce(sum(t.chunks), 0) INTO v_visible
+              FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id;
+            IF v_visible <= v_limit THEN
+                SELECT array_agg(x.id ORDER BY x.id) INTO v_vcand
+                  FROM (SELECT c.id FROM pgrag.chunks c
+                         WHERE c.collection_id = v_collection_id LIMIT v_limit + 1) x;
+                IF coalesce(cardinality(v_vcand), 0) > v_limit THEN
+                    v_vcand := NULL;
+                END IF;
+            END IF;
         END IF;
 
         IF v_use_keyword THEN
@@ -825,7 +861,7 @@ BEGIN
         END IF;
 
         IF v_use_vector THEN
-            IF v_small THEN
+            IF v_small OR v_vcand IS NOT NULL THEN
                 -- Few candidates: exact distances for exactly these (primary-key probes). The
                 -- "+ 0" keeps the planner from walking the HNSW index to order them.
                 EXECUTE format(
@@ -839,7 +875,8 @@ BEGIN
                     v_schema, v_vcast,
                     CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
                     v_model_id)
-                  INTO v_vec_ids, v_vec_dists USING query_embedding, v_cand, v_vdepth;
+                  INTO v_vec_ids, v_vec_dists
+                  USING query_embedding, coalesce(v_cand, v_vcand), v_vdepth;
             ELSE
                 -- A search list twice the depth asked, at least 200 (at most pgvector's 1,000): on
                 -- 200k clustered vectors, in a graph built by ensure_model_index, recall@10 is
