@@ -177,7 +177,7 @@ def test_a_spent_time_budget_is_not_taken_for_a_page_pdfplumber_cannot_read(
 ) -> None:
     from pgrag.ingest.formats import _pdf_tables as pdf_tables
 
-    def spent(page: object) -> None:
+    def spent(page: object, header: object = None) -> None:
         raise InputError("took longer than its budget")
 
     monkeypatch.setattr(pdf_tables, "page_markdown", spent)
@@ -647,3 +647,27 @@ def test_a_parquet_vector_column_named_on_purpose_must_exist(tmp_path: Path) -> 
     # The default name may be absent (rows are then embedded), and '' reads no vector.
     assert isinstance(list(load_path(path))[0][1], LoadedFile)
     assert list(load_path(path, JsonlFields(embedding=None)))[0][1].vector is None  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("repeated", [False, True])
+def test_a_ruled_table_going_on_over_pages_keeps_its_header_on_each(
+    tmp_path: Path, repeated: bool
+) -> None:
+    # A hostile review: a table continued on the next page without its header row there
+    # gave chunks of rows with no column names.
+    from reportlab.lib import colors
+    from reportlab.lib.pagesizes import A4
+    from reportlab.platypus import SimpleDocTemplate, Table
+
+    rows = [["Code", "City", "Stock"]] + [[f"P-{i:04d}", "Kyiv", str(i)] for i in range(150)]
+    table = Table(rows, repeatRows=1 if repeated else 0)
+    table.setStyle([("GRID", (0, 0), (-1, -1), 0.5, colors.black)])
+    path = tmp_path / "stock.pdf"
+    SimpleDocTemplate(str(path), pagesize=A4).build([table])
+    pages = load_one(path).pages
+    assert pages is not None and len(pages) >= 3
+    for page in pages:
+        lines = page.splitlines()
+        assert lines[:2] == ["| Code | City | Stock |", "| --- | --- | --- |"], lines[:3]
+        assert lines.count("| Code | City | Stock |") == 1
+    assert "| P-0149 | Kyiv | 149 |" in pages[-1].splitlines()

@@ -33,6 +33,9 @@ class RuledTables:
         self._path = path
         self._pdfium: Any = None
         self._plumber: Any = None
+        # The header row of the previous page's last table, which a table that goes on at
+        # the top of the next page without one of its own is given again.
+        self._header: list[list[str] | None] = [None]
 
     def __enter__(self) -> RuledTables:
         if self._path is None:
@@ -58,6 +61,7 @@ class RuledTables:
 
     def page(self, index: int) -> str | None:
         if self._path is None or self._pdfium is None or not _ruled(self._pdfium, index):
+            self._header[0] = None
             return None
         try:
             if self._plumber is None:
@@ -71,10 +75,11 @@ class RuledTables:
             return None
         try:
             with _quiet():
-                return page_markdown(page)
+                return page_markdown(page, self._header)
         except InputError:
             raise  # (the file's time budget is spent)
         except Exception:  # a page pdfminer cannot lay out: its layout text from pypdf
+            self._header[0] = None
             return None
         finally:
             page.close()
@@ -107,9 +112,13 @@ def _ruled(document: Any, index: int) -> bool:
         page.close()
 
 
-def page_markdown(page: Any) -> str | None:
+def page_markdown(page: Any, header: list[list[str] | None] | None = None) -> str | None:
     """A pdfplumber page's Markdown with its ruled tables as tables, or None when it has none
-    (of at least two rows and two columns: a framed paragraph is not a table)."""
+    (of at least two rows and two columns: a framed paragraph is not a table). ``header``
+    holds the previous page's last table's header row (or None), and is set to this page's:
+    a table at the top of this page with as many columns and no header of its own goes on
+    from there, and is given that header again."""
+    header = header if header is not None else [None]
     from pdfplumber.table import Table
 
     from pgrag.ingest.formats.pdf import layout_markdown
@@ -125,8 +134,10 @@ def page_markdown(page: Any) -> str | None:
             tables.append((found.bbox, rows))
         budget.check("reading the PDF's tables")
     if not tables:
+        header[0] = None
         return None
     tables.sort(key=lambda t: (t[0][1], t[0][0]))
+    carried, header[0] = header[0], None
     boxes = [bbox for bbox, _ in tables]
     outside = page.filter(lambda obj: not _inside(obj, boxes))
 
@@ -136,10 +147,17 @@ def page_markdown(page: Any) -> str | None:
 
     parts: list[str] = []
     above = 0.0
-    for (_, top, _, bottom), rows in tables:
+    for n, ((_, top, _, bottom), rows) in enumerate(tables):
         if top > above:
             parts.append(text(above, top))
-        parts.append("\n".join(_markdown(rows)))
+        lines, own = _markdown(rows)
+        width = max(len(r) for r in rows)
+        if own is None and n == 0 and carried is not None and len(carried) == width:
+            if top < page.height / 4:  # (a table that goes on from the previous page)
+                lines[:0] = ["| " + " | ".join(carried) + " |", "|" + " --- |" * width]
+                own = carried
+        header[0] = own
+        parts.append("\n".join(lines))
         parts.append(text(max(top, above), bottom))  # (text beside the table)
         above = max(above, bottom)
     parts.append(text(above, float("inf")))
@@ -160,7 +178,8 @@ def _cell(value: str | None) -> str:
     return _SPACE.sub(" ", (value or "").replace("\x00", "")).strip().replace("|", "\\|")
 
 
-def _markdown(rows: list[list[str]]) -> list[str]:
+def _markdown(rows: list[list[str]]) -> tuple[list[str], list[str] | None]:
+    """A table's Markdown lines, and its header row when its first row reads as one."""
     from pgrag.ingest.formats.pdf import reads_as_header
 
     width = max(len(r) for r in rows)
@@ -168,7 +187,8 @@ def _markdown(rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(r) + " |" for r in rows]
     if reads_as_header([c for c in rows[0] if c]) and any(rows[0]):
         lines.insert(1, "|" + " --- |" * width)
-    return lines
+        return lines, rows[0]
+    return lines, None
 
 
 @contextmanager
