@@ -177,6 +177,7 @@ def connect(
     try:
         require_current(conn)
         prepare_session(conn)
+        replica = open_replica(settings, conn)
     except BaseException:
         conn.close()
         raise
@@ -186,6 +187,6 @@ def connect(
         given_embedder=embedder,
         principals=names,
         settings=settings,
-        replica=open_replica(settings, conn.info.user),
+        replica=replica,
         read_your_writes=reads_your_writes,
     )

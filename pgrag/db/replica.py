@@ -62,9 +62,10 @@ class Replica:
     once :data:`RETRY_SECONDS` have passed. Thread-safe to share, one read at a time (as a
     :class:`pgrag.Database` is)."""
 
-    def __init__(self, dsn: str, user: str | None = None) -> None:
+    def __init__(self, dsn: str, user: tuple[str, str] | None = None) -> None:
         self.dsn = dsn
-        self.user = user  # the primary's role: the replica must read as the same one
+        # The primary session's (login role, role it acts as): the replica's must be the same.
+        self.user = user
         self._conn: psycopg.Connection[Any] | None = None
         self._down_until = 0.0
         self._down_why: str | None = None
@@ -107,16 +108,17 @@ class Replica:
         row = conn.execute(Q.describe).fetchone()
         conn.rollback()
         assert row is not None
-        standby, user, schema = row
+        standby, login, acting, schema = row
         if not schema:
             raise ReplicaDown(
                 "its database has no pgrag schema: PGRAG_READ_DSN must name a replica of"
                 " PGRAG_DSN's database"
             )
-        if self.user is not None and user != self.user:
+        if self.user is not None and (login, acting) != self.user:
             raise ReplicaDown(
-                f"it connects as role {user!r} and the primary as {self.user!r}: a read there"
-                " would see what another role may; use the same role in PGRAG_READ_DSN"
+                f"it connects as role {_who(login, acting)} and the primary as"
+                f" {_who(*self.user)}: a read there would see what another role may; use the"
+                " same role in PGRAG_READ_DSN"
             )
         if not standby and not self._said_not_standby:
             self._said_not_standby = True
@@ -167,7 +169,7 @@ class PooledReplica(Replica):
     :meth:`Replica.check` does): a replica that is down is then passed over at once, without
     the pool waiting for it or retrying it in the background."""
 
-    def __init__(self, dsn: str, pool: Any, user: str | None = None) -> None:
+    def __init__(self, dsn: str, pool: Any, user: tuple[str, str] | None = None) -> None:
         super().__init__(dsn, user)
         self.pool = pool
         self._tried = False
@@ -208,6 +210,18 @@ class PooledReplica(Replica):
 
     def close(self) -> None:
         self.pool.close(timeout=5.0)
+
+
+def _who(login: str, acting: str) -> str:
+    return repr(login) if acting == login else f"{login!r} (acting as {acting!r})"
+
+
+def session_roles(conn: psycopg.Connection[Any]) -> tuple[str, str]:
+    """(login role, role it acts as) of a primary connection, for :class:`Replica`."""
+    row = conn.execute(Q.roles).fetchone()
+    conn.rollback()
+    assert row is not None
+    return str(row[0]), str(row[1])
 
 
 def _where(dsn: str) -> str:
@@ -321,8 +335,8 @@ def check_dsn(settings: Settings) -> str | None:
     return dsn
 
 
-def open_replica(settings: Settings, user: str | None = None) -> Replica | None:
-    """The replica PGRAG_READ_DSN names (opened when first read from; it must read as
-    ``user``, the primary's role), None without one."""
+def open_replica(settings: Settings, primary: psycopg.Connection[Any]) -> Replica | None:
+    """The replica PGRAG_READ_DSN names (opened when first read from; it must read as the
+    ``primary`` connection's roles), None without one."""
     dsn = check_dsn(settings)
-    return Replica(dsn, user) if dsn else None
+    return Replica(dsn, session_roles(primary)) if dsn else None

@@ -17,6 +17,12 @@ SELECT NOT pg_is_in_recovery()
     OR coalesce(pg_last_wal_replay_lsn() >= %(target)s::pg_lsn, false);
 
 -- name: describe
--- What a new replica connection is: whether it is a standby, who it reads as, and whether
--- its database holds pgrag's schema.
-SELECT pg_is_in_recovery(), current_user::text, to_regnamespace('pgrag') IS NOT NULL;
+-- What a new replica connection is: whether it is a standby, who it reads as (the session's
+-- login role, which pgrag's access rules go by, and the role it acts as now, which a DSN's
+-- options can set), and whether its database holds pgrag's schema.
+SELECT pg_is_in_recovery(), session_user::text, current_user::text,
+       to_regnamespace('pgrag') IS NOT NULL;
+
+-- name: roles
+-- A primary session's login role and the role it acts as: a replica's session must match.
+SELECT session_user::text, current_user::text;

@@ -82,12 +82,9 @@ def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
                 yield child, None
             elif child.is_symlink() and not child.exists():
                 # Said, not skipped silently: named directly it is an error.
-                yield (
-                    child,
-                    SkippedInput(
-                        f"skipped: a symbolic link to {_link_target(child)}, which does not exist"
-                    ),
-                )
+                what = "is part of a loop of links" if _loops(child) else "does not exist"
+                target = _link_target(child)
+                yield child, SkippedInput(f"skipped: a symbolic link to {target}, which {what}")
             else:
                 skipped += 1
     yield from problems
@@ -97,6 +94,18 @@ def _walk(root: Path) -> Iterator[tuple[Path, InputError | None]]:
             others = f" ({skipped} {'file' if skipped == 1 else 'files'} of other types skipped)"
         kinds = ", ".join(sorted(suffixes))
         yield root, InputError(f"no {kinds} files in this directory{others}")
+
+
+def _loops(path: Path) -> bool:
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:  # (Python 3.11's word for a loop of symbolic links)
+        return True
+    except OSError as err:
+        import errno
+
+        return err.errno == errno.ELOOP
+    return False
 
 
 def _link_target(path: Path) -> str:
@@ -168,11 +177,38 @@ def _format(head: bytes, path: Path) -> Format:
     nul = head.find(b"\0")
     if not fmt.binary and nul >= 0:
         suffix = path.suffix or "(none)"
+        convert = _convertible(head, members, path.suffix.lower())
+        if convert is not None:
+            raise NotText(
+                f"is {convert[0]}, which pgrag does not read; convert it to {convert[1]}, e.g."
+                f" `libreoffice --headless --convert-to {convert[1]} FILE`"
+            )
         raise NotText(
             f"contains NUL bytes (offset {nul}): a binary file (type {suffix!r}), not one"
             f" pgrag reads ({formats.labels()})"
         )
     return fmt
+
+
+_OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # Office 97-2003 (.doc, .xls, .ppt)
+
+
+def _convertible(head: bytes, members: frozenset[str], suffix: str) -> tuple[str, str] | None:
+    """(what a file is, what to convert it to) for the office files pgrag does not read but
+    an office suite converts: Office 97-2003 files and OpenDocument ones."""
+    if head.startswith(_OLE2):
+        old = {".xls": ("Excel", "xlsx"), ".ppt": ("PowerPoint", "pptx")}
+        program, target = old.get(suffix, ("Word", "docx"))
+        if suffix not in (".doc", ".xls", ".ppt"):
+            return "a Microsoft Office 97-2003 file (Word, Excel or PowerPoint)", "docx"
+        return f"a {program} 97-2003 file ({suffix})", target
+    if "content.xml" in members and "mimetype" in members:
+        kind = head[38:120].split(b"application/vnd.oasis.opendocument.", 1)[-1]
+        for name, target in (("text", "docx"), ("spreadsheet", "xlsx"), ("presentation", "pptx")):
+            if kind.startswith(name.encode()):
+                return f"an OpenDocument {name} (LibreOffice's own format)", target
+        return "an OpenDocument file (LibreOffice's own format)", "docx, xlsx or pptx"
+    return None
 
 
 def load(path: Path) -> LoadedFile:

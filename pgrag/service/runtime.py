@@ -117,6 +117,7 @@ class Service:
                 RETRY_SECONDS,
                 PooledReplica,
                 check_dsn,
+                session_roles,
                 wait_seconds,
             )
 
@@ -124,7 +125,7 @@ class Service:
             wait_seconds(self.settings)
             _ = self.settings.reads_your_writes  # (a bad value is said at start)
             with self.pool.connection() as conn:
-                user = conn.info.user  # (the replica must read as the same role)
+                user = session_roles(conn)  # (the replica must read as the same role)
             reads: ConnectionPool[Any] = ConnectionPool(
                 self.settings.read_dsn,
                 min_size=0,

@@ -372,6 +372,7 @@ def test_symbolic_links_are_documents_where_they_are_and_a_loop_is_one_line(
     assert report.count("added") == 2, report.files
     looped = [f for f in report.files if f.path.endswith(("x.md", "y.md"))]
     assert len(looped) == 2 and all(f.status == "skipped" for f in looped), looped
+    assert all("part of a loop of links" in (f.reason or "") for f in looped), looped
     hit = pgrag.search(db, "flamingo policy", collection="links", k=1)[0]
     assert hit.source == str(tree.resolve() / "shared.md")  # the link's place, not the target's
     named = pgrag.ingest(db, [tree / "x.md"], collection="links")

@@ -355,6 +355,7 @@ def test_replica_settings_that_cannot_work_are_said_at_connect(pair: Pair) -> No
     ("where", "said"),
     [
         ("another role", "connects as role 'postgres' and the primary as"),
+        ("another role acting as the same", "connects as role 'postgres' (acting as"),
         ("not pgrag's database", "no pgrag schema"),
     ],
 )
@@ -362,11 +363,14 @@ def test_a_replica_that_would_read_otherwise_is_passed_over(
     pair: Pair, embedder: Any, caplog: pytest.LogCaptureFixture, where: str, said: str
 ) -> None:
     # (a superuser's replica connection for a restricted primary one would read everything)
-    read_dsn = (
-        pair.standby
-        if where == "another role"
-        else make_conninfo(pair.standby, dbname="postgres", user=pair.reader)
-    )
+    read_dsn = {
+        "another role": pair.standby,
+        # (a superuser login acting as the reader: access goes by the login role)
+        "another role acting as the same": make_conninfo(
+            pair.standby, options=f"-c role={pair.reader}"
+        ),
+        "not pgrag's database": make_conninfo(pair.standby, dbname="postgres", user=pair.reader),
+    }[where]
     settings = Settings(read_dsn=read_dsn)
     with pgrag.connect(_as(pair.primary, pair.reader), embedder=embedder, settings=settings) as db:
         with caplog.at_level(logging.WARNING, logger="pgrag"):

@@ -671,3 +671,32 @@ def test_a_ruled_table_going_on_over_pages_keeps_its_header_on_each(
         assert lines[:2] == ["| Code | City | Stock |", "| --- | --- | --- |"], lines[:3]
         assert lines.count("| Code | City | Stock |") == 1
     assert "| P-0149 | Kyiv | 149 |" in pages[-1].splitlines()
+
+
+OLE2 = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"  # (the container of Office 97-2003 files)
+
+
+@pytest.mark.parametrize(
+    ("name", "head", "said"),
+    [
+        ("old.doc", OLE2 + b"\0" * 600, "a Word 97-2003 file (.doc)"),
+        ("old.xls", OLE2 + b"\0" * 600, "--convert-to xlsx FILE"),
+        ("notes.odt", None, "an OpenDocument text"),
+    ],
+)
+def test_office_files_pgrag_does_not_read_say_how_to_convert_them(
+    tmp_path: Path, name: str, head: bytes | None, said: str
+) -> None:
+    import zipfile
+
+    path = tmp_path / name
+    if head is not None:
+        path.write_bytes(head)
+    else:  # (an ODF package: its uncompressed mimetype member first, as LibreOffice writes)
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("mimetype", "application/vnd.oasis.opendocument.text")
+            z.writestr("content.xml", "<office:document-content/>" + "\0")
+            z.writestr("META-INF/manifest.xml", "<manifest/>")
+    [(_, item)] = list(load_path(path))
+    assert isinstance(item, InputError) and said in str(item), item
+    assert "libreoffice --headless --convert-to" in str(item)

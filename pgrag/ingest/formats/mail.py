@@ -231,9 +231,14 @@ def _text(message: EmailMessage) -> tuple[str, bool]:
     if body is not None:
         try:
             content = body.get_content()
-        except LookupError:  # a charset Python does not know: its bytes, as UTF-8 where valid
+        except LookupError:  # a charset Python does not know: UTF-8 if it is, else Windows-1252
             payload = body.get_payload(decode=True)
             content = payload if isinstance(payload, bytes) else str(payload or "")
+            if isinstance(content, bytes):
+                try:
+                    content = content.decode("utf-8")
+                except UnicodeDecodeError:
+                    content = content.decode("cp1252", errors="replace")
         if isinstance(content, bytes):
             content = content.decode("utf-8", errors="replace")
         if body.get_content_subtype() == "html":
