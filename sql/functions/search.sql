@@ -61,8 +61,9 @@
 -- 2,000 and 50,000); if they are fewer, both arms score exactly those chunks, else the vector arm
 -- filters during an iterative HNSW scan (exact should it still come back short) and the keyword
 -- arm reads every posting the caller can see, so neither arm is starved by what it may not
--- return. A collection that shares its model's index with others and is under the same limit
--- has its vector arm scored exactly, by its chunks' ids (docs/search.md#the-vector-arm).
+-- return. A collection that shares its model's index with others and has fewer than 5 x
+-- sqrt(depth x table size) chunks (2,000 to 50,000) has its vector arm scored exactly, by its
+-- chunks' ids (docs/search.md#the-vector-arm).
 -- Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
 --
 -- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
@@ -462,9 +463,9 @@ BEGIN
              WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
         IF v_joined THEN
             -- A small collection sharing the model's index is scored exactly, by the general
-            -- path (its limit, reckoned the same way).
+            -- path (its limit, reckoned the same way there).
             SELECT least(50000, greatest(2000,
-                       2 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
+                       5 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
               INTO v_limit
               FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
             SELECT coalesce(sum(t.chunks), 0) INTO v_visible
@@ -733,11 +734,12 @@ BEGIN
                    WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id) THEN
             -- A collection whose model's HNSW index holds other collections' vectors too: its
             -- index scan steps over theirs, and the plan the planner picks for a mid-sized one
-            -- (a join, every distance) costs 3.4 us a chunk. Below the same limit its vector
-            -- arm scores its chunks exactly, by their ids; the keyword arm is unchanged
-            -- (docs/scale.md#searches-at-a-million-chunks).
+            -- (a join, every distance) costs 3.4 us a chunk. Below 5 x sqrt(depth x table
+            -- size) its vector arm scores its chunks exactly, by their ids, at about 1.1 us a
+            -- chunk: at a million chunks that beat the filtered index scan up to ~40,000
+            -- (docs/scale.md#searches-at-a-million-chunks). The keyword arm is unchanged.
             SELECT least(50000, greatest(2000,
-                       2 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
+                       5 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
               INTO v_limit
               FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
             SELECT coalesce(sum(t.chunks), 0) INTO v_visible
