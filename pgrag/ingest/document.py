@@ -48,6 +48,10 @@ class LoadedFile:
     # A vector the application brings (pgrag.ingest.vectors): the document is then one chunk,
     # its whole text, stored with this vector for the collection's model, never embedded.
     vector: tuple[float, ...] | None = None
+    # What reading it left out or guessed, said as a warning line when it is ingested (an
+    # EPUB chapter the book lacks, a body in a charset Python does not know, columns past
+    # the limit): the document is read all the same.
+    notes: tuple[str, ...] = ()
 
 
 def from_text(

@@ -149,6 +149,9 @@ def plan(
                         on_warning(label, why)
                 continue
             seen[file.source] = file.content_hash
+            if on_warning:
+                for note in file.notes:
+                    on_warning(label, note)
             row = stored.document(file.source)
             # Unchanged, but chunked again (a switch of the collection's chunking): chunks
             # whose text is the same keep their vectors. (A copy stored once becomes a document

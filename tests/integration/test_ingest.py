@@ -383,6 +383,30 @@ def test_symbolic_links_are_documents_where_they_are_and_a_loop_is_one_line(
     assert sources == {str(tree.resolve() / "ok.md")}
 
 
+def test_what_reading_a_file_left_out_is_a_warning_line(db: Database, tmp_path: Path) -> None:
+    # A hostile review: an EPUB read without a chapter its spine names said nothing.
+    import zipfile
+
+    from tests.samples import epub_book
+
+    whole = epub_book(
+        tmp_path / "w.epub", "Atlas", "X", [("One", "<p>Gone.</p>"), ("Two", "<p>Herons.</p>")]
+    )
+    path = tmp_path / "atlas.epub"
+    with zipfile.ZipFile(whole) as src, zipfile.ZipFile(path, "w") as out:
+        for info in src.infolist():
+            if info.filename != "OEBPS/text/c0.xhtml":
+                out.writestr(info, src.read(info.filename))
+    warned: list[tuple[str, str]] = []
+    report = pgrag.ingest(
+        db, [path], collection="notes", on_warning=lambda p, why: warned.append((p, why))
+    )
+    assert report.count("added") == 1
+    assert warned == [
+        (str(path), "read without 1 chapter(s) its spine names but the book lacks (text/c0.xhtml)")
+    ]
+
+
 def test_progress_moves_by_chunks_within_one_large_file(db: Database, tmp_path: Path) -> None:
     # Issue 16: one big file was one batch, embedded whole: the progress bar stood still
     # until the file was written.

@@ -219,3 +219,6 @@ def test_a_body_in_a_charset_python_does_not_know_is_read_as_its_bytes(tmp_path:
     assert b"x-nonsense-42" in raw
     [(_, item)] = _items(path)
     assert isinstance(item, LoadedFile) and "Soup of the day: leek, café naïve" in item.text
+    assert item.notes == (
+        "its body's charset 'x-nonsense-42' is unknown; read as UTF-8 or Windows-1252",
+    )

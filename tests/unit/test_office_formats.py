@@ -350,3 +350,24 @@ def test_a_chapter_the_book_lacks_is_passed_over(tmp_path: Path) -> None:
     doc = load_one(broken)
     assert "Herons nest in June." in doc.text and "first chapter" not in doc.text
     assert doc.metadata["missing_chapters"] == ["text/c0.xhtml"]
+    assert doc.notes == (
+        "read without 1 chapter(s) its spine names but the book lacks (text/c0.xhtml)",
+    )
+
+
+def test_cells_past_the_column_limit_are_said(tmp_path: Path) -> None:
+    import openpyxl
+
+    from pgrag.ingest.formats.xlsx import MAX_COLUMNS
+
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.title = "Wide"
+    sheet.append(["Name", "Value"])
+    sheet.append(["kept", "1"])
+    sheet.cell(row=2, column=MAX_COLUMNS + 500, value="far away")
+    path = tmp_path / "wide.xlsx"
+    book.save(path)
+    doc = load_one(path)
+    assert "kept" in doc.text and "far away" not in doc.text
+    assert doc.notes == (f"sheet 'Wide' has cells past column {MAX_COLUMNS:,}, which are not read",)

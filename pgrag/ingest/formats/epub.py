@@ -14,6 +14,7 @@ from __future__ import annotations
 import posixpath
 import zipfile
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 from urllib.parse import unquote
@@ -50,7 +51,12 @@ def read(
     _office.check_archive(path, "EPUB")
     with _office.reading("an EPUB book"), zipfile.ZipFile(fh) as archive:
         text, title, extra = _book(archive)
-    yield str(path), _office.loaded(path, fh, NAME, text, title, extra)
+    loaded = _office.loaded(path, fh, NAME, text, title, extra)
+    missing = extra.get("missing_chapters")
+    if isinstance(missing, list) and missing:
+        note = f"read without {len(missing)} chapter(s) its spine names but the book lacks"
+        loaded = replace(loaded, notes=(f"{note} ({', '.join(missing[:3])})",))
+    yield str(path), loaded
 
 
 def _book(archive: zipfile.ZipFile) -> tuple[str, str | None, dict[str, object]]:

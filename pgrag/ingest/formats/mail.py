@@ -149,7 +149,7 @@ def _message(
         message = BytesParser(policy=email.policy.default).parsebytes(raw)
         assert isinstance(message, EmailMessage)
         key = _key(message, number, seen)
-        text, markdown = _text(message)
+        text, markdown, notes = _text(message)
         meta = _metadata(message)
     except InputError as err:
         yield where, err
@@ -177,6 +177,7 @@ def _message(
             content_hash=hashlib.sha256(raw).hexdigest(),
             metadata={**file_metadata(path, NAME, st.st_size, st.st_mtime), **meta, "record": key},
             markdown=markdown,
+            notes=notes,
         ),
     )
     yield from _attachments(path, message, key, source, options)
@@ -219,8 +220,9 @@ def _metadata(message: EmailMessage) -> dict[str, Any]:
     return meta
 
 
-def _text(message: EmailMessage) -> tuple[str, bool]:
-    """The message's header block and body; whether it is Markdown (an HTML body)."""
+def _text(message: EmailMessage) -> tuple[str, bool, tuple[str, ...]]:
+    """The message's header block and body; whether it is Markdown (an HTML body); what
+    reading it had to guess (pgrag.ingest.document.LoadedFile.notes)."""
     lines = []
     for name in ("From", "To", "Cc", "Date", "Subject"):
         value = " ".join(str(message.get(name, "") or "").split())
@@ -228,12 +230,15 @@ def _text(message: EmailMessage) -> tuple[str, bool]:
             lines.append(f"{name}: {value}")
     body = message.get_body(preferencelist=("plain", "html"))
     text, markdown = "", False
+    notes: tuple[str, ...] = ()
     if body is not None:
         try:
             content = body.get_content()
         except LookupError:  # a charset Python does not know: UTF-8 if it is, else Windows-1252
             payload = body.get_payload(decode=True)
             content = payload if isinstance(payload, bytes) else str(payload or "")
+            charset = " ".join(str(body.get_content_charset()).split())[:60]
+            notes = (f"its body's charset {charset!r} is unknown; read as UTF-8 or Windows-1252",)
             if isinstance(content, bytes):
                 try:
                     content = content.decode("utf-8")
@@ -250,8 +255,8 @@ def _text(message: EmailMessage) -> tuple[str, bool]:
             text = content
     text = text.replace("\x00", "").replace("\r\n", "\n").strip()
     if markdown:  # the header block as plain lines, never headings
-        return "\n".join(f"{line}  " for line in lines) + "\n\n" + text + "\n", True
-    return "\n".join(lines) + "\n\n" + text + "\n", False
+        return "\n".join(f"{line}  " for line in lines) + "\n\n" + text + "\n", True, notes
+    return "\n".join(lines) + "\n\n" + text + "\n", False, notes
 
 
 def _attachments(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -66,7 +67,7 @@ def read(
                 else None
             )
             try:
-                text, sheets = _markdown(book, formulas)
+                text, sheets, cut = _markdown(book, formulas)
                 title = book.properties.title
             finally:
                 if formulas is not None:
@@ -75,7 +76,16 @@ def read(
             book.close()
             if second is not None:
                 second.close()
-    yield str(path), _office.loaded(path, fh, NAME, text, title, {"sheets": sheets})
+    loaded = _office.loaded(path, fh, NAME, text, title, {"sheets": sheets})
+    if cut:
+        loaded = replace(
+            loaded,
+            notes=(
+                f"sheet {cut[0]!r} has cells past column {MAX_COLUMNS:,}, which are not read"
+                + (f" (and {len(cut) - 1} more sheets)" if len(cut) > 1 else ""),
+            ),
+        )
+    yield str(path), loaded
 
 
 def _uncalculated(path: Path) -> bool:
@@ -100,10 +110,12 @@ def _uncalculated(path: Path) -> bool:
     return False
 
 
-def _markdown(book: Any, formulas: Any | None = None) -> tuple[str, int]:
-    """The workbook's sheets as Markdown; with ``formulas`` (the same workbook, read for its
-    formulas), a cell with no value is its formula, if it has one."""
+def _markdown(book: Any, formulas: Any | None = None) -> tuple[str, int, list[str]]:
+    """The workbook's sheets as Markdown, their number, and the sheets with cells past
+    MAX_COLUMNS (not read); with ``formulas`` (the same workbook, read for its formulas), a
+    cell with no value is its formula, if it has one."""
     text = _office.Text()
+    cut: list[str] = []
     others = formulas.worksheets if formulas is not None else [None] * len(book.worksheets)
     for sheet, other in zip(book.worksheets, others, strict=True):
         # The cells the file holds, not the range its dimension claims (one cell at XFD1048576
@@ -121,6 +133,9 @@ def _markdown(book: Any, formulas: Any | None = None) -> tuple[str, int]:
             if not row:
                 continue
             cells = [_value(v) for v in row[:MAX_COLUMNS]]
+            if len(row) > MAX_COLUMNS and str(sheet.title) not in cut:
+                if any(_value(v) for v in row[MAX_COLUMNS:]):
+                    cut.append(str(sheet.title))
             while cells and not cells[-1]:
                 cells.pop()
             if cells:
@@ -133,7 +148,7 @@ def _markdown(book: Any, formulas: Any | None = None) -> tuple[str, int]:
         table = _office.markdown_table(rows)
         if table:
             text.add(_office.heading(1, str(sheet.title)) + "\n\n" + "\n".join(table))
-    return text.joined(), len(book.worksheets)
+    return text.joined(), len(book.worksheets), cut
 
 
 def _merged(values: tuple[Any, ...], formulas: tuple[Any, ...]) -> tuple[Any, ...]:
