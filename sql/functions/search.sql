@@ -681,6 +681,10 @@ BEGIN
                                       CASE WHEN v_use_vector THEN greatest(4 * k, 40)
                                            WHEN v_convex THEN greatest(k, 40) ELSE k END), k);
 
+        -- Whether another collection shares the model's vectors (and its index): asked once.
+        v_joined := v_use_vector AND EXISTS (
+            SELECT 1 FROM pgrag.collection_models cm
+             WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
         IF v_filtered OR v_restricted THEN
             -- The chunks this call may return, counted up to a limit; below it both arms score
             -- exactly these. The limit is about where scoring every candidate costs what an HNSW
@@ -729,9 +733,7 @@ BEGIN
             ELSIF v_cand IS NULL THEN
                 EXIT general;  -- the caller may see nothing that matches
             END IF;
-        ELSIF v_use_vector AND EXISTS (
-                  SELECT 1 FROM pgrag.collection_models cm
-                   WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id) THEN
+        ELSIF v_joined THEN
             -- A collection whose model's HNSW index holds other collections' vectors too: its
             -- index scan steps over theirs, and the plan the planner picks for a mid-sized one
             -- (a join, every distance) costs 3.4 us a chunk. Below 5 x sqrt(depth x table
@@ -907,9 +909,7 @@ BEGIN
                 -- (which cost more to plan than the index scan of a small collection costs to
                 -- run). Chunks are joined for their collection only when another collection
                 -- shares the model's vectors; %6$s joins documents only when a filter needs them.
-                v_joined := v_filtered OR EXISTS (
-                    SELECT 1 FROM pgrag.collection_models cm
-                     WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
+                v_joined := v_filtered OR v_joined;
                 FOREACH v_text IN ARRAY ARRAY['', ' + 0'] LOOP
                     v_vector_sql := format(
                         'SELECT array_agg(h.id ORDER BY h.dist, h.id), array_agg(h.dist ORDER BY h.dist, h.id)
