@@ -83,8 +83,9 @@ def half_model(conn: psycopg.Connection[Any], vector_model: int) -> int:
         conn.execute(f"DROP INDEX IF EXISTS pgrag.chunk_embeddings_hnsw_{half}")
         conn.execute("DELETE FROM pgrag.chunk_embeddings WHERE model_id = %s", (half,))
         conn.execute(
-            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
-            " SELECT %s, chunk_id, embedding FROM pgrag.chunk_embeddings WHERE model_id = %s",
+            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
+            " SELECT %s, chunk_id, embedding, collection_id FROM pgrag.chunk_embeddings"
+            " WHERE model_id = %s",
             (half, vector_model),
         )
     return half

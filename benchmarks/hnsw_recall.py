@@ -310,12 +310,12 @@ def load(dsn: str, args: argparse.Namespace, stored: np.ndarray, phases: Phases)
         def copy_vectors() -> None:
             for start in range(0, n, BATCH):
                 with conn.cursor().copy(
-                    "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+                    "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
                     " FROM STDIN (FORMAT BINARY)"
                 ) as copy:
-                    copy.set_types(["int4", "int8", "vector"])
+                    copy.set_types(["int4", "int8", "vector", "int4"])
                     for i in range(start, min(start + BATCH, n)):
-                        copy.write_row((model, int(chunk_of[i]), stored[i]))
+                        copy.write_row((model, int(chunk_of[i]), stored[i], cid))
                 log(f"    vectors {min(start + BATCH, n):>9,} / {n:,}")
 
         phases.run("COPY chunk_embeddings (binary)", copy_vectors)
@@ -507,8 +507,9 @@ def plan_check(plan: str, model: int) -> dict[str, bool]:
     """Did the HNSW index feed the results, and did anything else scan chunk_embeddings?"""
     # The exact statement (ORDER BY distance + 0) scans chunk_embeddings some other way; it
     # runs only as the fallback, when the index scan came back short.
-    scans = [line for line in plan.splitlines() if " on chunk_embeddings " in line]
-    hnsw = f"using chunk_embeddings_hnsw_{model} "
+    # (the collection's partition, chunk_embeddings_c<ID>, and its index of the model's)
+    scans = [line for line in plan.splitlines() if re.search(r" on chunk_embeddings_c\d+ ", line)]
+    hnsw = f"_hnsw_{model} "
     return {
         "hnsw_index": any(hnsw in s and "never executed" not in s for s in scans),
         "exact_branch_ran": any(hnsw not in s and "never executed" not in s for s in scans),

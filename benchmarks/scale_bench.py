@@ -1,4 +1,4 @@
-"""Sizing at scale: N chunks over C collections of unequal sizes, in today's layout.
+"""Sizing at scale: N chunks over C collections of unequal sizes.
 
 Issue 21 (items 2 and 4): what a database of a million chunks costs and how its searches
 behave, measured so that the sizing guide (docs/scale.md#sizing) can project from it, and so
@@ -10,7 +10,9 @@ smallest ~1.6k at the defaults), 10 chunks a document. Each chunk has 24 pseudo-
 Zipf–Mandelbrot from a 50,000-word vocabulary (keyword_scale.py's generator) and a synthetic
 384-d vector from hnsw_recall.py's clustered mixture (nearest-neighbour similarities like
 all-MiniLM-L6-v2's). Every collection uses the same model, registered as pgrag registers the
-default one, so all vectors share one HNSW index (today's layout).
+default one. (The figures in docs/scale.md#sizing were measured with the release before
+partitions, all vectors in one table under one HNSW index; benchmarks/partition_bench.py
+migrates that database and compares the two layouts.)
 
 Load: documents, chunks (the keyword trigger on, set-wise per COPY batch) and vectors are
 COPYed with the model's HNSW index dropped; the index is then built once by
@@ -183,12 +185,12 @@ def load(
             ).fetchall()
             vectors = chunk_vectors(mix, args.seed, index, size)
             with conn.cursor().copy(
-                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
                 " FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["int4", "int8", "vector"])
+                copy.set_types(["int4", "int8", "vector", "int4"])
                 for (chunk_id, _), v in zip(rows, vectors, strict=True):
-                    copy.write_row((model, chunk_id, v))
+                    copy.write_row((model, chunk_id, v, cid))
             conn.commit()
             t_vec += time.perf_counter() - t1
             index += size
@@ -249,11 +251,13 @@ def size_classes(sizes: list[int]) -> dict[str, list[int]]:
 
 
 def hnsw_scans(conn: psycopg.Connection[Any], model: int) -> int:
+    """Scans of the model's HNSW index: the shared one (the release before partitions), or
+    each collection's partition's (<partition>_hnsw_<model>)."""
     conn.execute("SELECT pg_stat_clear_snapshot()")
     row = conn.execute(
-        "SELECT idx_scan FROM pg_stat_user_indexes WHERE schemaname = 'pgrag'"
-        " AND indexrelname = %(i)s",
-        {"i": f"chunk_embeddings_hnsw_{model}"},
+        "SELECT coalesce(sum(idx_scan), 0) FROM pg_stat_user_indexes WHERE schemaname = 'pgrag'"
+        " AND (indexrelname = %(i)s OR indexrelname LIKE %(p)s)",
+        {"i": f"chunk_embeddings_hnsw_{model}", "p": f"chunk_embeddings_c%_hnsw_{model}"},
     ).fetchone()
     return int(row[0]) if row else 0
 

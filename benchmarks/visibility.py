@@ -142,12 +142,12 @@ def load(dsn: str, vectors: np.ndarray, texts: list[str], tenants: np.ndarray) -
                         )
                     )
             with conn.cursor().copy(
-                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
                 " FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["int4", "int8", "vector"])
+                copy.set_types(["int4", "int8", "vector", "int4"])
                 for i in range(start, min(start + BATCH, n)):
-                    copy.write_row((model, i + 1, vectors[i]))
+                    copy.write_row((model, i + 1, vectors[i], cid))
             log(f"    chunks {min(start + BATCH, n):>9,} / {n:,}")
         conn.execute("SELECT setval(pg_get_serial_sequence('pgrag.chunks', 'id'), %s)", (n,))
         conn.commit()

@@ -63,6 +63,34 @@ def db_downgrade(ctx: click.Context, revision: str, yes: bool) -> None:
         echo(f"downgraded pgrag's schema: {moved.before} -> {moved.after}")
 
 
+@db.command("partition")
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=5000,
+    show_default=True,
+    help="Vectors copied per transaction.",
+)
+@click.pass_context
+def db_partition(ctx: click.Context, batch: int) -> None:
+    """Copy the vectors into the partitioned table of this release ahead of `pgrag db
+    upgrade`, online: in batches while searches and writes go on, resuming where it stopped;
+    then build each model's index on every partition without blocking writes. The upgrade
+    then switches over in a moment (docs/scale.md#partitions). Run it as the schema's owner."""
+    from pgrag.db import partition
+
+    done = partition.run(
+        _dsn(ctx), batch=batch, on_progress=lambda line: echo(line, err=True, layout=False)
+    )
+    if done.already:
+        echo("pgrag.chunk_embeddings is partitioned already: nothing to do")
+    else:
+        echo(
+            f"copied {done.copied:,} vectors in batches and built {len(done.indexes)} model"
+            f" index{'es' * (len(done.indexes) != 1)}: run `pgrag db upgrade` to switch over"
+        )
+
+
 @db.command("current")
 @click.pass_context
 def db_current(ctx: click.Context) -> None:

@@ -336,6 +336,7 @@ def check(conn: Any) -> list[Drift]:
             )
         )
     out += _model_indexes(conn)
+    out += _partitions(conn)
     renamed = renamed_sequences(conn, live)
     for expected_name, actual in renamed:
         out.append(Drift("sequence", expected_name, f"was renamed to {actual}"))
@@ -436,6 +437,34 @@ def _model_indexes(conn: Any) -> list[Drift]:
             )
     for (index,) in conn.execute(Q.stray_model_indexes).fetchall():
         out.append(Drift("index", index, "belongs to no model a collection uses"))
+    return out
+
+
+def _partitions(conn: Any) -> list[Drift]:
+    """Each collection's partition of pgrag.chunk_embeddings, and none for a collection that is
+    gone (sql/functions/partitions.sql)."""
+    out = [
+        Drift("partition", f"of collection {name!r}", "is missing: its vectors cannot be stored")
+        for _, name in conn.execute(Q.partitions_missing).fetchall()
+    ]
+    out += [
+        Drift(
+            "partition",
+            f"pgrag.{name}",
+            "belongs to no collection (its collection was deleted); dropping it takes a"
+            " moment's exclusive lock on pgrag.chunk_embeddings",
+        )
+        for (name,) in conn.execute(Q.partitions_orphaned).fetchall()
+    ]
+    out += [
+        Drift(
+            "partition",
+            f"pgrag.{name}",
+            f"is granted to {', '.join(grantees)}: a partition has no row-level security of its"
+            " own, so that shows every row of its collection",
+        )
+        for name, grantees in conn.execute(Q.partition_grants).fetchall()
+    ]
     return out
 
 

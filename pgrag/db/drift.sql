@@ -26,7 +26,7 @@ SELECT m.id, m.name, 'pgrag.chunk_embeddings_hnsw_' || m.id,
 -- HNSW indexes named for a model that no collection uses (or that does not exist).
 SELECT c.oid::regclass::text
   FROM pg_class c
- WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind = 'i'
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind IN ('i', 'I')
    AND c.relname ~ '^chunk_embeddings_hnsw_[0-9]+$'
    AND NOT EXISTS (SELECT 1 FROM pgrag.collection_models cm
                     WHERE cm.model_id = substring(c.relname FROM '[0-9]+$')::integer
@@ -44,7 +44,8 @@ SELECT c.name, e.name, count(*)
     ON m.collection_id = k.collection_id AND m.status IN ('active', 'standby')
   JOIN pgrag.embedding_models e ON e.id = m.model_id
  WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings v
-                    WHERE v.model_id = m.model_id AND v.chunk_id = k.id)
+                    WHERE v.collection_id = k.collection_id AND v.model_id = m.model_id
+                      AND v.chunk_id = k.id)
    AND NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q
                     WHERE q.model_id = m.model_id AND q.chunk_id = k.id)
  GROUP BY c.name, e.name
@@ -68,3 +69,30 @@ SELECT setting, source FROM pg_settings WHERE name = 'session_replication_role';
 -- name: serial_sequence
 -- The sequence an identity column draws from now (whatever it is called).
 SELECT pg_get_serial_sequence(%(table)s, %(column)s);
+
+-- name: partitions_missing
+-- Collections without their partition of pgrag.chunk_embeddings (ids and names).
+SELECT k.id, k.name FROM pgrag.collections k
+ WHERE NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                    WHERE i.inhparent = 'pgrag.chunk_embeddings'::regclass
+                      AND c.relname = pgrag.collection_partition_name(k.id))
+ ORDER BY k.id;
+
+-- name: partitions_orphaned
+-- Partitions of pgrag.chunk_embeddings whose collection was deleted.
+SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+ WHERE i.inhparent = 'pgrag.chunk_embeddings'::regclass
+   AND NOT EXISTS (SELECT 1 FROM pgrag.collections k
+                    WHERE c.relname = pgrag.collection_partition_name(k.id))
+ ORDER BY 1;
+
+-- name: partition_grants
+-- Privileges on a partition of pgrag.chunk_embeddings held by a role other than its owner: a
+-- partition has no row-level security of its own (reads through the parent have the parent's),
+-- so a grant on it would show every row of the collection.
+SELECT c.relname::text, array_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
+                                                ELSE pg_get_userbyid(a.grantee)::text END)
+  FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid,
+       aclexplode(c.relacl) a
+ WHERE i.inhparent = 'pgrag.chunk_embeddings'::regclass AND a.grantee <> c.relowner
+ GROUP BY c.relname ORDER BY 1;

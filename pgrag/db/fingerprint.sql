@@ -33,12 +33,17 @@ SELECT p.oid::regprocedure::text,
 -- name: relations
 -- Tables, views, sequences and other relations of schema pgrag (not indexes), with their
 -- row-level security switches, persistence (p: logged, u: unlogged), replica identity
--- (d: the primary key) and storage options (autovacuum_enabled=false, say).
+-- (d: the primary key) and storage options (autovacuum_enabled=false, say). Here and below,
+-- the collections' partitions of chunk_embeddings (chunk_embeddings_c<ID>) are left out: there
+-- is one per collection, and each is its parent's (its keys, indexes, foreign keys and
+-- triggers are the parent's, attached; reads go through the parent's policies and grants).
 SELECT c.oid::regclass::text, c.relkind::text, c.relrowsecurity, c.relforcerowsecurity,
        c.relpersistence::text, c.relreplident::text,
        coalesce(ARRAY(SELECT o FROM unnest(c.reloptions) o ORDER BY 1), '{}')
   FROM pg_class c
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
+   AND c.oid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1;
 
 -- name: relation_grants
@@ -49,6 +54,8 @@ SELECT c.oid::regclass::text,
        aclexplode(coalesce(c.relacl, acldefault(CASE c.relkind WHEN 'S' THEN 's'::"char" ELSE 'r'::"char" END,
                                                 c.relowner))) a
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
+   AND c.oid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
    AND a.grantee <> c.relowner
  ORDER BY 1, 2, 3;
 
@@ -65,6 +72,8 @@ SELECT c.oid::regclass::text, a.attname::text, format_type(a.atttypid, a.atttypm
   LEFT JOIN pg_collation co ON co.oid = a.attcollation
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind IN ('r', 'p')
    AND a.attnum > 0 AND NOT a.attisdropped
+   AND c.oid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1, a.attnum;
 
 -- name: column_grants
@@ -76,6 +85,8 @@ SELECT c.oid::regclass::text || '.' || quote_ident(a.attname),
        aclexplode(a.attacl) x
  WHERE c.relnamespace = 'pgrag'::regnamespace AND a.attacl IS NOT NULL
    AND x.grantee <> c.relowner
+   AND c.oid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1, 2, 3;
 
 -- name: constraints
@@ -84,6 +95,8 @@ SELECT co.conrelid::regclass::text || '.' || quote_ident(co.conname), pg_get_con
   FROM pg_constraint co
  WHERE co.connamespace = 'pgrag'::regnamespace AND co.conrelid <> 0
    AND co.contype <> 'n'  -- NOT NULL (a constraint since PostgreSQL 18): the columns say it
+   AND co.conrelid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1;
 
 -- name: indexes
@@ -93,6 +106,8 @@ SELECT i.oid::regclass::text, pg_get_indexdef(i.oid), x.indisvalid
   FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
  WHERE i.relnamespace = 'pgrag'::regnamespace
    AND i.relname !~ '^chunk_embeddings_hnsw_[0-9]+$'
+   AND x.indrelid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1;
 
 -- name: triggers
@@ -100,6 +115,8 @@ SELECT t.tgrelid::regclass::text || '.' || quote_ident(t.tgname), pg_get_trigger
        t.tgenabled::text
   FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
  WHERE c.relnamespace = 'pgrag'::regnamespace AND NOT t.tgisinternal
+   AND c.oid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1;
 
 -- name: policies
@@ -137,6 +154,8 @@ SELECT CASE c.relkind WHEN 'S' THEN 'sequence' WHEN 'v' THEN 'view' ELSE 'table'
        c.oid::regclass::text, pg_get_userbyid(c.relowner)
   FROM pg_class c
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I', 't', 'c')
+   AND c.oid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
    -- an identity or serial column's sequence goes with its table's owner
    AND NOT EXISTS (SELECT 1 FROM pg_depend d
                     WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
@@ -162,7 +181,9 @@ SELECT t.tgrelid::regclass::text, count(*)
 -- read of the parent.
 SELECT i.inhrelid::regclass::text, i.inhparent::regclass::text
   FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent
- WHERE p.relnamespace = 'pgrag'::regnamespace
+ WHERE p.relnamespace = 'pgrag'::regnamespace AND p.relkind <> 'I'  -- (a partitioned index's own: the partitions')
+   AND i.inhrelid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1;
 
 -- name: parents
@@ -170,7 +191,9 @@ SELECT i.inhrelid::regclass::text, i.inhparent::regclass::text
 -- of pgrag's table too, whatever row-level security.
 SELECT i.inhrelid::regclass::text, i.inhparent::regclass::text
   FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
- WHERE c.relnamespace = 'pgrag'::regnamespace
+ WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind NOT IN ('i', 'I')
+   AND c.oid NOT IN (SELECT t.relid FROM pg_partition_tree(to_regclass('pgrag.chunk_embeddings')) t
+                      WHERE t.level = 1 AND t.relid::regclass::text ~ '^pgrag\.chunk_embeddings_c[0-9]+$')
  ORDER BY 1, 2;
 
 -- name: statistics

@@ -161,6 +161,7 @@ def repair(conn: Any, *, force: bool = False) -> list[str]:
         _columns(step, expected, live)
         _sequences(conn, step, expected, fingerprint.take(conn))
         _privileges(step, expected, fingerprint.take(conn), roles)
+        _partitions(conn, step)
         _model_indexes(conn, step)
         _owners(conn, step)
         _roles(conn, step)
@@ -573,6 +574,34 @@ def _model_indexes(conn: Any, step: _Steps) -> None:
                 _q(Q.drop_index, index=_ident(index)),
                 action=lambda m=model_id: conn.execute(Q.ensure_model_index, {"model_id": m}),
             )
+
+
+def _partitions(conn: Any, step: _Steps) -> None:
+    """A collection's missing partition created; those of deleted collections dropped."""
+    for collection_id, name in conn.execute(drift.Q.partitions_missing).fetchall():
+        step(
+            f"created the partition of collection {name!r}",
+            action=lambda c=collection_id: conn.execute(Q.create_partition, {"id": c}),
+        )
+    for (name,) in conn.execute(drift.Q.partitions_orphaned).fetchall():
+        step(
+            f"dropped pgrag.{name} (its collection was deleted)",
+            _q(Q.drop_partition, table=_ident(f"pgrag.{name}")),
+        )
+    for name, grantees in conn.execute(drift.Q.partition_grants).fetchall():
+        step(
+            f"revoked the privileges of {', '.join(grantees)} on pgrag.{name}",
+            _q(Q.revoke_partition, table=_ident(f"pgrag.{name}"), roles=_roles_list(grantees)),
+        )
+
+
+def _roles_list(grantees: list[str]) -> Any:
+    """['alice', 'PUBLIC'] as the grantee list of a REVOKE."""
+    from psycopg import sql
+
+    return sql.SQL(", ").join(
+        sql.SQL("PUBLIC") if g == "PUBLIC" else sql.Identifier(g) for g in grantees
+    )
 
 
 def _owners(conn: Any, step: _Steps) -> None:

@@ -162,3 +162,15 @@ SELECT EXISTS (SELECT 1 FROM pg_locks l
                 WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
                   AND l.classid = hashtext('pgrag.model_index')::oid
                   AND l.objid = %(model_id)s::oid AND l.pid <> pg_backend_pid());
+
+-- name: create_partition
+-- A collection's partition of pgrag.chunk_embeddings (sql/functions/partitions.sql).
+SELECT pgrag.collection_partition(%(id)s);
+
+-- name: drop_partition
+-- An empty partition of a deleted collection (a moment's exclusive lock on the parent).
+DROP TABLE IF EXISTS {table};
+
+-- name: revoke_partition
+-- Every privilege on a partition from the roles other than its owner.
+REVOKE ALL ON {table} FROM {roles};

@@ -192,7 +192,8 @@ SELECT q.chunk_id, q.model_id, q.collection_id, q.attempts, q.last_error, q.not_
    AND EXISTS (SELECT 1 FROM pgrag.embedding_models m WHERE m.id = q.model_id)
    AND EXISTS (SELECT 1 FROM pgrag.collections c WHERE c.id = q.collection_id)
    AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
-                    WHERE e.chunk_id = q.chunk_id AND e.model_id = q.model_id)
+                    WHERE e.collection_id = q.collection_id AND e.chunk_id = q.chunk_id
+                      AND e.model_id = q.model_id)
 ON CONFLICT DO NOTHING;
 
 -- name: restore_index_types
@@ -310,7 +311,8 @@ WITH missing AS (
            JOIN pgrag.collection_models m
              ON m.collection_id = c.collection_id AND m.status IN ('active', 'standby')
           WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
-                             WHERE e.model_id = m.model_id AND e.chunk_id = c.id)
+                             WHERE e.collection_id = c.collection_id AND e.model_id = m.model_id
+                               AND e.chunk_id = c.id)
             AND NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q
                              WHERE q.model_id = m.model_id AND q.chunk_id = c.id)
           GROUP BY c.collection_id)

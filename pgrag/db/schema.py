@@ -59,6 +59,7 @@ FUNCTION_FILES = (
     "filter",
     "keyword",
     "models",
+    "partitions",
     "dedup",
     "sync",
     "sections",
@@ -485,6 +486,11 @@ def explain(
         return SchemaError(
             f"role {user} may not do what `pgrag db {command}` needs in database {database}"
             f" ({reason}); nothing was changed: run it as {as_whom}"
+        )
+    if isinstance(orig, psycopg.errors.ObjectNotInPrerequisiteState) and orig.diag.message_hint:
+        # A migration that stops for something to be done first (0015: `pgrag db partition`).
+        return SchemaError(
+            f"`pgrag db {command}` stopped: {reason}; nothing was changed. {orig.diag.message_hint}"
         )
     if isinstance(orig, psycopg.errors.DependentObjectsStillExist):
         detail = orig.diag.message_detail or ""

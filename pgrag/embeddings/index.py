@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pgrag.db import queries
+from pgrag.db import ddl_locks, queries
 from pgrag.db.connect import transaction
 from pgrag.db.dsn import open_connection
 from pgrag.errors import DatabaseError, PgragError
@@ -162,7 +162,7 @@ def _build_concurrently(
     from pgrag.db.waits import watching
 
     index = f"chunk_embeddings_hnsw_{int(model_id)}"
-    drop = sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index))
+    drop = sql.SQL(Q.drop_partitioned_index).format(index=sql.Identifier("pgrag", index))
     seen: list[str] = []
 
     def waiting(line: str) -> None:
@@ -204,22 +204,27 @@ def _build_concurrently(
                 if ddl is None or ddl[0] is None:
                     return False
                 conn.execute(Q.build_memory)
+                patience = 600.0 if wait else float(GIVE_UP)
                 with watching(db.dsn, conn.info.backend_pid, waiting):
-                    if state != MISSING:
-                        # Left invalid by a killed build, or not what searches can use.
-                        conn.execute(drop)
+                    if state == WRONG:
+                        ddl_locks.run(conn, drop, give_up_s=patience)  # searches cannot use it
+                    # The partitioned index on the parent alone (at once, invalid), then each
+                    # partition's CONCURRENTLY, attached; an invalid one (a build that stopped)
+                    # is resumed at the partitions it had not reached.
+                    create = ddl[0]  # the DDL pgrag.model_index_ddl returned
+                    ddl_locks.run(conn, create, give_up_s=patience)
                     try:
-                        conn.execute(ddl[0])  # the DDL pgrag.model_index_ddl returned
+                        _build_partitions(conn, model_id, index, patience)
                     except psycopg.Error:
-                        # A failed concurrent build leaves an invalid index behind: drop it
-                        # (when the connection still works), so that the next run builds it
-                        # again rather than skipping it as present.
                         if not _lost(conn):
-                            try:
-                                conn.execute(drop)
-                            except psycopg.Error:
-                                pass  # left invalid: the next run drops and builds it
+                            _drop_if_unbuilt(conn, model_id, drop)
                         raise
+                    if _state_holding_lock(conn, model_id) == INVALID:
+                        # Invalid with every partition's attached (not a state a build
+                        # leaves): built again from the start.
+                        ddl_locks.run(conn, drop, give_up_s=patience)
+                        ddl_locks.run(conn, create, give_up_s=patience)
+                        _build_partitions(conn, model_id, index, patience)
                 conn.execute(Q.analyze_embeddings)
             finally:
                 if not _lost(conn):
@@ -239,6 +244,66 @@ def _build_concurrently(
                 raise DatabaseError(f"building index {index} failed: {why}") from err
             return gave_up(why)
     return True
+
+
+def _build_partitions(conn: Any, model_id: int, index: str, patience: float) -> None:
+    """Each partition's index of the model that is not attached to ``index`` yet, built
+    CONCURRENTLY and attached, until none is left (a collection created meanwhile gets its
+    own from the ATTACH that makes its partition, or here). An attach waits for the
+    partition's readers, so it is tried in short waits (:mod:`pgrag.db.ddl_locks`) for at most
+    ``patience`` seconds."""
+    import psycopg
+    from psycopg import sql
+
+    done: set[str] = set()
+    while True:
+        todo = [
+            (p, i)
+            for p, i in conn.execute(Q.unbuilt_partitions, {"model_id": model_id}).fetchall()
+            if i not in done
+        ]
+        if not todo:
+            return
+        for part, child in todo:
+            drop_child = sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", child))
+            # One left invalid by a build that was stopped is built again.
+            bad = conn.execute(Q.invalid_index, {"name": f"pgrag.{child}"}).fetchone()
+            if bad and bad[0]:
+                conn.execute(drop_child)
+            ddl = conn.execute(
+                Q.partition_index_ddl, {"model_id": model_id, "partition": part}
+            ).fetchone()
+            try:
+                conn.execute(ddl[0])  # the DDL pgrag.model_index_partition_ddl returned
+            except psycopg.Error:
+                # A failed concurrent build leaves an invalid index behind: dropped (when the
+                # connection still works), so that the next run builds it again.
+                if not _lost(conn):
+                    try:
+                        conn.execute(drop_child)
+                    except psycopg.Error:
+                        pass  # left invalid: the next run drops and builds it
+                raise
+            attach = sql.SQL(Q.attach_index).format(
+                index=sql.Identifier("pgrag", index), child=sql.Identifier("pgrag", child)
+            )
+            ddl_locks.run(conn, attach, give_up_s=patience)
+            done.add(child)
+
+
+def _drop_if_unbuilt(conn: Any, model_id: int, drop: Any) -> None:
+    """After a build that failed: the model's partitioned index dropped if no partition's is
+    attached to it yet (so that the index reads as missing, not half-built), waiting a second
+    at most for the table's lock; otherwise left invalid for the next run to finish."""
+    import psycopg
+
+    try:
+        row = conn.execute(Q.attached_count, {"model_id": model_id}).fetchone()
+        if row and row[0] == 0:
+            conn.execute(Q.one_second_lock_timeout)
+            conn.execute(drop)
+    except psycopg.Error:
+        pass  # left invalid: the next run finishes it
 
 
 def set_aside_empty(db: Database, model_id: int) -> bool:
@@ -284,7 +349,9 @@ def set_aside_empty(db: Database, model_id: int) -> bool:
                     return False
                 conn.execute(sql.SQL(Q.lock_timeout).format(ms=sql.Literal(GIVE_UP * 1000)))
                 index = f"chunk_embeddings_hnsw_{int(model_id)}"
-                conn.execute(sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index)))
+                conn.execute(
+                    sql.SQL(Q.drop_partitioned_index).format(index=sql.Identifier("pgrag", index))
+                )
             finally:
                 if not _lost(conn):
                     conn.execute(Q.unlock_build, {"model_id": model_id})

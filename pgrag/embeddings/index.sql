@@ -43,8 +43,34 @@ SELECT pg_has_role(current_user, relowner, 'USAGE') FROM pg_class
  WHERE oid = 'pgrag.chunk_embeddings'::regclass;
 
 -- name: model_index_ddl
--- The CREATE INDEX CONCURRENTLY statement of a model's HNSW index.
+-- The statement that creates a model's HNSW index on the parent table only (invalid until each
+-- partition's is attached).
 SELECT pgrag.model_index_ddl(%(model_id)s, true);
+
+-- name: unbuilt_partitions
+-- The partitions without an index attached to the model's, and the name theirs gets.
+SELECT partition_name, index_name FROM pgrag.model_index_unbuilt(%(model_id)s);
+
+-- name: partition_index_ddl
+-- The CREATE INDEX CONCURRENTLY statement of a model's HNSW index on one partition.
+SELECT pgrag.model_index_partition_ddl(%(model_id)s, %(partition)s, true);
+
+-- name: invalid_index
+-- Whether an index of this name exists and is invalid.
+SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass(%(name)s) AND NOT indisvalid);
+
+-- name: attached_count
+-- How many partitions' indexes are attached to the model's partitioned index.
+SELECT count(*) FROM pg_inherits
+ WHERE inhparent = to_regclass('pgrag.chunk_embeddings_hnsw_' || %(model_id)s);
+
+-- name: one_second_lock_timeout
+-- Give up on a lock that is not free within a second, for this session.
+SET lock_timeout = '1s';
+
+-- name: attach_index
+-- A partition's index into the model's partitioned index.
+ALTER INDEX {index} ATTACH PARTITION {child};
 
 -- name: lock_build
 -- Wait for the session lock on building the model's index (ensure_model_index takes it too).
@@ -80,8 +106,14 @@ SET LOCAL lock_timeout = '1s';
 SET LOCAL maintenance_work_mem = '512MB';
 
 -- name: drop_index
--- Drop an index (left invalid by a build that failed or was killed) without blocking writes.
+-- Drop a partition's index (left invalid by a build that failed or was killed) without
+-- blocking writes.
 DROP INDEX CONCURRENTLY IF EXISTS {index};
+
+-- name: drop_partitioned_index
+-- Drop a model's partitioned index (PostgreSQL drops those only in a transaction: the lock on
+-- pgrag.chunk_embeddings is held for a moment, under the session's lock_timeout).
+DROP INDEX IF EXISTS {index};
 
 -- name: ensure_model_index
 -- Build a model's HNSW index in this transaction if it is missing or invalid (the table's

@@ -14,7 +14,8 @@ SELECT pgrag.model_missing(%(collection_id)s, %(model_id)s);
 SELECT c.id, c.section, c.content, c.content_hash, c.context FROM pgrag.chunks c
  WHERE c.collection_id = %(collection_id)s AND c.id > %(after)s
    AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
-                    WHERE e.model_id = %(model_id)s AND e.chunk_id = c.id)
+                    WHERE e.collection_id = c.collection_id AND e.model_id = %(model_id)s
+                      AND e.chunk_id = c.id)
    AND (%(queued)s OR NOT EXISTS (SELECT 1 FROM pgrag.embedding_queue q
                     WHERE q.chunk_id = c.id AND q.model_id = %(model_id)s))
  ORDER BY c.id LIMIT %(limit)s;
@@ -23,7 +24,7 @@ SELECT c.id, c.section, c.content, c.content_hash, c.context FROM pgrag.chunks c
 -- The model's vectors of chunks of the collection whose text has these hashes (one per hash).
 SELECT DISTINCT ON (c.content_hash) c.content_hash, e.embedding
   FROM pgrag.chunks c JOIN pgrag.chunk_embeddings e
-    ON e.chunk_id = c.id AND e.model_id = %(model_id)s
+    ON e.collection_id = c.collection_id AND e.chunk_id = c.id AND e.model_id = %(model_id)s
  WHERE c.collection_id = %(collection_id)s AND left(c.content_hash, 16) = ANY (%(prefixes)s)
    AND c.content_hash = ANY (%(hashes)s);
 

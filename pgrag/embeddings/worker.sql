@@ -1,8 +1,8 @@
 -- name: store_vector
 -- Write a chunk's vector of a model, replacing any; a chunk deleted meanwhile is skipped.
-INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)
-SELECT %(model_id)s, c.id, %(embedding)s FROM pgrag.chunks c WHERE c.id = %(chunk_id)s
-ON CONFLICT (model_id, chunk_id) DO UPDATE SET embedding = EXCLUDED.embedding;
+INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)
+SELECT %(model_id)s, c.id, %(embedding)s, c.collection_id FROM pgrag.chunks c WHERE c.id = %(chunk_id)s
+ON CONFLICT (model_id, chunk_id, collection_id) DO UPDATE SET embedding = EXCLUDED.embedding;
 
 -- name: dequeue
 -- Take the chunks off the embedding queue for the model.

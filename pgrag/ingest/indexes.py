@@ -65,12 +65,19 @@ def set_aside_empty(db: Database, model_id: int) -> bool:
     return index.set_aside_empty(db, model_id)
 
 
-def analyze(db: Database) -> None:
-    """Planner statistics of the chunks and vectors after a bulk load (skipped for a table
-    that a VACUUM or an index build holds)."""
+def analyze(db: Database, collection_id: int) -> None:
+    """Planner statistics of the chunks and of the collection's vectors (its partition of
+    pgrag.chunk_embeddings: the others did not change) after a bulk load, skipped for a table
+    that a VACUUM or an index build holds."""
+    from psycopg import sql
+
     with transaction(db) as conn:
         conn.execute(Q.analyze_chunks)
-        conn.execute(Q.analyze_chunk_embeddings)
+        name = conn.execute(Q.partition_name, {"collection_id": collection_id}).fetchone()
+        if name and name[0]:
+            conn.execute(
+                sql.SQL(Q.analyze_partition).format(partition=sql.Identifier("pgrag", name[0]))
+            )
 
 
 def maintain_keyword_index(db: Database, collection: str, analyze: bool = False) -> None:

@@ -2,9 +2,14 @@
 -- Planner statistics for chunks (not waiting for a VACUUM or an index build).
 ANALYZE (SKIP_LOCKED) pgrag.chunks;
 
--- name: analyze_chunk_embeddings
--- Planner statistics for vectors (not waiting for a VACUUM or an index build).
-ANALYZE (SKIP_LOCKED) pgrag.chunk_embeddings;
+-- name: partition_name
+-- The collection's partition of pgrag.chunk_embeddings (NULL if it has none).
+SELECT c.relname FROM pg_class c
+ WHERE c.oid = to_regclass('pgrag.' || pgrag.collection_partition_name(%(collection_id)s));
+
+-- name: analyze_partition
+-- Planner statistics for a collection's vectors (not waiting for a VACUUM or an index build).
+ANALYZE (SKIP_LOCKED) {partition};
 
 -- name: keyword_maintain
 -- Fold appended keyword statistics; refresh BM25 impacts if the average length moved.

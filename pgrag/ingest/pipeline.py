@@ -297,7 +297,7 @@ def _run(
         # comes round: the search plans once per session, and a plan made without them can
         # scan whole postings lists where it should probe one posting.
         if bulk:
-            analyze(db)
+            analyze(db, coll.id)
         maintain_keyword_index(db, collection, analyze=bulk or new_collection)
         # A missing index (a bulk load killed before it built the empty one it dropped), an
         # invalid one (an interrupted CREATE INDEX CONCURRENTLY) or a wrong one is built after

@@ -2,7 +2,8 @@
 -- Keep a streamed document's stored vectors by content hash until commit (for reuse).
 CREATE TEMP TABLE pgrag_old_vectors ON COMMIT DROP AS
 SELECT c.content_hash, e.embedding FROM pgrag.chunks c
-  JOIN pgrag.chunk_embeddings e ON e.chunk_id = c.id AND e.model_id = %(model_id)s
+  JOIN pgrag.chunk_embeddings e
+    ON e.collection_id = c.collection_id AND e.chunk_id = c.id AND e.model_id = %(model_id)s
   JOIN pgrag.documents d ON d.id = c.document_id
  WHERE d.collection_id = %(collection_id)s AND d.source = %(source)s;
 
@@ -143,9 +144,13 @@ SELECT id, document_id, collection_id, ordinal, content, section, page, token_co
        content_hash, principals, text_config, context, context_for FROM pgrag_staging_chunks;
 
 -- name: insert_staged_vectors
--- The staged vectors into pgrag.chunk_embeddings.
-INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)
-SELECT model_id, chunk_id, embedding FROM pgrag_staging_vectors;
+-- The staged vectors into pgrag.chunk_embeddings, each in its chunk's collection's partition
+-- (the chunk staged with it, else the stored one).
+INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)
+SELECT v.model_id, v.chunk_id, v.embedding,
+       coalesce(s.collection_id,
+                (SELECT c.collection_id FROM pgrag.chunks c WHERE c.id = v.chunk_id))
+  FROM pgrag_staging_vectors v LEFT JOIN pgrag_staging_chunks s ON s.id = v.chunk_id;
 
 -- name: empty_staged_chunks
 -- Empty the chunk staging table. TRUNCATE, not DELETE: a streamed document copies many groups

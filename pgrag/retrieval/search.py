@@ -422,7 +422,7 @@ def search(
         results = reranked(query, results, reranker, k if mmr is None else fetch)
     t3 = time.perf_counter()
     if mmr is not None and results:
-        results = _diversified(db, model_id, embedding, results, k, mmr)
+        results = _diversified(db, collection, model_id, embedding, results, k, mmr)
     results = results[:k]
     if timings is not None:
         timings["embed_ms"] = round((t1 - t0) * 1000, 2)
@@ -539,6 +539,7 @@ def reranked(
 
 def _diversified(
     db: Database,
+    collection: str,
     model_id: int | None,
     embedding: Any,
     results: list[SearchResult],
@@ -550,7 +551,7 @@ def _diversified(
 
     ids = [r.chunk_id for r in results]
     try:
-        arguments = {"m": model_id, "ids": ids}
+        arguments = {"c": collection, "m": model_id, "ids": ids}
         rows = read(db, lambda conn: conn.execute(Q.chunk_vectors, arguments).fetchall())
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):

@@ -17,4 +17,5 @@ SELECT set_config('pgrag.principals', {names}, true);
 -- name: chunk_vectors
 -- The stored vectors of some chunks under one model (for MMR).
 SELECT e.chunk_id, e.embedding FROM pgrag.chunk_embeddings e
- WHERE e.model_id = %(m)s AND e.chunk_id = ANY(%(ids)s);
+ WHERE e.collection_id = (SELECT k.id FROM pgrag.collections k WHERE k.name = %(c)s)
+   AND e.model_id = %(m)s AND e.chunk_id = ANY(%(ids)s);

@@ -2,8 +2,7 @@
 -- The collection to tune, whether any of its chunks has a vector of its active model, and its
 -- fusion setting (NULL: the built-in fusion).
 SELECT c.id, EXISTS (SELECT 1 FROM pgrag.chunk_embeddings ce
-                       JOIN pgrag.chunks ch ON ch.id = ce.chunk_id
-                      WHERE ch.collection_id = c.id AND ce.model_id = c.model_id),
+                      WHERE ce.collection_id = c.id AND ce.model_id = c.model_id),
        c.settings -> 'fusion'
   FROM pgrag.collections c WHERE c.name = %(collection)s;
 

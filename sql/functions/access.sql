@@ -243,7 +243,8 @@ BEGIN
      WHERE c.document_id = NEW.id;
     UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
       FROM pgrag.chunks c
-     WHERE c.document_id = NEW.id AND e.chunk_id = c.id AND e.acl_id <> NEW.acl_id;
+     WHERE c.document_id = NEW.id AND e.collection_id = c.collection_id AND e.chunk_id = c.id
+       AND e.acl_id <> NEW.acl_id;
     RETURN NULL;
 END
 $fn$;
@@ -270,7 +271,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 BEGIN
     UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
-     WHERE e.chunk_id = NEW.id AND e.acl_id <> NEW.acl_id;
+     WHERE e.collection_id = NEW.collection_id AND e.chunk_id = NEW.id AND e.acl_id <> NEW.acl_id;
     RETURN NULL;
 END
 $fn$;

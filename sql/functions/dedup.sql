@@ -85,11 +85,12 @@ BEGIN
                FROM source_chunks s
              RETURNING id, ordinal),
          vectors AS (
-             INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)
-             SELECT e.model_id, c.id, e.embedding
+             INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)
+             SELECT e.model_id, c.id, e.embedding, e.collection_id
                FROM copied c
                JOIN source_chunks s ON s.ordinal = c.ordinal
-               JOIN pgrag.chunk_embeddings e ON e.chunk_id = s.id
+               JOIN pgrag.chunk_embeddings e
+                 ON e.collection_id = s.collection_id AND e.chunk_id = s.id
              RETURNING 1)
     SELECT count(*) INTO v_copied FROM copied;
     RETURN v_copied;

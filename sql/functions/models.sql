@@ -104,11 +104,9 @@ BEGIN
 END
 $fn$;
 
--- The statement that creates a model's partial HNSW index (NULL when the model gets none: over
--- 2,000 dimensions, or 4,000 for halfvec). With p_concurrently, CREATE INDEX CONCURRENTLY, which
--- pgrag models reembed runs outside any transaction, so that writes to pgrag.chunk_embeddings
--- (every collection's) go on while a large index is built.
-CREATE OR REPLACE FUNCTION pgrag.model_index_ddl(p_model_id integer, p_concurrently boolean DEFAULT false)
+-- What follows ON <table> in the statement that creates a model's partial HNSW index (NULL when
+-- the model gets none: over 2,000 dimensions, or 4,000 for halfvec).
+CREATE OR REPLACE FUNCTION pgrag.model_index_spec(p_model_id integer)
 RETURNS text
 LANGUAGE plpgsql
 STABLE
@@ -133,14 +131,68 @@ BEGIN
       FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
      WHERE e.extname = 'vector';
     RETURN format(
-        'CREATE INDEX %s IF NOT EXISTS %I ON pgrag.chunk_embeddings USING hnsw ((embedding::%I.%I(%s)) %I.%I) WITH (m = 16, ef_construction = 128) WHERE model_id = %s',
-        CASE WHEN p_concurrently THEN 'CONCURRENTLY' ELSE '' END,
-        'chunk_embeddings_hnsw_' || p_model_id, v_schema, v_type, v_dimension, v_schema,
+        'USING hnsw ((embedding::%I.%I(%s)) %I.%I) WITH (m = 16, ef_construction = 128) WHERE model_id = %s',
+        v_schema, v_type, v_dimension, v_schema,
         v_type || CASE v_distance WHEN 'cosine' THEN '_cosine_ops'
                                   WHEN 'l2' THEN '_l2_ops'
                                   ELSE '_ip_ops' END,
         p_model_id);
 END
+$fn$;
+
+-- The statement that creates a model's partial HNSW index, chunk_embeddings_hnsw_<ID>: a
+-- partitioned index, one HNSW graph per collection's partition (NULL when the model gets none).
+-- Run as it is, it builds every partition's in the caller's transaction, which holds writers to
+-- pgrag.chunk_embeddings off until it commits. With p_concurrently, it creates the partitioned
+-- index ON ONLY the parent (invalid, and at once); pgrag.embeddings.index then builds each
+-- partition's with CREATE INDEX CONCURRENTLY (model_index_partition_ddl) and attaches it, and
+-- the index is valid when every partition's is attached: writes to every collection go on
+-- meanwhile, and a build that was stopped resumes at the partitions it had not reached.
+CREATE OR REPLACE FUNCTION pgrag.model_index_ddl(p_model_id integer, p_concurrently boolean DEFAULT false)
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('CREATE INDEX IF NOT EXISTS %I ON %s pgrag.chunk_embeddings ',
+                  'chunk_embeddings_hnsw_' || p_model_id,
+                  CASE WHEN p_concurrently THEN 'ONLY' ELSE '' END)
+           || pgrag.model_index_spec(p_model_id)
+$fn$;
+
+-- A model's HNSW index on one collection's partition (CONCURRENTLY when asked), named
+-- <partition>_hnsw_<ID>, to be attached to chunk_embeddings_hnsw_<ID>.
+CREATE OR REPLACE FUNCTION pgrag.model_index_partition_ddl(p_model_id integer, p_partition text,
+                                                   p_concurrently boolean DEFAULT false)
+RETURNS text
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT format('CREATE INDEX %s IF NOT EXISTS %I ON pgrag.%I ',
+                  CASE WHEN p_concurrently THEN 'CONCURRENTLY' ELSE '' END,
+                  p_partition || '_hnsw_' || p_model_id, p_partition)
+           || pgrag.model_index_spec(p_model_id)
+$fn$;
+
+-- The partitions of pgrag.chunk_embeddings that have no index attached to the model's
+-- partitioned index (all of them when it is missing), with the name their index gets.
+CREATE OR REPLACE FUNCTION pgrag.model_index_unbuilt(p_model_id integer)
+RETURNS TABLE (partition_name text, index_name text)
+LANGUAGE sql
+STABLE
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+    SELECT c.relname::text, c.relname || '_hnsw_' || p_model_id
+      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+     WHERE i.inhparent = 'pgrag.chunk_embeddings'::regclass
+       AND NOT EXISTS (SELECT 1 FROM pg_inherits ii JOIN pg_index x ON x.indexrelid = ii.inhrelid
+                        WHERE ii.inhparent = to_regclass('pgrag.chunk_embeddings_hnsw_' || p_model_id)
+                          AND x.indrelid = c.oid)
+     ORDER BY c.relname
 $fn$;
 
 -- Creates a model's partial HNSW index, chunk_embeddings_hnsw_<ID>, if it is missing, invalid or
@@ -165,16 +217,17 @@ DECLARE
     v_ddl   text := pgrag.model_index_ddl(p_model_id);
     v_index text := 'chunk_embeddings_hnsw_' || p_model_id;
     v_ok    boolean;
+    v_valid boolean;
+    v_part  record;
 BEGIN
     IF v_ddl IS NULL THEN
         RETURN false;
     END IF;
     FOR v_pass IN 1..2 LOOP
-        -- Valid, and what model_index_ddl builds (the table, hnsw, the model's operator class,
-        -- expression and predicate; as pgrag.embeddings.index's health query and pgrag db check
-        -- judge it): anything else is an index searches cannot use.
-        SELECT coalesce(i.indisvalid, false)
-               AND i.indrelid = 'pgrag.chunk_embeddings'::regclass
+        -- What model_index_ddl builds (the table, hnsw, the model's operator class, expression
+        -- and predicate; as pgrag.embeddings.index's health query and pgrag db check judge
+        -- it), and valid: anything else is an index searches cannot use.
+        SELECT i.indrelid = 'pgrag.chunk_embeddings'::regclass
                AND i.indnatts = 1
                AND a.amname = 'hnsw'
                AND o.opcname::text = m.index_type || CASE m.distance WHEN 'cosine' THEN '_cosine_ops'
@@ -183,15 +236,16 @@ BEGIN
                AND strpos(coalesce(pg_get_indexdef(i.indexrelid, 1, true), ''),
                           m.index_type || '(' || m.dimension || ')') > 0
                AND pg_get_expr(i.indpred, i.indrelid) IS NOT DISTINCT FROM
-                   '(model_id = ' || m.id || ')'
-          INTO v_ok
+                   '(model_id = ' || m.id || ')',
+               i.indisvalid
+          INTO v_ok, v_valid
           FROM pgrag.embedding_models m
           LEFT JOIN pg_index i ON i.indexrelid = to_regclass('pgrag.' || v_index)
           LEFT JOIN pg_class x ON x.oid = i.indexrelid
           LEFT JOIN pg_am a ON a.oid = x.relam
           LEFT JOIN pg_opclass o ON o.oid = i.indclass[0]
          WHERE m.id = p_model_id;
-        IF coalesce(v_ok, false) THEN
+        IF coalesce(v_ok AND v_valid, false) THEN
             RETURN false;
         END IF;
         EXIT WHEN v_pass = 2;
@@ -199,10 +253,31 @@ BEGIN
         -- session lock): an index another session is still building is invalid too.
         PERFORM pg_advisory_xact_lock(hashtext('pgrag.model_index'), p_model_id);
     END LOOP;
-    -- An invalid one, left by an interrupted CREATE INDEX CONCURRENTLY, and a wrong one (not
-    -- what model_index_ddl builds: searches cannot use it) are built again.
-    EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', v_index);
-    EXECUTE v_ddl;
+    IF NOT coalesce(v_ok, false) THEN
+        -- Missing, or wrong (not what model_index_ddl builds: searches cannot use it): made
+        -- anew on the parent alone, each partition's below. (Right but invalid: a concurrent
+        -- build, pgrag.embeddings.index, stopped before every partition's was attached; it is
+        -- finished below.)
+        EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', v_index);
+        EXECUTE pgrag.model_index_ddl(p_model_id, true);
+    END IF;
+    -- Each partition's that is not attached yet, named <partition>_hnsw_<model> as the
+    -- concurrent build names them (an invalid one a stopped build left is built again).
+    FOR v_part IN SELECT * FROM pgrag.model_index_unbuilt(p_model_id) LOOP
+        IF EXISTS (SELECT 1 FROM pg_index x
+                    WHERE x.indexrelid = to_regclass('pgrag.' || quote_ident(v_part.index_name))
+                      AND NOT x.indisvalid) THEN
+            EXECUTE format('DROP INDEX pgrag.%I', v_part.index_name);
+        END IF;
+        EXECUTE pgrag.model_index_partition_ddl(p_model_id, v_part.partition_name);
+        EXECUTE format('ALTER INDEX pgrag.%I ATTACH PARTITION pgrag.%I', v_index, v_part.index_name);
+    END LOOP;
+    IF NOT EXISTS (SELECT 1 FROM pg_index i
+                    WHERE i.indexrelid = to_regclass('pgrag.' || v_index) AND i.indisvalid) THEN
+        -- Invalid with every partition's attached: not a state a build leaves; built again.
+        EXECUTE format('DROP INDEX IF EXISTS pgrag.%I', v_index);
+        EXECUTE v_ddl;
+    END IF;
     RETURN true;
 END
 $fn$;
@@ -223,7 +298,8 @@ AS $fn$
         SELECT 1 FROM pgrag.chunks c
          WHERE c.collection_id = p_collection_id
            AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
-                            WHERE e.model_id = p_model_id AND e.chunk_id = c.id)
+                            WHERE e.collection_id = p_collection_id AND e.model_id = p_model_id
+                              AND e.chunk_id = c.id)
          LIMIT p_limit) x
 $fn$;
 
@@ -337,10 +413,9 @@ BEGIN
             USING ERRCODE = '55000';
     END IF;
     DELETE FROM pgrag.chunk_embeddings e
-     WHERE e.model_id = p_model_id
+     WHERE e.collection_id = p_collection_id AND e.model_id = p_model_id
        AND e.chunk_id IN (SELECT e2.chunk_id FROM pgrag.chunk_embeddings e2
-                            JOIN pgrag.chunks c ON c.id = e2.chunk_id
-                           WHERE e2.model_id = p_model_id AND c.collection_id = p_collection_id
+                           WHERE e2.collection_id = p_collection_id AND e2.model_id = p_model_id
                            LIMIT p_batch);
     GET DIAGNOSTICS v_deleted = ROW_COUNT;
     IF v_deleted = 0 AND NOT EXISTS (SELECT 1 FROM pgrag.collection_models

@@ -61,9 +61,8 @@
 -- 2,000 and 50,000); if they are fewer, both arms score exactly those chunks, else the vector arm
 -- filters during an iterative HNSW scan (exact should it still come back short) and the keyword
 -- arm reads every posting the caller can see, so neither arm is starved by what it may not
--- return. A collection that shares its model's index with others and has fewer than 5 x
--- sqrt(depth x table size) chunks (2,000 to 50,000) has its vector arm scored exactly, by its
--- chunks' ids (docs/search.md#the-vector-arm).
+-- return. The vector arm reads the collection's own partition of pgrag.chunk_embeddings and
+-- its own HNSW graph (docs/scale.md#partitions).
 -- Filters are pgrag's JSON language (sql/functions/filter.sql), never built into SQL.
 --
 -- Limits (docs/search.md#limits). Arguments: query_text at most 20,000 characters, rrf_k at
@@ -144,7 +143,6 @@ DECLARE
     v_limit         integer;
     v_small         boolean := false;
     v_cand          bigint[];
-    v_vcand         bigint[];
     v_probe         boolean := false;
     v_acls          integer[];
     v_use_vector    boolean;
@@ -180,7 +178,6 @@ DECLARE
     v_zscore        boolean;
     v_wsum          float8;
     v_ef            integer;
-    v_joined        boolean;
     v_found         boolean;
     v_ef_setting    text;
     v_timeout_setting text;
@@ -458,35 +455,20 @@ BEGIN
         v_vdepth := greatest(coalesce(vector_depth, greatest(4 * k, 40)), k);
         PERFORM set_config('hnsw.ef_search',
                            coalesce(v_ef, least(greatest(2 * v_vdepth, 200), 1000))::text, true);
-        v_joined := EXISTS (
-            SELECT 1 FROM pgrag.collection_models cm
-             WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
-        IF v_joined THEN
-            -- A small collection sharing the model's index is scored exactly, by the general
-            -- path (its limit, reckoned the same way there).
-            SELECT least(50000, greatest(2000,
-                       5 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
-              INTO v_limit
-              FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
-            SELECT coalesce(sum(t.chunks), 0) INTO v_visible
-              FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id;
-            EXIT lean_vector WHEN v_visible <= v_limit;
-        END IF;
+        -- The collection's own partition of the vectors, and its own HNSW graph (the
+        -- collection id is a constant to the planner: it reads that partition alone).
         FOREACH v_text IN ARRAY ARRAY['', ' + 0'] LOOP
             EXECUTE format(
                 'SELECT array_agg(h.id ORDER BY h.dist, h.id), array_agg(h.dist ORDER BY h.dist, h.id)
                    FROM (SELECT ce.chunk_id AS id,
                                 (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $2::%2$s)::float8 AS dist
-                           FROM pgrag.chunk_embeddings ce%6$s
-                          WHERE ce.model_id = %4$s%5$s
-                          ORDER BY (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $2::%2$s)%7$s
+                           FROM pgrag.chunk_embeddings ce
+                          WHERE ce.collection_id = $1 AND ce.model_id = %4$s
+                          ORDER BY (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $2::%2$s)%5$s
                           LIMIT $3) h',
                 v_schema, v_vcast,
                 CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
-                v_model_id,
-                CASE WHEN v_joined THEN ' AND c.collection_id = $1' ELSE '' END,
-                CASE WHEN v_joined THEN ' JOIN pgrag.chunks c ON c.id = ce.chunk_id' ELSE '' END,
-                v_text)
+                v_model_id, v_text)
               INTO v_vec_ids, v_vec_dists USING v_collection_id, query_embedding, v_vdepth;
             EXIT WHEN coalesce(cardinality(v_vec_ids), 0) >= v_vdepth;
         END LOOP;
@@ -681,10 +663,6 @@ BEGIN
                                       CASE WHEN v_use_vector THEN greatest(4 * k, 40)
                                            WHEN v_convex THEN greatest(k, 40) ELSE k END), k);
 
-        -- Whether another collection shares the model's vectors (and its index): asked once.
-        v_joined := v_use_vector AND EXISTS (
-            SELECT 1 FROM pgrag.collection_models cm
-             WHERE cm.model_id = v_model_id AND cm.collection_id <> v_collection_id);
         IF v_filtered OR v_restricted THEN
             -- The chunks this call may return, counted up to a limit; below it both arms score
             -- exactly these. The limit is about where scoring every candidate costs what an HNSW
@@ -732,27 +710,6 @@ BEGIN
                 v_cand := NULL;
             ELSIF v_cand IS NULL THEN
                 EXIT general;  -- the caller may see nothing that matches
-            END IF;
-        ELSIF v_joined THEN
-            -- A collection whose model's HNSW index holds other collections' vectors too: its
-            -- index scan steps over theirs, and the plan the planner picks for a mid-sized one
-            -- (a join, every distance) costs 3.4 us a chunk. Below 5 x sqrt(depth x table
-            -- size) its vector arm scores its chunks exactly, by their ids, at about 1.1 us a
-            -- chunk: at a million chunks that beat the filtered index scan up to ~40,000
-            -- (docs/scale.md#searches-at-a-million-chunks). The keyword arm is unchanged.
-            SELECT least(50000, greatest(2000,
-                       5 * sqrt(v_vdepth * greatest(c.reltuples, 0)::float8)))::int
-              INTO v_limit
-              FROM pg_class c WHERE c.oid = 'pgrag.chunks'::regclass;
-            SELECT coalesce(sum(t.chunks), 0) INTO v_visible
-              FROM pgrag.keyword_totals t WHERE t.collection_id = v_collection_id;
-            IF v_visible <= v_limit THEN
-                SELECT array_agg(x.id ORDER BY x.id) INTO v_vcand
-                  FROM (SELECT c.id FROM pgrag.chunks c
-                         WHERE c.collection_id = v_collection_id LIMIT v_limit + 1) x;
-                IF coalesce(cardinality(v_vcand), 0) > v_limit THEN
-                    v_vcand := NULL;
-                END IF;
             END IF;
         END IF;
 
@@ -865,7 +822,7 @@ BEGIN
         END IF;
 
         IF v_use_vector THEN
-            IF v_small OR v_vcand IS NOT NULL THEN
+            IF v_small THEN
                 -- Few candidates: exact distances for exactly these (primary-key probes). The
                 -- "+ 0" keeps the planner from walking the HNSW index to order them.
                 EXECUTE format(
@@ -873,14 +830,15 @@ BEGIN
                        FROM (SELECT ce.chunk_id AS id,
                                     (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $1::%2$s)::float8 AS dist
                                FROM pgrag.chunk_embeddings ce
-                              WHERE ce.model_id = %4$s AND ce.chunk_id = ANY ($2)
+                              WHERE ce.collection_id = $4 AND ce.model_id = %4$s
+                                AND ce.chunk_id = ANY ($2)
                               ORDER BY (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $1::%2$s) + 0
                               LIMIT $3) h',
                     v_schema, v_vcast,
                     CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
                     v_model_id)
                   INTO v_vec_ids, v_vec_dists
-                  USING query_embedding, coalesce(v_cand, v_vcand), v_vdepth;
+                  USING query_embedding, v_cand, v_vdepth, v_collection_id;
             ELSE
                 -- A search list twice the depth asked, at least 200 (at most pgvector's 1,000): on
                 -- 200k clustered vectors, in a graph built by ensure_model_index, recall@10 is
@@ -907,27 +865,25 @@ BEGIN
                 -- "distance + 0" (so that the planner cannot answer it from the HNSW index): two
                 -- small statements, each planned per call, rather than one with both branches
                 -- (which cost more to plan than the index scan of a small collection costs to
-                -- run). Chunks are joined for their collection only when another collection
-                -- shares the model's vectors; %6$s joins documents only when a filter needs them.
-                v_joined := v_filtered OR v_joined;
+                -- run). The collection's own partition is read (its id a constant to the
+                -- planner); %6$s joins chunks and documents only when a filter needs them.
                 FOREACH v_text IN ARRAY ARRAY['', ' + 0'] LOOP
                     v_vector_sql := format(
                         'SELECT array_agg(h.id ORDER BY h.dist, h.id), array_agg(h.dist ORDER BY h.dist, h.id)
                            FROM (SELECT ce.chunk_id AS id,
                                         (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s)::float8 AS dist
                                    FROM pgrag.chunk_embeddings ce%6$s
-                                  WHERE ce.model_id = %4$s%5$s
+                                  WHERE ce.collection_id = $1 AND ce.model_id = %4$s%5$s
                                   ORDER BY (ce.embedding::%2$s OPERATOR(%1$I.%3$s) $3::%2$s)%7$s
                                   LIMIT $4) h',
                         v_schema, v_vcast,
                         CASE v_distance WHEN 'cosine' THEN '<=>' WHEN 'l2' THEN '<->' ELSE '<#>' END,
                         v_model_id,
-                        CASE WHEN v_joined THEN ' AND c.collection_id = $1' ELSE '' END
-                        || CASE WHEN v_restricted THEN ' AND ce.acl_id = ANY ($6)' ELSE '' END
+                        CASE WHEN v_restricted THEN ' AND ce.acl_id = ANY ($6)' ELSE '' END
                         || CASE WHEN v_restricted AND v_filtered THEN ' AND d.acl_id = ANY ($6)' ELSE '' END
                         || CASE WHEN v_filtered THEN ' AND d.metadata @> $2' ELSE '' END
                         || CASE WHEN v_ops THEN ' AND pgrag.filter_match(d.metadata, $5)' ELSE '' END,
-                        CASE WHEN v_joined THEN ' JOIN pgrag.chunks c ON c.id = ce.chunk_id' ELSE '' END
+                        CASE WHEN v_filtered THEN ' JOIN pgrag.chunks c ON c.id = ce.chunk_id' ELSE '' END
                         || CASE WHEN v_filtered THEN ' JOIN pgrag.documents d ON d.id = c.document_id' ELSE '' END,
                         v_text);
                     EXECUTE v_vector_sql INTO v_vec_ids, v_vec_dists

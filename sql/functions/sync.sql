@@ -112,8 +112,8 @@ AS $fn$
 DECLARE
     v_queued bigint;
 BEGIN
-    INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)
-    SELECT DISTINCT ON (m.model_id, n.id) m.model_id, n.id, e.embedding
+    INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)
+    SELECT DISTINCT ON (m.model_id, n.id) m.model_id, n.id, e.embedding, p_collection_id
       FROM pgrag.chunks n
       JOIN pgrag.collection_models m
         ON m.collection_id = p_collection_id AND m.status <> 'retired'
@@ -121,10 +121,12 @@ BEGIN
         ON o.collection_id = p_collection_id
        AND left(o.content_hash, 16) = left(n.content_hash, 16)
        AND o.content_hash = n.content_hash AND o.id <> n.id
-      JOIN pgrag.chunk_embeddings e ON e.chunk_id = o.id AND e.model_id = m.model_id
+      JOIN pgrag.chunk_embeddings e
+        ON e.collection_id = p_collection_id AND e.chunk_id = o.id AND e.model_id = m.model_id
      WHERE n.id = ANY (p_chunk_ids)
        AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings x
-                        WHERE x.model_id = m.model_id AND x.chunk_id = n.id)
+                        WHERE x.collection_id = p_collection_id AND x.model_id = m.model_id
+                          AND x.chunk_id = n.id)
      ORDER BY m.model_id, n.id, o.id
     ON CONFLICT DO NOTHING;
     INSERT INTO pgrag.embedding_queue (chunk_id, model_id, collection_id)
@@ -134,7 +136,8 @@ BEGIN
         ON m.collection_id = p_collection_id AND m.status <> 'retired'
      WHERE n.id = ANY (p_chunk_ids)
        AND NOT EXISTS (SELECT 1 FROM pgrag.chunk_embeddings x
-                        WHERE x.model_id = m.model_id AND x.chunk_id = n.id)
+                        WHERE x.collection_id = p_collection_id AND x.model_id = m.model_id
+                          AND x.chunk_id = n.id)
     ON CONFLICT DO NOTHING;
     GET DIAGNOSTICS v_queued = ROW_COUNT;
     IF v_queued > 0 THEN

@@ -114,7 +114,9 @@ CREATE TABLE pgrag.chunks (
     UNIQUE (document_id, ordinal)
 );
 CREATE INDEX chunks_tsv_idx ON pgrag.chunks USING gin (tsv);
-CREATE INDEX chunks_collection_idx ON pgrag.chunks (collection_id);
+-- A collection's chunks (and the key its vectors' foreign key names: each vector lives in its
+-- collection's partition, so a chunk deleted deletes from that partition alone).
+ALTER TABLE pgrag.chunks ADD CONSTRAINT chunks_collection_id_id_key UNIQUE (collection_id, id);
 CREATE INDEX chunks_principals_idx ON pgrag.chunks USING gin (principals);
 CREATE INDEX chunks_parent_idx ON pgrag.chunks (parent_id) WHERE parent_id IS NOT NULL;
 -- A restricted caller's chunks, found without reading the others (the search's exact path).
@@ -123,16 +125,26 @@ CREATE INDEX chunks_collection_acl_idx ON pgrag.chunks (collection_id, acl_id) I
 -- chunk seen anywhere in the collection is not embedded again.
 CREATE INDEX chunks_collection_hash_idx ON pgrag.chunks (collection_id, left(content_hash, 16));
 
--- One row per (chunk, model). The column has no fixed dimension so models of different sizes
--- coexist; each model gets a partial HNSW index on (embedding::vector(DIM)) WHERE model_id = N,
--- by pgrag.ensure_model_index(). That cast also rejects vectors of the wrong size.
+-- One row per (chunk, model), partitioned by collection (LIST: one partition per collection,
+-- pgrag.chunk_embeddings_c<ID>, created and attached when the collection is, by
+-- pgrag.collection_partition; docs/scale.md#partitions): a collection's vector search reads its
+-- own partition and its own HNSW graph, not one built over every tenant's vectors. The column
+-- has no fixed dimension so models of different sizes coexist; each model gets a partial HNSW
+-- index on (embedding::vector(DIM)) WHERE model_id = N, by pgrag.ensure_model_index(), one per
+-- partition under one partitioned index. That cast also rejects vectors of the wrong size.
+-- collection_id (migration 0015) is the chunk's: the writer names it (a row is routed to its
+-- partition before any trigger runs), and the foreign key on (collection_id, chunk_id) holds
+-- it to the chunk's.
 CREATE TABLE pgrag.chunk_embeddings (
-    model_id   integer NOT NULL REFERENCES pgrag.embedding_models (id),
-    chunk_id   bigint NOT NULL REFERENCES pgrag.chunks (id) ON DELETE CASCADE,
-    embedding  vector NOT NULL,
-    acl_id     integer NOT NULL,              -- the chunk's, set by a trigger
-    PRIMARY KEY (model_id, chunk_id)
-);
+    model_id      integer NOT NULL REFERENCES pgrag.embedding_models (id),
+    chunk_id      bigint NOT NULL,
+    embedding     vector NOT NULL,
+    acl_id        integer NOT NULL,              -- the chunk's, set by a trigger
+    collection_id integer NOT NULL,
+    PRIMARY KEY (model_id, chunk_id, collection_id),
+    CONSTRAINT chunk_embeddings_chunk_fkey FOREIGN KEY (collection_id, chunk_id)
+        REFERENCES pgrag.chunks (collection_id, id) ON DELETE CASCADE ON UPDATE CASCADE
+) PARTITION BY LIST (collection_id);
 CREATE INDEX chunk_embeddings_chunk_idx ON pgrag.chunk_embeddings (chunk_id);
 
 -- What was asked, what was retrieved, what went into the prompt and what came out.

@@ -40,6 +40,10 @@ CREATE TRIGGER documents_renamed AFTER UPDATE OF source, collection_id ON pgrag.
                        OR OLD.collection_id IS DISTINCT FROM NEW.collection_id)
     EXECUTE FUNCTION pgrag.documents_renamed();
 
+-- A collection's partition of pgrag.chunk_embeddings (sql/functions/partitions.sql).
+CREATE TRIGGER collections_partition AFTER INSERT ON pgrag.collections
+    FOR EACH ROW EXECUTE FUNCTION pgrag.collections_partition();
+
 -- Models per collection, and documents written with SQL (sql/functions/models.sql, sync.sql).
 CREATE TRIGGER collections_model AFTER INSERT OR UPDATE OF model_id ON pgrag.collections
     FOR EACH ROW EXECUTE FUNCTION pgrag.collection_model_changed();

@@ -86,9 +86,9 @@ def scattered(admin_dsn: str, template_dsn: str) -> Iterator[dict[str, Any]]:
                 [(i + 1, doc_ids[i // per_doc], cid, i % per_doc, texts[i]) for i in range(n)],
             )
             cur.executemany(
-                "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
-                " VALUES (%s, %s, %s)",
-                [(model, i + 1, vectors[i]) for i in range(n)],
+                "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
+                " VALUES (%s, %s, %s, %s)",
+                [(model, i + 1, vectors[i], cid) for i in range(n)],
             )
         conn.execute("SELECT * FROM pgrag.keyword_maintain_v2('vis')")
         conn.commit()

@@ -406,9 +406,9 @@ def test_a_search_naming_its_model_never_reads_another_during_switches(loaded: A
             " WHERE c.name = 'docs' AND m.name = 'negated'"
         )
         conn.execute(
-            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
             " SELECT n.id, e.chunk_id,"
-            "        ARRAY(SELECT -x FROM unnest(e.embedding::real[]) x)::vector"
+            "        ARRAY(SELECT -x FROM unnest(e.embedding::real[]) x)::vector, e.collection_id"
             " FROM pgrag.chunk_embeddings e, pgrag.embedding_models n WHERE n.name = 'negated'"
         )
         negated = conn.execute(

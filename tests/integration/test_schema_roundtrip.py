@@ -128,9 +128,9 @@ def populated(db: pgrag.Database, corpus: Path, admin_dsn: str) -> str:
         chunk_ids = [r[0] for r in conn.execute("SELECT id FROM pgrag.chunks ORDER BY id")]
         for chunk_id in chunk_ids[: len(chunk_ids) // 2]:
             conn.execute(
-                "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
-                " VALUES (%s, %s, %s)",
-                (second, chunk_id, np.ones(8, dtype=np.float32)),
+                "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
+                " VALUES (%s, %s, %s, %s)",
+                (second, chunk_id, np.ones(8, dtype=np.float32), coll),
             )
         conn.execute("SELECT pgrag.ensure_model_index(%s)", (second,))
         # A document written with SQL: chunked in the database, queued for both models.

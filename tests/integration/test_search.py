@@ -190,9 +190,9 @@ def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
 def test_plans_use_the_vector_and_keyword_indexes(
     loaded: Database, fn: str, keyword_index: str
 ) -> None:
-    model_id = loaded.conn.execute(
-        "SELECT model_id FROM pgrag.collections WHERE name = 'docs'"
-    ).fetchone()[0]
+    collection_id, model_id = loaded.conn.execute(
+        "SELECT id, model_id FROM pgrag.collections WHERE name = 'docs'"
+    ).fetchone()
     # Enough unrelated rows that scanning the collection is clearly worse than the GIN index.
     with loaded.conn.transaction():
         loaded.conn.execute(
@@ -212,7 +212,8 @@ def test_plans_use_the_vector_and_keyword_indexes(
         f"SELECT * FROM pgrag.{fn}('docs', 'refund password', %s::vector)",  # noqa: S608 - fixed names
         (literal,),
     )
-    assert f"Index Scan using chunk_embeddings_hnsw_{model_id}" in plans, plans
+    # (each collection's own graph: its partition's index of the model's partitioned index)
+    assert f"Index Scan using chunk_embeddings_c{collection_id}_hnsw_{model_id}" in plans, plans
     assert keyword_index in plans, plans
 
 
@@ -330,12 +331,12 @@ def test_selective_filter_still_returns_k_rows_via_exact_fallback(
             vecs = rng.standard_normal((n, 384)).astype(np.float32)
             vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
             with conn.cursor().copy(
-                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding) FROM STDIN"
-                " (FORMAT BINARY)"
+                "COPY pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
+                " FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["int4", "int8", "vector"])
+                copy.set_types(["int4", "int8", "vector", "int4"])
                 for chunk_id, v in zip(ids, vecs, strict=True):
-                    copy.write_row((model, chunk_id, v))
+                    copy.write_row((model, chunk_id, v, coll))
     conn.execute("ANALYZE pgrag.chunk_embeddings")
     conn.commit()
     query = rng.standard_normal(384).astype(np.float32)

@@ -152,9 +152,11 @@ def _migration_modules() -> list[Any]:
 
 
 def _sql_objects() -> set[str]:
-    """Functions, tables, indexes and settings of schema pgrag that this release has."""
+    """Functions, tables, indexes and settings of schema pgrag that this release has (and the
+    ones `pgrag db partition` makes for the upgrade to 0015)."""
     names: set[str] = set()
-    for path in [*(ROOT / "sql").rglob("*.sql"), ROOT / "pgrag" / "db" / "schema.sql"]:
+    db = ROOT / "pgrag" / "db"
+    for path in [*(ROOT / "sql").rglob("*.sql"), db / "schema.sql", db / "partition.sql"]:
         text = _text(path)
         names |= set(
             re.findall(r"(?:FUNCTION|TABLE|INDEX|VIEW)\s+(?:IF NOT EXISTS\s+)?pgrag\.(\w+)", text)
