@@ -1,27 +1,33 @@
 """Vectors partitioned by collection (issue 21): one HNSW graph per collection.
 
 pgrag.chunk_embeddings becomes a table PARTITION BY LIST (collection_id), with one partition
-per collection (pgrag.chunk_embeddings_c<ID>; sql/functions/partitions.sql creates each new
+per collection (chunk_embeddings_c<ID>; sql/functions/partitions.sql creates each new
 collection's). A collection's vector search reads its own partition and walks its own graph
 rather than one built over every tenant's vectors (docs/scale.md#partitions measures it).
 
 - chunk_embeddings gets collection_id (the chunk's), NOT NULL; its primary key becomes
   (model_id, chunk_id, collection_id) (a partitioned table's unique keys hold the partition
-  key) and its foreign key to chunks (collection_id, chunk_id), ON DELETE and ON UPDATE
-  CASCADE, so a chunk deleted deletes from its own partition alone.
-- chunks gets UNIQUE (collection_id, id), which that foreign key needs; it replaces
-  chunks_collection_idx (collection_id), a prefix of it.
+  key). Its foreign keys (to chunks and to embedding_models) give way to triggers: attaching a
+  new collection's partition would copy them onto it, and adding a foreign key locks the
+  referenced table against writes until the collection's transaction ends (every ingest would
+  wait for a new collection, and two could deadlock). The triggers check what the keys did
+  (the chunk and the model exist, the collection is the chunk's) and do what the cascade did
+  (a chunk deleted, or moved to another collection, takes its vectors along; TRUNCATE of
+  chunks too; a model with vectors cannot be deleted).
+- collections.id > 0: the id names the partition.
 - Each model's HNSW index (chunk_embeddings_hnsw_<ID>) becomes a partitioned index: one graph
-  per partition. An index that was invalid or missing is left for the next build (pgrag
-  ingest, worker, models reembed, db repair).
+  per partition (chunk_embeddings_c<ID>_hnsw_<model>). An index that was invalid or missing is
+  left for the next build (pgrag ingest, worker, models reembed, db repair).
 - A trigger on collections creates a new collection's partition.
 
 The upgrade copies the vectors in this transaction and builds each partition's graphs: writes
-to the vectors wait for it, and it takes about as long as building the indexes did (docs/
-scale.md#partitions). A database whose vectors were copied ahead by `pgrag db partition`
-(online, in batches) is switched over here in a moment instead.
+to the vectors wait for it. Above 100,000 vectors it stops (nothing changed) unless
+PGRAG_PARTITION_IN_PLACE=1, and says to run `pgrag db partition` first, which copies them
+online, in batches (pgrag/db/partition.py); a database so prepared is switched over here in a
+moment.
 
-The downgrade puts the single table back (its vectors copied, the indexes built again).
+The downgrade puts the single table back (its vectors copied, the indexes built again, its
+foreign keys back).
 
 Revision ID: 0015
 Revises: 0014
@@ -37,24 +43,26 @@ down_revision = "0014"
 branch_labels = None
 depends_on = None
 
-# The same statement as sql/schema/tables.sql's: the two must agree (test_schema_migrations).
+# Above this many vectors the copy is not done inside the upgrade (pgrag/db/partition.py).
+IN_PLACE_LIMIT = 100_000
+
+# The same statements as sql/schema/tables.sql's: the two must agree (test_schema_migrations).
 CREATE_PARTITIONED = """
 CREATE TABLE pgrag.chunk_embeddings (
-    model_id      integer NOT NULL REFERENCES pgrag.embedding_models (id),
+    model_id      integer NOT NULL,
     chunk_id      bigint NOT NULL,
     embedding     vector NOT NULL,
     acl_id        integer NOT NULL,
     collection_id integer NOT NULL,
-    PRIMARY KEY (model_id, chunk_id, collection_id),
-    CONSTRAINT chunk_embeddings_chunk_fkey FOREIGN KEY (collection_id, chunk_id)
-        REFERENCES pgrag.chunks (collection_id, id) ON DELETE CASCADE ON UPDATE CASCADE
+    PRIMARY KEY (model_id, chunk_id, collection_id)
 ) PARTITION BY LIST (collection_id);
 CREATE INDEX chunk_embeddings_chunk_idx ON pgrag.chunk_embeddings (chunk_id);
 """
 
 # Row-level security and the acl trigger, as sql/schema/policies.sql and triggers.sql have them.
 PROTECT = """
-CREATE TRIGGER chunk_embeddings_acl BEFORE INSERT OR UPDATE OF chunk_id, acl_id
+CREATE TRIGGER chunk_embeddings_acl
+    BEFORE INSERT OR UPDATE OF chunk_id, acl_id, collection_id, model_id
     ON pgrag.chunk_embeddings FOR EACH ROW EXECUTE FUNCTION pgrag.chunk_embeddings_acl();
 ALTER TABLE pgrag.chunk_embeddings ENABLE ROW LEVEL SECURITY;
 CREATE POLICY visible ON pgrag.chunk_embeddings
@@ -62,37 +70,53 @@ CREATE POLICY visible ON pgrag.chunk_embeddings
     WITH CHECK ((SELECT pgrag.unrestricted()) OR acl_id = ANY ((SELECT pgrag.visible_acls())::integer[]));
 """
 
+# The triggers in place of the foreign keys, and the new collection's partition, on functions
+# that are placeholders until this release's are applied at the end of the run (in the same
+# transaction: sql/functions/partitions.sql).
+TRIGGERS = """
+CREATE OR REPLACE FUNCTION pgrag.collections_partition() RETURNS trigger
+LANGUAGE plpgsql AS $fn$ BEGIN RETURN NULL; END $fn$;
+CREATE OR REPLACE FUNCTION pgrag.chunks_vectors_deleted() RETURNS trigger
+LANGUAGE plpgsql AS $fn$ BEGIN RETURN NULL; END $fn$;
+CREATE OR REPLACE FUNCTION pgrag.chunks_vectors_moved() RETURNS trigger
+LANGUAGE plpgsql AS $fn$ BEGIN RETURN NULL; END $fn$;
+CREATE OR REPLACE FUNCTION pgrag.chunks_vectors_truncated() RETURNS trigger
+LANGUAGE plpgsql AS $fn$ BEGIN RETURN NULL; END $fn$;
+CREATE OR REPLACE FUNCTION pgrag.embedding_models_deleting() RETURNS trigger
+LANGUAGE plpgsql AS $fn$ BEGIN RETURN OLD; END $fn$;
+CREATE TRIGGER collections_partition AFTER INSERT ON pgrag.collections
+    FOR EACH ROW EXECUTE FUNCTION pgrag.collections_partition();
+CREATE TRIGGER chunks_vectors_delete AFTER DELETE ON pgrag.chunks
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgrag.chunks_vectors_deleted();
+CREATE TRIGGER chunks_vectors_move AFTER UPDATE OF collection_id ON pgrag.chunks
+    FOR EACH ROW WHEN (OLD.collection_id IS DISTINCT FROM NEW.collection_id)
+    EXECUTE FUNCTION pgrag.chunks_vectors_moved();
+CREATE TRIGGER chunks_vectors_truncate AFTER TRUNCATE ON pgrag.chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION pgrag.chunks_vectors_truncated();
+CREATE TRIGGER embedding_models_vectors BEFORE DELETE ON pgrag.embedding_models
+    FOR EACH ROW EXECUTE FUNCTION pgrag.embedding_models_deleting();
+"""
+
+# This revision's functions (sql/functions/partitions.sql, models.sql): 0014's release has none
+# of them (it puts its own model_index_ddl back when its `pgrag db upgrade` runs).
+ADDED_FUNCTIONS = (
+    "collections_partition()",
+    "chunks_vectors_deleted()",
+    "chunks_vectors_moved()",
+    "chunks_vectors_truncated()",
+    "embedding_models_deleting()",
+    "collection_partition(integer)",
+    "collection_partition_name(integer)",
+    "model_index_unbuilt(integer)",
+    "model_index_partition_ddl(integer, text, boolean)",
+    "model_index_spec(integer)",
+)
+
 
 def _sql(statements: str) -> None:
     # Straight to psycopg without parameters: no colon or percent parsing.
     op.get_bind().connection.driver_connection.execute(statements)
-
-
-# Above this many vectors the copy is not done inside the upgrade (pgrag/db/partition.py).
-IN_PLACE_LIMIT = 100_000
-
-
-def upgrade() -> None:
-    import os
-
-    conn = op.get_bind().connection.driver_connection
-    prepared = conn.execute("SELECT to_regclass('pgrag.chunk_embeddings_next') IS NOT NULL")
-    if prepared.fetchone()[0]:
-        _switch_over()
-        return
-    if os.environ.get("PGRAG_PARTITION_IN_PLACE") != "1":
-        vectors = conn.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM pgrag.chunk_embeddings LIMIT %s) x",
-            (IN_PLACE_LIMIT + 1,),
-        ).fetchone()[0]
-        if vectors > IN_PLACE_LIMIT:
-            _refuse(
-                f"pgrag.chunk_embeddings holds over {IN_PLACE_LIMIT:,} vectors: partitioning"
-                " them inside this upgrade would hold every write to them until it is done",
-                "Run `pgrag db partition` first (online, in batches; it resumes if stopped),"
-                " then `pgrag db upgrade`; or set PGRAG_PARTITION_IN_PLACE=1 to do it here",
-            )
-    _in_place()
 
 
 def _vector_on_search_path() -> None:
@@ -106,9 +130,39 @@ def _vector_on_search_path() -> None:
     )
 
 
+def upgrade() -> None:
+    import os
+
+    conn = op.get_bind().connection.driver_connection
+    _vector_on_search_path()
+    prepared = conn.execute("SELECT to_regclass('pgrag.chunk_embeddings_next') IS NOT NULL")
+    if prepared.fetchone()[0]:
+        _switch_over()
+    else:
+        if os.environ.get("PGRAG_PARTITION_IN_PLACE") != "1":
+            vectors = conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM pgrag.chunk_embeddings LIMIT %s) x",
+                (IN_PLACE_LIMIT + 1,),
+            ).fetchone()[0]
+            if vectors > IN_PLACE_LIMIT:
+                _refuse(
+                    f"pgrag.chunk_embeddings holds over {IN_PLACE_LIMIT:,} vectors: partitioning"
+                    " them inside this upgrade would hold every write to them until it is done",
+                    "Run `pgrag db partition` first (online, in batches; it resumes if stopped),"
+                    " then `pgrag db upgrade`; or set PGRAG_PARTITION_IN_PLACE=1 to do it here",
+                )
+        _in_place()
+    _sql(PROTECT)
+    _sql(TRIGGERS)
+    _sql("ALTER TABLE pgrag.collections ADD CONSTRAINT collections_id_check CHECK (id > 0);")
+
+
 def _refuse(message: str, hint: str) -> None:
     """Stop the upgrade (nothing is changed: one transaction) with a message and what to do."""
-    quote = lambda text: "'" + text.replace("'", "''") + "'"  # noqa: E731
+
+    def quote(text: str) -> str:
+        return "'" + text.replace("'", "''") + "'"
+
     _sql(
         f"DO $do$ BEGIN RAISE EXCEPTION USING ERRCODE = '55000', MESSAGE = {quote(message)},"
         f" HINT = {quote(hint)}; END $do$;"
@@ -126,9 +180,6 @@ def _switch_over() -> None:
         )
     _sql(
         """
-        ALTER TABLE pgrag.chunks ADD CONSTRAINT chunks_collection_id_id_key
-            UNIQUE USING INDEX chunks_collection_id_id_key;
-        DROP INDEX pgrag.chunks_collection_idx;
         LOCK TABLE pgrag.chunk_embeddings IN ACCESS EXCLUSIVE MODE;
         DROP TRIGGER partition_next_collection ON pgrag.collections;
         DROP TABLE pgrag.chunk_embeddings;
@@ -142,19 +193,11 @@ def _switch_over() -> None:
         """
     )
     _rename("chunk_embeddings_next", "chunk_embeddings")
-    _sql(
-        """
-        ALTER TABLE pgrag.chunk_embeddings
-            RENAME CONSTRAINT chunk_embeddings_next_model_id_fkey TO chunk_embeddings_model_id_fkey;
-        ALTER TABLE pgrag.chunk_embeddings
-            RENAME CONSTRAINT chunk_embeddings_next_chunk_fkey TO chunk_embeddings_chunk_fkey;
-        """
-    )
-    _finish()
 
 
 def _in_place() -> None:
-    _vector_on_search_path()
+    """The vectors copied into the partitioned table in this transaction, and each model's
+    valid index built again on every partition."""
     _sql(
         """
         SET LOCAL maintenance_work_mem = '512MB';
@@ -164,11 +207,6 @@ def _in_place() -> None:
           FROM pg_index i JOIN pg_class x ON x.oid = i.indexrelid
          WHERE i.indrelid = 'pgrag.chunk_embeddings'::regclass AND i.indisvalid
            AND x.relname ~ '^chunk_embeddings_hnsw_[0-9]+$';
-        CREATE UNIQUE INDEX IF NOT EXISTS chunks_collection_id_id_key
-            ON pgrag.chunks (collection_id, id);
-        ALTER TABLE pgrag.chunks ADD CONSTRAINT chunks_collection_id_id_key
-            UNIQUE USING INDEX chunks_collection_id_id_key;
-        DROP INDEX pgrag.chunks_collection_idx;
         """
     )
     _sql(CREATE_PARTITIONED.replace("chunk_embeddings", "chunk_embeddings_next"))
@@ -193,10 +231,6 @@ def _in_place() -> None:
     _rename("chunk_embeddings_next", "chunk_embeddings")
     _sql(
         """
-        ALTER TABLE pgrag.chunk_embeddings
-            RENAME CONSTRAINT chunk_embeddings_next_model_id_fkey TO chunk_embeddings_model_id_fkey;
-        ALTER TABLE pgrag.chunk_embeddings
-            RENAME CONSTRAINT chunk_embeddings_next_chunk_fkey TO chunk_embeddings_chunk_fkey;
         -- Each model's index again: on the parent only, then each partition's graph, attached
         -- (named as pgrag.embeddings.index names the ones it builds).
         DO $do$
@@ -212,7 +246,8 @@ def _in_place() -> None:
                     SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
                      WHERE i.inhparent = 'pgrag.chunk_embeddings'::regclass ORDER BY c.relname
                 LOOP
-                    v_child := v_part || '_hnsw_' || substr(v_index.name, length('chunk_embeddings_hnsw_') + 1);
+                    v_child := v_part || '_hnsw_'
+                               || substr(v_index.name, length('chunk_embeddings_hnsw_') + 1);
                     EXECUTE replace(replace(v_index.ddl, ' ON pgrag.chunk_embeddings ',
                                             format(' ON pgrag.%I ', v_part)),
                                     'CREATE INDEX ' || v_index.name || ' ',
@@ -223,20 +258,6 @@ def _in_place() -> None:
             END LOOP;
         END
         $do$;
-        """
-    )
-    _finish()
-
-
-def _finish() -> None:
-    _sql(PROTECT)
-    _sql(
-        """
-        -- A placeholder until this release's functions are applied (sql/functions/partitions.sql).
-        CREATE OR REPLACE FUNCTION pgrag.collections_partition() RETURNS trigger
-        LANGUAGE plpgsql AS $fn$ BEGIN RETURN NULL; END $fn$;
-        CREATE TRIGGER collections_partition AFTER INSERT ON pgrag.collections
-            FOR EACH ROW EXECUTE FUNCTION pgrag.collections_partition();
         """
     )
 
@@ -269,15 +290,12 @@ def downgrade() -> None:
     _sql(
         """
         SET LOCAL maintenance_work_mem = '512MB';
+        ALTER TABLE pgrag.collections DROP CONSTRAINT collections_id_check;
         DROP TRIGGER collections_partition ON pgrag.collections;
-        -- This revision's release added them (sql/functions/partitions.sql, models.sql); 0014's
-        -- release puts its own model_index_ddl back when its `pgrag db upgrade` runs.
-        DROP FUNCTION IF EXISTS pgrag.collections_partition();
-        DROP FUNCTION IF EXISTS pgrag.collection_partition(integer);
-        DROP FUNCTION IF EXISTS pgrag.collection_partition_name(integer);
-        DROP FUNCTION IF EXISTS pgrag.model_index_unbuilt(integer);
-        DROP FUNCTION IF EXISTS pgrag.model_index_partition_ddl(integer, text, boolean);
-        DROP FUNCTION IF EXISTS pgrag.model_index_spec(integer);
+        DROP TRIGGER chunks_vectors_delete ON pgrag.chunks;
+        DROP TRIGGER chunks_vectors_move ON pgrag.chunks;
+        DROP TRIGGER chunks_vectors_truncate ON pgrag.chunks;
+        DROP TRIGGER embedding_models_vectors ON pgrag.embedding_models;
         CREATE TEMP TABLE pgrag_0015_indexes ON COMMIT DROP AS
         SELECT replace(pg_get_indexdef(i.indexrelid), ' ON ONLY pgrag.chunk_embeddings ',
                        ' ON pgrag.chunk_embeddings ') AS ddl
@@ -297,6 +315,9 @@ def downgrade() -> None:
         DROP TABLE pgrag.chunk_embeddings;
         """
     )
+    _sql(
+        "\n".join(f"DROP FUNCTION IF EXISTS pgrag.{f};" for f in ADDED_FUNCTIONS)  # noqa: S608
+    )
     _rename("chunk_embeddings_prev", "chunk_embeddings")
     _sql(
         """
@@ -315,10 +336,13 @@ def downgrade() -> None:
         $do$;
         """
     )
-    _sql(PROTECT)
     _sql(
         """
-        CREATE INDEX chunks_collection_idx ON pgrag.chunks (collection_id);
-        ALTER TABLE pgrag.chunks DROP CONSTRAINT chunks_collection_id_id_key;
+        CREATE TRIGGER chunk_embeddings_acl BEFORE INSERT OR UPDATE OF chunk_id, acl_id
+            ON pgrag.chunk_embeddings FOR EACH ROW EXECUTE FUNCTION pgrag.chunk_embeddings_acl();
+        ALTER TABLE pgrag.chunk_embeddings ENABLE ROW LEVEL SECURITY;
+        CREATE POLICY visible ON pgrag.chunk_embeddings
+            USING ((SELECT pgrag.unrestricted()) OR acl_id = ANY ((SELECT pgrag.visible_acls())::integer[]))
+            WITH CHECK ((SELECT pgrag.unrestricted()) OR acl_id = ANY ((SELECT pgrag.visible_acls())::integer[]));
         """
     )

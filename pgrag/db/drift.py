@@ -441,20 +441,12 @@ def _model_indexes(conn: Any) -> list[Drift]:
 
 
 def _partitions(conn: Any) -> list[Drift]:
-    """Each collection's partition of pgrag.chunk_embeddings, and none for a collection that is
-    gone (sql/functions/partitions.sql)."""
+    """Each collection's partition of pgrag.chunk_embeddings, granted to no one
+    (sql/functions/partitions.sql). The empty partition a deleted collection leaves is not a
+    difference (deleting a collection is an ordinary thing): `pgrag db repair` drops it."""
     out = [
         Drift("partition", f"of collection {name!r}", "is missing: its vectors cannot be stored")
         for _, name in conn.execute(Q.partitions_missing).fetchall()
-    ]
-    out += [
-        Drift(
-            "partition",
-            f"pgrag.{name}",
-            "belongs to no collection (its collection was deleted); dropping it takes a"
-            " moment's exclusive lock on pgrag.chunk_embeddings",
-        )
-        for (name,) in conn.execute(Q.partitions_orphaned).fetchall()
     ]
     out += [
         Drift(

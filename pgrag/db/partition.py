@@ -81,7 +81,6 @@ def run(
             raise PgragError(f"another `pgrag db partition` is running on this database{by}")
         # pgvector's types by name, wherever the extension lives (a schema of its own, often)
         conn.execute(Q.vector_on_search_path)
-        _chunks_key(conn, say)
         _prepare(conn)
         copied = _copy(conn, batch, max(int(estimate), 0), say)
         built = _indexes(conn, say)
@@ -89,18 +88,6 @@ def run(
         conn.execute(Q.mark_ready)
         say("ready: `pgrag db upgrade` now switches to the partitioned table in a moment")
         return Partitioned(copied, built, False)
-
-
-def _chunks_key(conn: Any, say: Callable[[str], None]) -> None:
-    """The unique index on chunks (collection_id, id), built CONCURRENTLY (one an interrupted
-    build left invalid is built again)."""
-    state = conn.execute(Q.chunks_key_state).fetchone()
-    if state is not None and state[0]:
-        return
-    if state is not None:
-        conn.execute(Q.drop_chunks_key)
-    say("building the unique index chunks (collection_id, id), without blocking writes")
-    conn.execute(Q.create_chunks_key)
 
 
 def _prepare(conn: Any) -> None:
@@ -167,10 +154,6 @@ def _copy(conn: Any, batch: int, estimate: int, say: Callable[[str], None]) -> i
                 row = conn.execute(Q.copy_batch, {"batch": batch}).fetchone()
                 break
             except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
-                if attempt == RETRIES - 1:
-                    raise
-            except psycopg.errors.ForeignKeyViolation:
-                # A chunk deleted while its vector was copied: the next try skips it.
                 if attempt == RETRIES - 1:
                     raise
         n = int(row[0]) if row else 0

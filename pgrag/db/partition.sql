@@ -23,20 +23,6 @@ SELECT set_config('search_path', format('%I, ', n.nspname) || current_setting('s
   FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace
  WHERE e.extname = 'vector';
 
--- name: chunks_key_state
--- The unique index on chunks (collection_id, id) the vectors' foreign key needs: NULL when
--- missing, else whether it is valid (an interrupted CREATE INDEX CONCURRENTLY leaves it not).
-SELECT i.indisvalid FROM pg_index i
- WHERE i.indexrelid = to_regclass('pgrag.chunks_collection_id_id_key');
-
--- name: drop_chunks_key
-DROP INDEX CONCURRENTLY IF EXISTS pgrag.chunks_collection_id_id_key;
-
--- name: create_chunks_key
--- Built without blocking writes to chunks.
-CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS chunks_collection_id_id_key
-    ON pgrag.chunks (collection_id, id);
-
 -- name: lock_briefly
 -- Wait a moment at most for a lock, in this transaction.
 SET LOCAL lock_timeout = '200ms';
@@ -47,16 +33,15 @@ LOCK TABLE pgrag.chunk_embeddings IN SHARE ROW EXCLUSIVE MODE;
 
 -- name: create_next
 -- The partitioned table beside today's (the same definition as sql/schema/tables.sql's, under
--- another name until the upgrade switches over).
+-- another name until the upgrade switches over). Its vectors follow today's table's, whose
+-- foreign keys still hold them to their chunks and models.
 CREATE TABLE IF NOT EXISTS pgrag.chunk_embeddings_next (
-    model_id      integer NOT NULL REFERENCES pgrag.embedding_models (id),
+    model_id      integer NOT NULL,
     chunk_id      bigint NOT NULL,
     embedding     vector NOT NULL,
     acl_id        integer NOT NULL,
     collection_id integer NOT NULL,
-    PRIMARY KEY (model_id, chunk_id, collection_id),
-    CONSTRAINT chunk_embeddings_next_chunk_fkey FOREIGN KEY (collection_id, chunk_id)
-        REFERENCES pgrag.chunks (collection_id, id) ON DELETE CASCADE ON UPDATE CASCADE
+    PRIMARY KEY (model_id, chunk_id, collection_id)
 ) PARTITION BY LIST (collection_id);
 
 -- name: create_next_chunk_index

@@ -237,13 +237,14 @@ CREATE OR REPLACE FUNCTION pgrag.documents_acl_changed() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan  -- (the collection a constant: its partition alone)
 AS $fn$
 BEGIN
     UPDATE pgrag.chunks c SET principals = NEW.principals, acl_id = NEW.acl_id
      WHERE c.document_id = NEW.id;
     UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
       FROM pgrag.chunks c
-     WHERE c.document_id = NEW.id AND e.collection_id = c.collection_id AND e.chunk_id = c.id
+     WHERE c.document_id = NEW.id AND e.collection_id = NEW.collection_id AND e.chunk_id = c.id
        AND e.acl_id <> NEW.acl_id;
     RETURN NULL;
 END
@@ -268,6 +269,7 @@ CREATE OR REPLACE FUNCTION pgrag.chunks_acl_changed() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan  -- (the collection a constant: its partition alone)
 AS $fn$
 BEGIN
     UPDATE pgrag.chunk_embeddings e SET acl_id = NEW.acl_id
@@ -276,14 +278,35 @@ BEGIN
 END
 $fn$;
 
--- A vector's access is its chunk's.
+-- A vector's access is its chunk's. And, in place of foreign keys (sql/schema/tables.sql says
+-- why the partitioned table has none), its chunk and model must exist and its collection be
+-- its chunk's: the chunk and the model rows are locked FOR KEY SHARE as a foreign key's check
+-- locks them, so that neither is deleted before this commits (their delete then waits, and
+-- the chunk's takes this vector along).
 CREATE OR REPLACE FUNCTION pgrag.chunk_embeddings_acl() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
 AS $fn$
+DECLARE
+    v_collection integer;
 BEGIN
-    SELECT c.acl_id INTO NEW.acl_id FROM pgrag.chunks c WHERE c.id = NEW.chunk_id;
+    SELECT c.acl_id, c.collection_id INTO NEW.acl_id, v_collection
+      FROM pgrag.chunks c WHERE c.id = NEW.chunk_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'a vector of chunk %, which does not exist', NEW.chunk_id
+            USING ERRCODE = '23503';
+    END IF;
+    IF v_collection IS DISTINCT FROM NEW.collection_id THEN
+        RAISE EXCEPTION 'a vector of chunk % filed under collection %: its chunk is in collection %',
+            NEW.chunk_id, NEW.collection_id, v_collection
+            USING ERRCODE = '23503', HINT = 'Insert it with collection_id = its chunk''s.';
+    END IF;
+    PERFORM 1 FROM pgrag.embedding_models m WHERE m.id = NEW.model_id FOR KEY SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'a vector of embedding model %, which does not exist', NEW.model_id
+            USING ERRCODE = '23503';
+    END IF;
     RETURN NEW;
 END
 $fn$;

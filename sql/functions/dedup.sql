@@ -59,12 +59,14 @@ CREATE OR REPLACE FUNCTION pgrag.documents_materialize(p_document_id bigint) RET
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan  -- (the collection a constant: its partition alone)
 AS $fn$
 DECLARE
-    v_original bigint;
-    v_copied   integer;
+    v_original   bigint;
+    v_collection integer;
+    v_copied     integer;
 BEGIN
-    SELECT o.id INTO v_original
+    SELECT o.id, o.collection_id INTO v_original, v_collection
       FROM pgrag.documents d
       JOIN pgrag.documents o ON o.collection_id = d.collection_id
                             AND o.source = d.metadata ->> 'duplicate_of'
@@ -90,7 +92,7 @@ BEGIN
                FROM copied c
                JOIN source_chunks s ON s.ordinal = c.ordinal
                JOIN pgrag.chunk_embeddings e
-                 ON e.collection_id = s.collection_id AND e.chunk_id = s.id
+                 ON e.collection_id = v_collection AND e.chunk_id = s.id
              RETURNING 1)
     SELECT count(*) INTO v_copied FROM copied;
     RETURN v_copied;

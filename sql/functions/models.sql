@@ -293,6 +293,7 @@ LANGUAGE sql
 STABLE
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan  -- (the collection a constant: its partition alone)
 AS $fn$
     SELECT count(*) FROM (
         SELECT 1 FROM pgrag.chunks c
@@ -402,6 +403,7 @@ RETURNS bigint
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan  -- (the collection a constant: its partition alone)
 AS $fn$
 DECLARE
     v_deleted bigint;

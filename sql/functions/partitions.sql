@@ -11,7 +11,7 @@
 -- indexes (the primary key, the chunk index, each model's HNSW index) are created on the empty
 -- table by the ATTACH. A deleted collection's partition is left attached and empty (dropping it
 -- would take ACCESS EXCLUSIVE on the parent for the rest of the deleting transaction);
--- `pgrag db check` lists it and `pgrag db repair` drops it.
+-- `pgrag db repair` drops it (`pgrag db check` does not count it as a difference).
 
 -- The partition of a collection: its name in schema pgrag.
 CREATE OR REPLACE FUNCTION pgrag.collection_partition_name(p_collection_id integer) RETURNS text
@@ -35,7 +35,7 @@ SET search_path = pg_catalog, pg_temp
 AS $fn$
 DECLARE
     v_name   text := pgrag.collection_partition_name(p_collection_id);
-    v_rel    regclass := to_regclass('pgrag.' || pgrag.collection_partition_name(p_collection_id));
+    v_rel    regclass := to_regclass(format('pgrag.%I', pgrag.collection_partition_name(p_collection_id)));
     v_bound  text;
     v_model  integer;
     v_ddl    text;
@@ -57,7 +57,7 @@ BEGIN
         END IF;
     ELSE
         -- LIKE copies the columns with their NOT NULL; the ATTACH adds the parent's keys,
-        -- indexes, foreign keys and row triggers. Each model's HNSW index is made here first,
+        -- indexes and row triggers. Each model's HNSW index is made here first,
         -- empty, under the name pgrag.embeddings.index gives the ones it builds
         -- (<partition>_hnsw_<model>), and the ATTACH takes it as the partition's.
         EXECUTE format('CREATE TABLE pgrag.%I (LIKE pgrag.chunk_embeddings)', v_name);
@@ -84,7 +84,9 @@ $fn$;
 COMMENT ON FUNCTION pgrag.collection_partition(integer) IS
     'Create and attach a collection''s partition of pgrag.chunk_embeddings if it has none; true when it did.';
 
--- A new collection gets its partition in the transaction that creates it. SECURITY DEFINER:
+-- A new collection gets its partition in the transaction that creates it (attaching it waits
+-- only for what holds pgrag.chunk_embeddings' own SHARE UPDATE EXCLUSIVE: an ANALYZE of it,
+-- another collection being created). SECURITY DEFINER:
 -- pgrag_writer creates collections, and may not create tables in schema pgrag (a trigger
 -- function cannot be called but by its trigger).
 CREATE OR REPLACE FUNCTION pgrag.collections_partition() RETURNS trigger
@@ -95,5 +97,74 @@ AS $fn$
 BEGIN
     PERFORM pgrag.collection_partition(NEW.id);
     RETURN NULL;
+END
+$fn$;
+
+-- The vectors follow their chunks, in place of foreign keys (sql/schema/tables.sql says why the
+-- partitioned table has none). SECURITY DEFINER, as a foreign key's cascade runs as the
+-- table's owner: a chunk's vectors go with it whoever deletes it (a trigger function cannot
+-- be called but by its trigger). Each statement names one collection as a constant
+-- (force_custom_plan), so it reads and locks that collection's partition only, however many
+-- collections there are.
+
+-- After chunks are deleted: their vectors, collection by collection.
+CREATE OR REPLACE FUNCTION pgrag.chunks_vectors_deleted() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $fn$
+DECLARE
+    v_collection integer;
+BEGIN
+    FOR v_collection IN SELECT DISTINCT o.collection_id FROM old_rows o LOOP
+        DELETE FROM pgrag.chunk_embeddings e
+         WHERE e.collection_id = v_collection
+           AND e.chunk_id IN (SELECT o.id FROM old_rows o WHERE o.collection_id = v_collection);
+    END LOOP;
+    RETURN NULL;
+END
+$fn$;
+
+-- After a chunk moved to another collection: its vectors to that collection's partition.
+CREATE OR REPLACE FUNCTION pgrag.chunks_vectors_moved() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
+AS $fn$
+BEGIN
+    UPDATE pgrag.chunk_embeddings e SET collection_id = NEW.collection_id
+     WHERE e.collection_id = OLD.collection_id AND e.chunk_id = NEW.id;
+    RETURN NULL;
+END
+$fn$;
+
+-- After TRUNCATE pgrag.chunks (... CASCADE): the vectors too.
+CREATE OR REPLACE FUNCTION pgrag.chunks_vectors_truncated() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    TRUNCATE pgrag.chunk_embeddings;
+    RETURN NULL;
+END
+$fn$;
+
+-- Before an embedding model is deleted: refused while vectors of it are stored (as the foreign
+-- key the vectors had refused it). One probe of each partition's primary key.
+CREATE OR REPLACE FUNCTION pgrag.embedding_models_deleting() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e WHERE e.model_id = OLD.id) THEN
+        RAISE EXCEPTION 'embedding model % still has vectors in pgrag.chunk_embeddings', OLD.id
+            USING ERRCODE = '23503',
+                  HINT = 'Retire it from its collections first (pgrag models retire), which deletes them.';
+    END IF;
+    RETURN OLD;
 END
 $fn$;

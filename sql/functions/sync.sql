@@ -108,6 +108,7 @@ RETURNS bigint
 LANGUAGE plpgsql
 SECURITY INVOKER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan  -- (the collection a constant: its partition alone)
 AS $fn$
 DECLARE
     v_queued bigint;

@@ -47,7 +47,9 @@ CREATE TABLE pgrag.collections (
     -- pgrag.prune_queries removes the rest (sql/functions/query_log.sql).
     query_log_max_age  interval
                        CHECK (query_log_max_age > interval '0' AND query_log_max_age <= interval '36500 days'),
-    query_log_max_rows bigint CHECK (query_log_max_rows >= 0)
+    query_log_max_rows bigint CHECK (query_log_max_rows >= 0),
+    -- (migration 0015) Its id names its partition of the vectors, chunk_embeddings_c<ID>.
+    CONSTRAINT collections_id_check CHECK (id > 0)
 );
 
 -- One row per distinct set of principals; id 1 is everyone.
@@ -114,9 +116,7 @@ CREATE TABLE pgrag.chunks (
     UNIQUE (document_id, ordinal)
 );
 CREATE INDEX chunks_tsv_idx ON pgrag.chunks USING gin (tsv);
--- A collection's chunks (and the key its vectors' foreign key names: each vector lives in its
--- collection's partition, so a chunk deleted deletes from that partition alone).
-ALTER TABLE pgrag.chunks ADD CONSTRAINT chunks_collection_id_id_key UNIQUE (collection_id, id);
+CREATE INDEX chunks_collection_idx ON pgrag.chunks (collection_id);
 CREATE INDEX chunks_principals_idx ON pgrag.chunks USING gin (principals);
 CREATE INDEX chunks_parent_idx ON pgrag.chunks (parent_id) WHERE parent_id IS NOT NULL;
 -- A restricted caller's chunks, found without reading the others (the search's exact path).
@@ -133,17 +133,19 @@ CREATE INDEX chunks_collection_hash_idx ON pgrag.chunks (collection_id, left(con
 -- index on (embedding::vector(DIM)) WHERE model_id = N, by pgrag.ensure_model_index(), one per
 -- partition under one partitioned index. That cast also rejects vectors of the wrong size.
 -- collection_id (migration 0015) is the chunk's: the writer names it (a row is routed to its
--- partition before any trigger runs), and the foreign key on (collection_id, chunk_id) holds
--- it to the chunk's.
+-- partition before any trigger runs). No foreign keys: attaching a new collection's partition
+-- would copy them onto it, and adding a foreign key locks the table it references against
+-- writes (SHARE ROW EXCLUSIVE on chunks until the collection's transaction ends: every ingest
+-- would wait for a new collection). Triggers hold the vectors to their chunks instead
+-- (sql/functions/partitions.sql): a vector's chunk and model must exist, its collection be
+-- its chunk's, and a chunk deleted, or moved to another collection, takes its vectors along.
 CREATE TABLE pgrag.chunk_embeddings (
-    model_id      integer NOT NULL REFERENCES pgrag.embedding_models (id),
+    model_id      integer NOT NULL,
     chunk_id      bigint NOT NULL,
     embedding     vector NOT NULL,
     acl_id        integer NOT NULL,              -- the chunk's, set by a trigger
     collection_id integer NOT NULL,
-    PRIMARY KEY (model_id, chunk_id, collection_id),
-    CONSTRAINT chunk_embeddings_chunk_fkey FOREIGN KEY (collection_id, chunk_id)
-        REFERENCES pgrag.chunks (collection_id, id) ON DELETE CASCADE ON UPDATE CASCADE
+    PRIMARY KEY (model_id, chunk_id, collection_id)
 ) PARTITION BY LIST (collection_id);
 CREATE INDEX chunk_embeddings_chunk_idx ON pgrag.chunk_embeddings (chunk_id);
 

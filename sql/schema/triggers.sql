@@ -12,7 +12,8 @@ CREATE TRIGGER chunks_acl BEFORE INSERT OR UPDATE OF document_id, principals, ac
 CREATE TRIGGER chunks_acl_changed AFTER UPDATE OF document_id, principals, acl_id
     ON pgrag.chunks FOR EACH ROW WHEN (OLD.acl_id IS DISTINCT FROM NEW.acl_id)
     EXECUTE FUNCTION pgrag.chunks_acl_changed();
-CREATE TRIGGER chunk_embeddings_acl BEFORE INSERT OR UPDATE OF chunk_id, acl_id
+CREATE TRIGGER chunk_embeddings_acl
+    BEFORE INSERT OR UPDATE OF chunk_id, acl_id, collection_id, model_id
     ON pgrag.chunk_embeddings FOR EACH ROW EXECUTE FUNCTION pgrag.chunk_embeddings_acl();
 
 -- The BM25 keyword index follows every write of chunks (statement-level, transition tables).
@@ -40,9 +41,20 @@ CREATE TRIGGER documents_renamed AFTER UPDATE OF source, collection_id ON pgrag.
                        OR OLD.collection_id IS DISTINCT FROM NEW.collection_id)
     EXECUTE FUNCTION pgrag.documents_renamed();
 
--- A collection's partition of pgrag.chunk_embeddings (sql/functions/partitions.sql).
+-- A collection's partition of pgrag.chunk_embeddings, and the vectors following their chunks
+-- and models in place of foreign keys (sql/functions/partitions.sql).
 CREATE TRIGGER collections_partition AFTER INSERT ON pgrag.collections
     FOR EACH ROW EXECUTE FUNCTION pgrag.collections_partition();
+CREATE TRIGGER chunks_vectors_delete AFTER DELETE ON pgrag.chunks
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION pgrag.chunks_vectors_deleted();
+CREATE TRIGGER chunks_vectors_move AFTER UPDATE OF collection_id ON pgrag.chunks
+    FOR EACH ROW WHEN (OLD.collection_id IS DISTINCT FROM NEW.collection_id)
+    EXECUTE FUNCTION pgrag.chunks_vectors_moved();
+CREATE TRIGGER chunks_vectors_truncate AFTER TRUNCATE ON pgrag.chunks
+    FOR EACH STATEMENT EXECUTE FUNCTION pgrag.chunks_vectors_truncated();
+CREATE TRIGGER embedding_models_vectors BEFORE DELETE ON pgrag.embedding_models
+    FOR EACH ROW EXECUTE FUNCTION pgrag.embedding_models_deleting();
 
 -- Models per collection, and documents written with SQL (sql/functions/models.sql, sync.sql).
 CREATE TRIGGER collections_model AFTER INSERT OR UPDATE OF model_id ON pgrag.collections

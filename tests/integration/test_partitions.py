@@ -38,13 +38,20 @@ def _vector(seed: int) -> str:
 
 def _at_0014(dsn: str) -> None:
     """A database at revision 0014 (the release before partitions). Its triggers are this
-    release's functions (the migrations alone leave older ones behind): they write what 0014's
-    did for the statements these tests run (chunks and their vectors inserted, updated and
-    deleted; no access changes, which this release's functions write with collection_id)."""
+    release's functions (the migrations alone leave older ones behind), but for the vectors'
+    own, which is 0014's: with those, they write what 0014's did for the statements these tests
+    run (chunks and their vectors inserted, updated and deleted; no access changes, which this
+    release's functions write with collection_id)."""
     migrate.upgrade(dsn, "0014")
     with psycopg.connect(dsn) as conn:
         conn.execute("SET check_function_bodies = off")  # (some read 0015's columns)
         migrate.apply_functions(conn)
+        conn.execute(
+            "CREATE OR REPLACE FUNCTION pgrag.chunk_embeddings_acl() RETURNS trigger"
+            " LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $fn$ BEGIN"
+            " SELECT c.acl_id INTO NEW.acl_id FROM pgrag.chunks c WHERE c.id = NEW.chunk_id;"
+            " RETURN NEW; END $fn$"
+        )
 
 
 def _old_database(dsn: str, sizes: dict[str, int]) -> int:
@@ -358,12 +365,6 @@ def test_each_collection_gets_its_partition_and_check_and_repair_keep_them(dsn: 
         ("partition", "of collection 'w'", "is missing"),
         (
             "partition",
-            f"pgrag.chunk_embeddings_c{gone}",
-            "belongs to no collection (its collection was deleted); dropping it takes a"
-            " moment's exclusive lock on pgrag.chunk_embeddings",
-        ),
-        (
-            "partition",
             f"pgrag.chunk_embeddings_c{kept}",
             "is granted to pgrag_reader",
         ),
@@ -426,3 +427,169 @@ def test_a_model_index_build_stopped_half_way_is_finished_not_redone(db: Any) ->
             f"chunk_embeddings_c{ids[n]}_hnsw_{model}" for n in ("one", "two", "three")
         )
         assert conn.execute("SELECT to_regclass(%s)::oid", (f"pgrag.{first}",)).fetchone() == kept
+
+
+def _collection_with_chunks(conn: psycopg.Connection[Any], model: int, name: str, n: int) -> int:
+    (cid,) = conn.execute(
+        "INSERT INTO pgrag.collections (name, model_id) VALUES (%s, %s) RETURNING id",
+        (name, model),
+    ).fetchone()
+    (doc,) = conn.execute(
+        "INSERT INTO pgrag.documents (collection_id, source, content_hash)"
+        " VALUES (%s, %s, 'h') RETURNING id",
+        (cid, f"{name}.txt"),
+    ).fetchone()
+    ids = [
+        r[0]
+        for r in conn.execute(
+            "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, token_count,"
+            " content_hash, text_config)"
+            " SELECT %s, %s, g, 'chunk ' || g, 2, md5(g::text), 'english'"
+            " FROM generate_series(1, %s) g RETURNING id",
+            (doc, cid, n),
+        ).fetchall()
+    ]
+    with conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
+            " VALUES (%s, %s, %s::vector, %s)",
+            [(model, i, _vector(i), cid) for i in ids],
+        )
+    return int(cid)
+
+
+def _partition_locks(conn: psycopg.Connection[Any]) -> int:
+    """How many partitions of the vectors (or their indexes) this transaction has locked."""
+    (n,) = conn.execute(
+        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+        " WHERE l.pid = pg_backend_pid() AND c.relname ~ '^chunk_embeddings_c[0-9]+'"
+    ).fetchone()
+    return int(n)
+
+
+def test_the_vectors_follow_their_chunks_touching_one_partition(dsn: str) -> None:
+    """What the foreign keys did, done by triggers that read the one collection's partition:
+    checks on insert, a chunk's delete, move and TRUNCATE, a model's delete."""
+    with psycopg.connect(dsn) as conn:
+        (model,) = conn.execute("SELECT pgrag.register_model('m8', 'test', %s)", (DIM,)).fetchone()
+        ids = [_collection_with_chunks(conn, model, f"t{i:02d}", 5) for i in range(30)]
+        conn.commit()
+        first, second = ids[0], ids[1]
+        (chunk,) = conn.execute(
+            "SELECT min(id) FROM pgrag.chunks WHERE collection_id = %s", (first,)
+        ).fetchone()
+        # Checks: the chunk, its collection, the model.
+        for values, words in (
+            ((model, 10**9, first), "of chunk 1000000000, which does not exist"),
+            ((model, chunk, second), f"filed under collection {second}: its chunk is in"),
+            ((10**6, chunk, first), "of embedding model 1000000, which does not exist"),
+        ):
+            with pytest.raises(psycopg.errors.ForeignKeyViolation, match=words):
+                conn.execute(
+                    "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding,"
+                    " collection_id) VALUES (%s, %s, %s::vector, %s)",
+                    (values[0], values[1], _vector(1), values[2]),
+                )
+            conn.rollback()
+        # A chunk deleted takes its vectors, and locks its own partition only (of 30).
+        conn.execute("DELETE FROM pgrag.chunks WHERE id = %s", (chunk,))
+        assert 1 <= _partition_locks(conn) <= 4
+        assert conn.execute(
+            "SELECT count(*) FROM pgrag.chunk_embeddings WHERE chunk_id = %s", (chunk,)
+        ).fetchone() == (0,)
+        conn.commit()
+        # A document's access changed: its vectors' acl follows, in its partition alone.
+        conn.execute(
+            "UPDATE pgrag.documents SET principals = '{group:hr}' WHERE collection_id = %s",
+            (first,),
+        )
+        assert 1 <= _partition_locks(conn) <= 4
+        assert conn.execute(
+            "SELECT count(DISTINCT e.acl_id) = 1 AND min(e.acl_id) = min(d.acl_id)"
+            " FROM pgrag.chunk_embeddings e JOIN pgrag.chunks c ON c.id = e.chunk_id"
+            " JOIN pgrag.documents d ON d.id = c.document_id WHERE e.collection_id = %s",
+            (first,),
+        ).fetchone() == (True,)
+        conn.commit()
+        # A chunk moved to another collection: its vector to that collection's partition.
+        (moved,) = conn.execute(
+            "SELECT min(id) FROM pgrag.chunks WHERE collection_id = %s", (first,)
+        ).fetchone()
+        conn.execute("UPDATE pgrag.chunks SET collection_id = %s WHERE id = %s", (second, moved))
+        assert conn.execute(
+            "SELECT collection_id FROM pgrag.chunk_embeddings WHERE chunk_id = %s", (moved,)
+        ).fetchone() == (second,)
+        assert conn.execute(
+            f"SELECT count(*) FROM pgrag.chunk_embeddings_c{second} WHERE chunk_id = %s",  # noqa: S608
+            (moved,),
+        ).fetchone() == (1,)
+        conn.commit()
+        # A model with vectors cannot be deleted.
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match="still has vectors"):
+            conn.execute("DELETE FROM pgrag.embedding_models WHERE id = %s", (model,))
+        conn.rollback()
+        # A collection id names a partition: it is positive.
+        with pytest.raises(psycopg.errors.CheckViolation, match="collections_id_check"):
+            conn.execute(
+                "INSERT INTO pgrag.collections (id, name, model_id) OVERRIDING SYSTEM VALUE"
+                " VALUES (-7, 'neg', %s)",
+                (model,),
+            )
+        conn.rollback()
+        # TRUNCATE of the chunks takes the vectors too.
+        conn.execute("TRUNCATE pgrag.chunks CASCADE")
+        assert conn.execute("SELECT count(*) FROM pgrag.chunk_embeddings").fetchone() == (0,)
+        conn.commit()
+
+
+def test_creating_a_collection_waits_for_no_writer_of_another(dsn: str) -> None:
+    """A collection's partition is attached without the lock a foreign key would take on
+    chunks: an ingest's open transaction in one collection holds back neither a new collection
+    nor, while that is uncommitted, the ingest's next write; and the two do not deadlock."""
+    with psycopg.connect(dsn) as conn:
+        (model,) = conn.execute("SELECT pgrag.register_model('m8', 'test', %s)", (DIM,)).fetchone()
+        a = _collection_with_chunks(conn, model, "a", 3)
+        conn.commit()
+    with psycopg.connect(dsn) as writer, psycopg.connect(dsn) as creator:
+        creator.execute("SET lock_timeout = '2s'")
+        writer.execute("SET lock_timeout = '2s'")
+        (doc,) = writer.execute(
+            "SELECT id FROM pgrag.documents WHERE collection_id = %s", (a,)
+        ).fetchone()
+        writer.execute(
+            "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, token_count,"
+            " content_hash, text_config) VALUES (%s, %s, 99, 'x', 1, 'h', 'english')",
+            (doc, a),
+        )
+        creator.execute(
+            "INSERT INTO pgrag.collections (name, model_id) VALUES ('b', %s)", (model,)
+        )  # (no wait for the writer's open transaction)
+        writer.execute(
+            "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, token_count,"
+            " content_hash, text_config) VALUES (%s, %s, 100, 'y', 1, 'h', 'english')",
+            (doc, a),
+        )  # (nor the writer for the uncommitted collection)
+        # The writer creates a collection too: it waits for the other new one (two ATTACHes
+        # take turns), which does not wait for it: no deadlock.
+        writer.execute("SET lock_timeout = '20s'")
+        failed: list[BaseException] = []
+
+        def create_c() -> None:
+            try:
+                writer.execute(
+                    "INSERT INTO pgrag.collections (name, model_id) VALUES ('c', %s)", (model,)
+                )
+            except BaseException as err:  # noqa: BLE001 - reported by the test
+                failed.append(err)
+
+        thread = threading.Thread(target=create_c)
+        thread.start()
+        time.sleep(0.5)
+        creator.commit()
+        thread.join(SAFETY)
+        assert not failed, failed
+        writer.commit()
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgrag.chunk_embeddings'::regclass"
+        ).fetchone() == (3,)

@@ -71,6 +71,11 @@ TABLES = (
 # index or a row for a role that may not (ensure_model_index, sync_row_v1, the query cache).
 DEFINERS = {
     "collections_partition",  # a trigger's: creates a new collection's partition
+    # triggers' in place of the vectors' foreign keys (a cascade runs as the table's owner)
+    "chunks_vectors_deleted",
+    "chunks_vectors_moved",
+    "chunks_vectors_truncated",
+    "embedding_models_deleting",
     "search_v3",
     "search_v4",
     "search_v5",
