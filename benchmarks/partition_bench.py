@@ -18,7 +18,7 @@ calls (k = 10), p50/p95 per arm, vector recall@10 against numpy's exact top 10 o
 collection's vectors, and how many HNSW index scans each database made. Table and index sizes
 of both are reported.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/scale_bench.py       # the corpus (a release at 0014)
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/scale_bench.py   # the corpus (release at 0014)
     PYTHONPATH=$PWD .venv/bin/python benchmarks/partition_bench.py --out partition.json
 
 The source must still be at revision 0014 (scale_bench.py --reuse upgrades it, which this
@@ -81,9 +81,12 @@ def vector_bytes(conn: psycopg.Connection[Any]) -> dict[str, int]:
     row = conn.execute(
         "SELECT coalesce(sum(pg_relation_size(t.relid)), 0),"
         "       coalesce(sum((SELECT sum(pg_relation_size(i.indexrelid)) FROM pg_index i"
-        "                      JOIN pg_class x ON x.oid = i.indexrelid JOIN pg_am a ON a.oid = x.relam"
+        "                      JOIN pg_class x ON x.oid = i.indexrelid"
+        "                      JOIN pg_am a ON a.oid = x.relam"
         "                     WHERE i.indrelid = t.relid AND a.amname = 'hnsw')), 0)"
-        "  FROM pg_partition_tree('pgrag.chunk_embeddings') t WHERE t.isleaf"
+        "  FROM (SELECT relid FROM pg_partition_tree('pgrag.chunk_embeddings')"
+        "        UNION SELECT 'pgrag.chunk_embeddings'::regclass) t"  # (a plain table: no tree)
+        " WHERE (SELECT relkind FROM pg_class WHERE oid = t.relid) = 'r'"
     ).fetchone()
     assert row is not None
     return {"table": int(row[0]), "hnsw": int(row[1])}

@@ -26,6 +26,8 @@ BATCH = 5_000
 # or PGRAG_PARTITION_IN_PLACE=1 says to. The migration keeps its own copy of the figure.
 IN_PLACE_LIMIT = 100_000
 RETRIES = 5
+# Seconds to wait for another run's session (a killed command's statement still running).
+LOCK_WAIT = 60.0
 # Seconds an index statement may keep trying for its locks (ddl_locks) before the run stops
 # (run it again: it resumes).
 PATIENCE = 600.0
@@ -74,11 +76,10 @@ def run(
                 "`pgrag db partition` creates tables and triggers in schema pgrag: run it as"
                 " the role that owns the schema (the one that runs `pgrag db upgrade`)"
             )
-        got = conn.execute(Q.try_lock).fetchone()
-        if not (got and got[0]):
-            who = conn.execute(Q.holder).fetchone()
-            by = f" (pid {who[0]}, role {who[1]})" if who else ""
-            raise PgragError(f"another `pgrag db partition` is running on this database{by}")
+        # A run whose command was killed keeps its statement running on the server until the
+        # server notices (client_connection_check_interval, below): waited for a while.
+        _lock(conn, say)
+        conn.execute(Q.check_client)
         # pgvector's types by name, wherever the extension lives (a schema of its own, often)
         conn.execute(Q.vector_on_search_path)
         _prepare(conn)
@@ -88,6 +89,29 @@ def run(
         conn.execute(Q.mark_ready)
         say("ready: `pgrag db upgrade` now switches to the partitioned table in a moment")
         return Partitioned(copied, built, False)
+
+
+def _lock(conn: Any, say: Callable[[str], None]) -> None:
+    """The run's lock, waiting up to :data:`LOCK_WAIT` seconds for another run's session."""
+    import time
+
+    deadline = time.monotonic() + LOCK_WAIT
+    said = False
+    while True:
+        got = conn.execute(Q.try_lock).fetchone()
+        if got and got[0]:
+            return
+        who = conn.execute(Q.holder).fetchone()
+        by = f" (pid {who[0]}, role {who[1]})" if who else ""
+        if time.monotonic() > deadline:
+            raise PgragError(
+                f"another `pgrag db partition` is running on this database{by}: wait for it,"
+                f" or end it (SELECT pg_terminate_backend(pid)) and run this again"
+            )
+        if not said:
+            say(f"waiting for another `pgrag db partition`{by} (a killed run's last statement)")
+            said = True
+        time.sleep(1)
 
 
 def _prepare(conn: Any) -> None:

@@ -10,6 +10,11 @@ SELECT a.pid, a.usename, a.application_name FROM pg_locks l
    AND l.classid = hashtext('pgrag.partition')::oid AND l.objid = 0
    AND l.pid <> pg_backend_pid();
 
+-- name: check_client
+-- A statement of this session stops within a second of its client going away (killed), rather
+-- than running on, holding the run's lock, to its end.
+SET client_connection_check_interval = '1s';
+
 -- name: layout
 -- Whether pgrag.chunk_embeddings is partitioned already, whether the session's role owns schema
 -- pgrag, and how many vectors the table holds (the planner's estimate; -1: never counted).

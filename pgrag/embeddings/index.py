@@ -1,14 +1,15 @@
-"""Each model's partial HNSW index (``chunk_embeddings_hnsw_<ID>``, shared by every collection
-of the model): its health, and building it when it is missing or invalid without taking it
-away from searches or blocking the table's writers.
+"""Each model's partial HNSW index (``chunk_embeddings_hnsw_<ID>``, a partitioned index: one
+graph per collection's partition, ``chunk_embeddings_c<C>_hnsw_<ID>``): its health, and
+building it when it is missing or invalid without taking it away from searches or blocking the
+table's writers.
 
 An index that holds vectors is never dropped to speed up a load: searches of every collection
 of the model use it. An empty one (no collection of the model has a vector yet) is dropped
 before a bulk load by a role that owns the table, and built once after it
 (:func:`set_aside_empty`). A missing one (such a load, or an older release's bulk load, was
-killed) or an invalid one (an interrupted ``CREATE INDEX CONCURRENTLY``) is built again by the
-next ``pgrag ingest``, ``pgrag worker``, ``pgrag models reembed`` or ``pgrag db repair``;
-``pgrag status`` shows each one's state."""
+killed) or an invalid one (a build stopped before every partition's was attached) is built,
+or finished, by the next ``pgrag ingest``, ``pgrag worker``, ``pgrag models reembed`` or
+``pgrag db repair``; ``pgrag status`` shows each one's state."""
 
 from __future__ import annotations
 

@@ -86,8 +86,17 @@ def _add_collection(conn: psycopg.Connection[Any], model: int, name: str, n: int
 
 
 def _add_chunks(
-    conn: psycopg.Connection[Any], model: int, cid: int, doc: int, start: int, n: int
+    conn: psycopg.Connection[Any],
+    model: int,
+    cid: int,
+    doc: int,
+    start: int,
+    n: int,
+    *,
+    partitioned: bool = False,
 ) -> None:
+    """n chunks of a document and a vector each (naming its collection: ``partitioned``, or
+    as the release before partitions wrote them)."""
     ids = [
         r[0]
         for r in conn.execute(
@@ -99,11 +108,18 @@ def _add_chunks(
         ).fetchall()
     ]
     with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
-            " VALUES (%s, %s, %s::vector)",
-            [(model, i, _vector(i)) for i in ids],
-        )
+        if partitioned:
+            cur.executemany(
+                "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
+                " VALUES (%s, %s, %s::vector, %s)",
+                [(model, i, _vector(i), cid) for i in ids],
+            )
+        else:
+            cur.executemany(
+                "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding)"
+                " VALUES (%s, %s, %s::vector)",
+                [(model, i, _vector(i)) for i in ids],
+            )
 
 
 def _vectors(dsn: str, table: str) -> set[tuple[Any, ...]]:
@@ -439,22 +455,7 @@ def _collection_with_chunks(conn: psycopg.Connection[Any], model: int, name: str
         " VALUES (%s, %s, 'h') RETURNING id",
         (cid, f"{name}.txt"),
     ).fetchone()
-    ids = [
-        r[0]
-        for r in conn.execute(
-            "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content, token_count,"
-            " content_hash, text_config)"
-            " SELECT %s, %s, g, 'chunk ' || g, 2, md5(g::text), 'english'"
-            " FROM generate_series(1, %s) g RETURNING id",
-            (doc, cid, n),
-        ).fetchall()
-    ]
-    with conn.cursor() as cur:
-        cur.executemany(
-            "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding, collection_id)"
-            " VALUES (%s, %s, %s::vector, %s)",
-            [(model, i, _vector(i), cid) for i in ids],
-        )
+    _add_chunks(conn, model, cid, doc, 1, n, partitioned=True)
     return int(cid)
 
 
