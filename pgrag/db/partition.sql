@@ -12,8 +12,14 @@ SELECT a.pid, a.usename, a.application_name FROM pg_locks l
 
 -- name: check_client
 -- A statement of this session stops within a second of its client going away (killed), rather
--- than running on, holding the run's lock, to its end.
-SET client_connection_check_interval = '1s';
+-- than running on, holding the run's lock, to its end (PostgreSQL 14 and later have it).
+DO $do$
+BEGIN
+    PERFORM set_config('client_connection_check_interval', '1s', false);
+EXCEPTION WHEN undefined_object THEN
+    NULL;
+END
+$do$;
 
 -- name: layout
 -- Whether pgrag.chunk_embeddings is partitioned already, whether the session's role owns schema
@@ -118,25 +124,40 @@ BEGIN
     RETURN NULL;
 END $fn$;
 
+-- name: drop_mirror_inserts
+DROP TRIGGER IF EXISTS partition_mirror_insert ON pgrag.chunk_embeddings;
+
 -- name: mirror_inserts
-CREATE OR REPLACE TRIGGER partition_mirror_insert AFTER INSERT ON pgrag.chunk_embeddings
+CREATE TRIGGER partition_mirror_insert AFTER INSERT ON pgrag.chunk_embeddings
     REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION pgrag.partition_mirror();
 
+-- name: drop_mirror_updates
+DROP TRIGGER IF EXISTS partition_mirror_update ON pgrag.chunk_embeddings;
+
 -- name: mirror_updates
-CREATE OR REPLACE TRIGGER partition_mirror_update AFTER UPDATE ON pgrag.chunk_embeddings
+CREATE TRIGGER partition_mirror_update AFTER UPDATE ON pgrag.chunk_embeddings
     REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION pgrag.partition_mirror();
 
+-- name: drop_mirror_deletes
+DROP TRIGGER IF EXISTS partition_mirror_delete ON pgrag.chunk_embeddings;
+
 -- name: mirror_deletes
-CREATE OR REPLACE TRIGGER partition_mirror_delete AFTER DELETE ON pgrag.chunk_embeddings
+CREATE TRIGGER partition_mirror_delete AFTER DELETE ON pgrag.chunk_embeddings
     REFERENCING OLD TABLE AS old_rows FOR EACH STATEMENT EXECUTE FUNCTION pgrag.partition_mirror();
 
+-- name: drop_mirror_truncates
+DROP TRIGGER IF EXISTS partition_mirror_truncate ON pgrag.chunk_embeddings;
+
 -- name: mirror_truncates
-CREATE OR REPLACE TRIGGER partition_mirror_truncate AFTER TRUNCATE ON pgrag.chunk_embeddings
+CREATE TRIGGER partition_mirror_truncate AFTER TRUNCATE ON pgrag.chunk_embeddings
     FOR EACH STATEMENT EXECUTE FUNCTION pgrag.partition_mirror_truncate();
 
+-- name: drop_partition_new_collections
+DROP TRIGGER IF EXISTS partition_next_collection ON pgrag.collections;
+
 -- name: partition_new_collections
-CREATE OR REPLACE TRIGGER partition_next_collection AFTER INSERT ON pgrag.collections
+CREATE TRIGGER partition_next_collection AFTER INSERT ON pgrag.collections
     FOR EACH ROW EXECUTE FUNCTION pgrag.partition_next_collection();
 
 -- name: partition_collections

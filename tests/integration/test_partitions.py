@@ -242,7 +242,7 @@ def test_online_copy_killed_resumed_under_writes_then_switched_over(empty_dsn: s
 
     # Writes after it is ready are still repeated; then the upgrade switches over.
     with psycopg.connect(empty_dsn) as conn:
-        _add_chunks(conn, model, a, doc_a, 9000, 5)
+        _add_chunks(conn, model, a, doc_a, 900_000, 5)
     before = _vectors(empty_dsn, "chunk_embeddings")
     assert before == _vectors(empty_dsn, "chunk_embeddings_next")
     migrate.upgrade(empty_dsn)
