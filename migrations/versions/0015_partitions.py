@@ -84,6 +84,8 @@ CREATE OR REPLACE FUNCTION pgrag.chunks_vectors_truncated() RETURNS trigger
 LANGUAGE plpgsql AS $fn$ BEGIN RETURN NULL; END $fn$;
 CREATE OR REPLACE FUNCTION pgrag.embedding_models_deleting() RETURNS trigger
 LANGUAGE plpgsql AS $fn$ BEGIN RETURN OLD; END $fn$;
+CREATE OR REPLACE FUNCTION pgrag.chunks_id_changing() RETURNS trigger
+LANGUAGE plpgsql AS $fn$ BEGIN RETURN NEW; END $fn$;
 CREATE TRIGGER collections_partition AFTER INSERT ON pgrag.collections
     FOR EACH ROW EXECUTE FUNCTION pgrag.collections_partition();
 CREATE TRIGGER chunks_vectors_delete AFTER DELETE ON pgrag.chunks
@@ -92,6 +94,9 @@ CREATE TRIGGER chunks_vectors_delete AFTER DELETE ON pgrag.chunks
 CREATE TRIGGER chunks_vectors_move AFTER UPDATE OF collection_id ON pgrag.chunks
     FOR EACH ROW WHEN (OLD.collection_id IS DISTINCT FROM NEW.collection_id)
     EXECUTE FUNCTION pgrag.chunks_vectors_moved();
+CREATE TRIGGER chunks_id_fixed BEFORE UPDATE OF id ON pgrag.chunks
+    FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id)
+    EXECUTE FUNCTION pgrag.chunks_id_changing();
 CREATE TRIGGER chunks_vectors_truncate AFTER TRUNCATE ON pgrag.chunks
     FOR EACH STATEMENT EXECUTE FUNCTION pgrag.chunks_vectors_truncated();
 CREATE TRIGGER embedding_models_vectors BEFORE DELETE ON pgrag.embedding_models
@@ -106,6 +111,7 @@ ADDED_FUNCTIONS = (
     "chunks_vectors_moved()",
     "chunks_vectors_truncated()",
     "embedding_models_deleting()",
+    "chunks_id_changing()",
     "collection_partition(integer)",
     "collection_partition_name(integer)",
     "model_index_unbuilt(integer)",
@@ -135,6 +141,15 @@ def upgrade() -> None:
 
     conn = op.get_bind().connection.driver_connection
     _vector_on_search_path()
+    bad = conn.execute("SELECT string_agg(name, ', ') FROM pgrag.collections WHERE id <= 0")
+    names = bad.fetchone()[0]
+    if names:
+        _refuse(
+            f"collections {names} have an id of 0 or less, and a collection's id names its"
+            " partition of the vectors (chunk_embeddings_c<ID>)",
+            "pgrag never makes such ids (its start at 1): delete those collections and ingest"
+            " them again under positive ids, then `pgrag db upgrade`",
+        )
     prepared = conn.execute("SELECT to_regclass('pgrag.chunk_embeddings_next') IS NOT NULL")
     if prepared.fetchone()[0]:
         _switch_over()
@@ -182,8 +197,10 @@ def _switch_over() -> None:
         """
         LOCK TABLE pgrag.chunk_embeddings IN ACCESS EXCLUSIVE MODE;
         DROP TRIGGER partition_next_collection ON pgrag.collections;
+        DROP TRIGGER IF EXISTS partition_mirror_move ON pgrag.chunks;
         DROP TABLE pgrag.chunk_embeddings;
         DROP FUNCTION pgrag.partition_mirror();
+        DROP FUNCTION IF EXISTS pgrag.partition_mirror_move();
         DROP FUNCTION pgrag.partition_mirror_truncate();
         DROP FUNCTION pgrag.partition_next_collection();
         -- (a collection its trigger missed: none should be)
@@ -295,6 +312,7 @@ def downgrade() -> None:
         DROP TRIGGER chunks_vectors_delete ON pgrag.chunks;
         DROP TRIGGER chunks_vectors_move ON pgrag.chunks;
         DROP TRIGGER chunks_vectors_truncate ON pgrag.chunks;
+        DROP TRIGGER chunks_id_fixed ON pgrag.chunks;
         DROP TRIGGER embedding_models_vectors ON pgrag.embedding_models;
         CREATE TEMP TABLE pgrag_0015_indexes ON COMMIT DROP AS
         SELECT replace(pg_get_indexdef(i.indexrelid), ' ON ONLY pgrag.chunk_embeddings ',

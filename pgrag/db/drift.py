@@ -448,6 +448,25 @@ def _partitions(conn: Any) -> list[Drift]:
         Drift("partition", f"of collection {name!r}", "is missing: its vectors cannot be stored")
         for _, name in conn.execute(Q.partitions_missing).fetchall()
     ]
+    orphans, misfiled = conn.execute(Q.stray_vectors).fetchone()
+    if orphans:
+        out.append(
+            Drift(
+                "vectors",
+                "of pgrag.chunk_embeddings",
+                f"{orphans} have no chunk or no model (left by a delete in REPEATABLE READ or"
+                " SERIALIZABLE racing a write of them, or by writes with triggers off); they"
+                " take the place of real results in searches",
+            )
+        )
+    if misfiled:
+        out.append(
+            Drift(
+                "vectors",
+                "of pgrag.chunk_embeddings",
+                f"{misfiled} are filed under another collection than their chunk's",
+            )
+        )
     out += [
         Drift(
             "partition",

@@ -96,3 +96,13 @@ SELECT c.relname::text, array_agg(DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC'
        aclexplode(c.relacl) a
  WHERE i.inhparent = 'pgrag.chunk_embeddings'::regclass AND a.grantee <> c.relowner
  GROUP BY c.relname ORDER BY 1;
+
+-- name: stray_vectors
+-- Vectors whose chunk or model is gone, and vectors filed under another collection than their
+-- chunk's (the triggers in place of foreign keys keep both from happening, but for a delete in
+-- REPEATABLE READ or SERIALIZABLE racing a write of the vector, or writes with triggers off).
+SELECT count(*) FILTER (WHERE c.id IS NULL OR m.id IS NULL),
+       count(*) FILTER (WHERE c.collection_id <> e.collection_id AND m.id IS NOT NULL)
+  FROM pgrag.chunk_embeddings e
+  LEFT JOIN pgrag.chunks c ON c.id = e.chunk_id
+  LEFT JOIN pgrag.embedding_models m ON m.id = e.model_id;

@@ -71,6 +71,13 @@ def run(
                 f"the database is at revision {revision}: upgrade it to 0014 first"
                 " (`pgrag db upgrade 0014`), then run `pgrag db partition`"
             )
+        bad = conn.execute(Q.nonpositive_collections).fetchone()
+        if bad and bad[0]:
+            raise PgragError(
+                f"collections {bad[0]} have an id of 0 or less, and a collection's id names its"
+                " partition: pgrag never makes such ids; delete those collections and ingest"
+                " them again under positive ids, then run this again"
+            )
         if not owner:
             raise PgragError(
                 "`pgrag db partition` creates tables and triggers in schema pgrag: run it as"
@@ -119,10 +126,12 @@ def _prepare(conn: Any) -> None:
     the triggers that repeat every later write on it (and give a new collection its partition):
     one transaction, which changes nothing that is there when run again.
 
-    Today's table is locked first (against writes, for the moment this takes): a writer's
-    transaction writes there first and then, through the trigger, here, so taking the locks in
-    the same order cannot deadlock with it. The lock is asked for in short tries, so that a
-    long ingest holds this back rather than every other writer behind it."""
+    The chunks and today's vectors are locked first (against writes, for the moment this
+    takes), in the order a writer's transaction takes them (chunks, vectors, then through the
+    trigger the new table), so that this cannot deadlock with it: in another order a writer
+    holding chunks and waiting for the vectors held it back at every try (a test found it).
+    The locks are asked for in short tries, so that a long ingest holds this back rather than
+    every other writer behind it."""
     import time
 
     import psycopg
@@ -152,6 +161,7 @@ def _prepare_locked(conn: Any) -> None:
     conn.execute(Q.create_next_collection_function)
     conn.execute(Q.create_mirror_function)
     conn.execute(Q.create_mirror_truncate_function)
+    conn.execute(Q.create_mirror_move_function)
     conn.execute(Q.drop_mirror_inserts)
     conn.execute(Q.mirror_inserts)
     conn.execute(Q.drop_mirror_updates)
@@ -160,6 +170,8 @@ def _prepare_locked(conn: Any) -> None:
     conn.execute(Q.mirror_deletes)
     conn.execute(Q.drop_mirror_truncates)
     conn.execute(Q.mirror_truncates)
+    conn.execute(Q.drop_mirror_moves)
+    conn.execute(Q.mirror_moves)
     conn.execute(Q.drop_partition_new_collections)
     conn.execute(Q.partition_new_collections)
     conn.execute(Q.partition_collections)

@@ -10,6 +10,10 @@ SELECT a.pid, a.usename, a.application_name FROM pg_locks l
    AND l.classid = hashtext('pgrag.partition')::oid AND l.objid = 0
    AND l.pid <> pg_backend_pid();
 
+-- name: nonpositive_collections
+-- The collections whose id could not name a partition (NULL: none).
+SELECT string_agg(quote_literal(name), ', ' ORDER BY id) FROM pgrag.collections WHERE id <= 0;
+
 -- name: check_client
 -- A statement of this session stops within a second of its client going away (killed), rather
 -- than running on, holding the run's lock, to its end (PostgreSQL 14 and later have it).
@@ -39,8 +43,10 @@ SELECT set_config('search_path', format('%I, ', n.nspname) || current_setting('s
 SET LOCAL lock_timeout = '200ms';
 
 -- name: lock_vectors
--- Writes to today's table held off while the triggers are put on it.
-LOCK TABLE pgrag.chunk_embeddings IN SHARE ROW EXCLUSIVE MODE;
+-- Writes to the chunks and today's vectors held off while the triggers are put on them, in
+-- the order writers take them (chunks, then vectors): the other order waits for a writer that
+-- holds chunks and waits for the vectors, over and over.
+LOCK TABLE pgrag.chunks, pgrag.chunk_embeddings IN SHARE ROW EXCLUSIVE MODE;
 
 -- name: create_next
 -- The partitioned table beside today's (the same definition as sql/schema/tables.sql's, under
@@ -124,6 +130,25 @@ BEGIN
     RETURN NULL;
 END $fn$;
 
+-- name: create_mirror_move_function
+-- A chunk moved to another collection (a write to chunks, not to today's vectors): its vectors
+-- in the new table move with it.
+CREATE OR REPLACE FUNCTION pgrag.partition_mirror_move() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+BEGIN
+    UPDATE pgrag.chunk_embeddings_next x SET collection_id = NEW.collection_id
+     WHERE x.chunk_id = NEW.id AND x.collection_id = OLD.collection_id;
+    RETURN NULL;
+END $fn$;
+
+-- name: drop_mirror_moves
+DROP TRIGGER IF EXISTS partition_mirror_move ON pgrag.chunks;
+
+-- name: mirror_moves
+CREATE TRIGGER partition_mirror_move AFTER UPDATE OF collection_id ON pgrag.chunks
+    FOR EACH ROW WHEN (OLD.collection_id IS DISTINCT FROM NEW.collection_id)
+    EXECUTE FUNCTION pgrag.partition_mirror_move();
+
 -- name: drop_mirror_inserts
 DROP TRIGGER IF EXISTS partition_mirror_insert ON pgrag.chunk_embeddings;
 
@@ -171,19 +196,21 @@ SELECT model_id, chunk_id, copied, ready FROM pgrag.partition_progress;
 -- name: copy_batch
 -- The next vectors of today's table after the last one copied, into the new table, and the
 -- progress row moved on: one transaction. FOR KEY SHARE holds off a delete of a vector being
--- copied until this commits (then the mirror trigger deletes it from the new table too);
--- a vector copied after the mirror wrote it is left as the mirror wrote it.
+-- copied, and FOR SHARE a move of its chunk to another collection, until this commits (then
+-- the mirror triggers delete or move it in the new table too); a vector copied after the
+-- mirror wrote it is left as the mirror wrote it.
 WITH batch AS (
-         SELECT e.model_id, e.chunk_id, e.embedding, e.acl_id
-           FROM pgrag.chunk_embeddings e, pgrag.partition_progress p
+         SELECT e.model_id, e.chunk_id, e.embedding, e.acl_id, c.collection_id
+           FROM pgrag.chunk_embeddings e
+           JOIN pgrag.chunks c ON c.id = e.chunk_id,
+                pgrag.partition_progress p
           WHERE (e.model_id, e.chunk_id) > (p.model_id, p.chunk_id)
           ORDER BY e.model_id, e.chunk_id
           LIMIT %(batch)s
-            FOR KEY SHARE OF e),
+            FOR KEY SHARE OF e FOR SHARE OF c),
      copied AS (
          INSERT INTO pgrag.chunk_embeddings_next (model_id, chunk_id, embedding, acl_id, collection_id)
-         SELECT b.model_id, b.chunk_id, b.embedding, b.acl_id, c.collection_id
-           FROM batch b JOIN pgrag.chunks c ON c.id = b.chunk_id
+         SELECT b.model_id, b.chunk_id, b.embedding, b.acl_id, b.collection_id FROM batch b
          ON CONFLICT DO NOTHING
          RETURNING 1),
      last AS (

@@ -588,6 +588,14 @@ def _partitions(conn: Any, step: _Steps) -> None:
             f"dropped pgrag.{name} (its collection was deleted)",
             _q(Q.drop_partition, table=_ident(f"pgrag.{name}")),
         )
+    orphans, misfiled = conn.execute(drift.Q.stray_vectors).fetchone()
+    if orphans:
+        step(f"deleted {orphans} vectors whose chunk or model is gone", _q(Q.delete_orphan_vectors))
+    if misfiled:
+        step(
+            f"moved {misfiled} vectors to their chunk's collection's partition",
+            _q(Q.refile_vectors),
+        )
     for name, grantees in conn.execute(drift.Q.partition_grants).fetchall():
         step(
             f"revoked the privileges of {', '.join(grantees)} on pgrag.{name}",

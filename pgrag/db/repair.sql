@@ -174,3 +174,15 @@ DROP TABLE IF EXISTS {table};
 -- name: revoke_partition
 -- Every privilege on a partition from the roles other than its owner.
 REVOKE ALL ON {table} FROM {roles};
+
+-- name: delete_orphan_vectors
+-- Vectors whose chunk or model is gone.
+DELETE FROM pgrag.chunk_embeddings e
+ WHERE NOT EXISTS (SELECT 1 FROM pgrag.chunks c WHERE c.id = e.chunk_id)
+    OR NOT EXISTS (SELECT 1 FROM pgrag.embedding_models m WHERE m.id = e.model_id);
+
+-- name: refile_vectors
+-- Vectors filed under another collection than their chunk's, moved to the chunk's partition.
+UPDATE pgrag.chunk_embeddings e SET collection_id = c.collection_id
+  FROM pgrag.chunks c
+ WHERE c.id = e.chunk_id AND c.collection_id <> e.collection_id;

@@ -280,9 +280,12 @@ $fn$;
 
 -- A vector's access is its chunk's. And, in place of foreign keys (sql/schema/tables.sql says
 -- why the partitioned table has none), its chunk and model must exist and its collection be
--- its chunk's: the chunk and the model rows are locked FOR KEY SHARE as a foreign key's check
--- locks them, so that neither is deleted before this commits (their delete then waits, and
--- the chunk's takes this vector along).
+-- its chunk's: the chunk row is locked FOR SHARE (a foreign key's check takes FOR KEY SHARE;
+-- SHARE also holds off a change of the chunk's collection or access list, which would
+-- otherwise miss this uncommitted vector: a review found both), the model's FOR KEY SHARE, so
+-- that neither is deleted or changed before this commits (a delete then waits, and the
+-- chunk's takes this vector along; in READ COMMITTED this insert, when it waited, reads the
+-- chunk as it is now).
 CREATE OR REPLACE FUNCTION pgrag.chunk_embeddings_acl() RETURNS trigger
 LANGUAGE plpgsql
 SECURITY INVOKER
@@ -292,7 +295,7 @@ DECLARE
     v_collection integer;
 BEGIN
     SELECT c.acl_id, c.collection_id INTO NEW.acl_id, v_collection
-      FROM pgrag.chunks c WHERE c.id = NEW.chunk_id FOR KEY SHARE;
+      FROM pgrag.chunks c WHERE c.id = NEW.chunk_id FOR SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'a vector of chunk %, which does not exist', NEW.chunk_id
             USING ERRCODE = '23503';

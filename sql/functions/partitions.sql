@@ -168,3 +168,16 @@ BEGIN
     RETURN OLD;
 END
 $fn$;
+
+-- Before a chunk's id changes: refused (its vectors name it; the foreign key they had refused it
+-- too).
+CREATE OR REPLACE FUNCTION pgrag.chunks_id_changing() RETURNS trigger
+LANGUAGE plpgsql
+SECURITY INVOKER
+SET search_path = pg_catalog, pg_temp
+AS $fn$
+BEGIN
+    RAISE EXCEPTION 'a chunk''s id cannot change (chunk %): its vectors name it', OLD.id
+        USING ERRCODE = '23503';
+END
+$fn$;

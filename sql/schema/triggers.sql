@@ -51,6 +51,9 @@ CREATE TRIGGER chunks_vectors_delete AFTER DELETE ON pgrag.chunks
 CREATE TRIGGER chunks_vectors_move AFTER UPDATE OF collection_id ON pgrag.chunks
     FOR EACH ROW WHEN (OLD.collection_id IS DISTINCT FROM NEW.collection_id)
     EXECUTE FUNCTION pgrag.chunks_vectors_moved();
+CREATE TRIGGER chunks_id_fixed BEFORE UPDATE OF id ON pgrag.chunks
+    FOR EACH ROW WHEN (OLD.id IS DISTINCT FROM NEW.id)
+    EXECUTE FUNCTION pgrag.chunks_id_changing();
 CREATE TRIGGER chunks_vectors_truncate AFTER TRUNCATE ON pgrag.chunks
     FOR EACH STATEMENT EXECUTE FUNCTION pgrag.chunks_vectors_truncated();
 CREATE TRIGGER embedding_models_vectors BEFORE DELETE ON pgrag.embedding_models

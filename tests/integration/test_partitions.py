@@ -594,3 +594,88 @@ def test_creating_a_collection_waits_for_no_writer_of_another(dsn: str) -> None:
         assert conn.execute(
             "SELECT count(*) FROM pg_inherits WHERE inhparent = 'pgrag.chunk_embeddings'::regclass"
         ).fetchone() == (3,)
+
+
+def test_what_the_triggers_cannot_stop_is_found_and_repaired(dsn: str, admin_dsn: str) -> None:
+    """Vectors whose chunk is gone, or filed under another collection than their chunk's (a
+    delete in REPEATABLE READ racing a vector's write, or writes with triggers off, as here):
+    db check counts them, repair deletes or moves them. And a chunk's id cannot change."""
+    with psycopg.connect(dsn) as conn:
+        (model,) = conn.execute("SELECT pgrag.register_model('m8', 'test', %s)", (DIM,)).fetchone()
+        a = _collection_with_chunks(conn, model, "a", 4)
+        b = _collection_with_chunks(conn, model, "b", 4)
+        conn.commit()
+        chunks = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM pgrag.chunks WHERE collection_id = %s ORDER BY id", (a,)
+            )
+        ]
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match="id cannot change"):
+            conn.execute("UPDATE pgrag.chunks SET id = id + 1000000 WHERE id = %s", (chunks[0],))
+        conn.rollback()
+    database = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]
+    superuser = psycopg.conninfo.make_conninfo(admin_dsn, dbname=database)
+    with psycopg.connect(superuser) as conn:
+        conn.execute("SET session_replication_role = replica")  # (no triggers fire)
+        conn.execute("DELETE FROM pgrag.chunks WHERE id = %s", (chunks[0],))  # its vector stays
+        conn.execute(
+            "UPDATE pgrag.chunk_embeddings SET collection_id = %s WHERE chunk_id = %s",
+            (b, chunks[1]),
+        )
+        conn.commit()
+    found = {(d.kind, d.problem.split(" (")[0]) for d in drift.check_database(dsn)}
+    assert ("vectors", "1 have no chunk or no model") in found
+    assert ("vectors", "1 are filed under another collection than their chunk's") in found
+    done, left = repair.repair_database(dsn)
+    assert not left, left
+    assert "deleted 1 vectors whose chunk or model is gone" in done
+    assert "moved 1 vectors to their chunk's collection's partition" in done
+    assert drift.check_database(dsn) == []
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT collection_id FROM pgrag.chunk_embeddings WHERE chunk_id = %s", (chunks[1],)
+        ).fetchone() == (a,)
+
+
+def test_a_vector_stored_while_its_chunk_moves_is_not_misfiled(dsn: str) -> None:
+    """The chunk's row is locked FOR SHARE by a vector's write: a move of the chunk to another
+    collection (uncommitted) holds the write back, which then sees the move and refuses a
+    vector filed under the old collection."""
+    with psycopg.connect(dsn) as conn:
+        (model,) = conn.execute("SELECT pgrag.register_model('m8', 'test', %s)", (DIM,)).fetchone()
+        a = _collection_with_chunks(conn, model, "a", 2)
+        b = _collection_with_chunks(conn, model, "b", 2)
+        (chunk,) = conn.execute(
+            "SELECT min(id) FROM pgrag.chunks WHERE collection_id = %s", (a,)
+        ).fetchone()
+        conn.execute("DELETE FROM pgrag.chunk_embeddings WHERE chunk_id = %s", (chunk,))
+        conn.commit()
+    errors: list[BaseException] = []
+    with psycopg.connect(dsn) as mover, psycopg.connect(dsn) as writer:
+        mover.execute("UPDATE pgrag.chunks SET collection_id = %s WHERE id = %s", (b, chunk))
+
+        def store() -> None:
+            try:
+                writer.execute(
+                    "INSERT INTO pgrag.chunk_embeddings (model_id, chunk_id, embedding,"
+                    " collection_id) VALUES (%s, %s, %s::vector, %s)",
+                    (model, chunk, _vector(chunk), a),
+                )
+                writer.commit()
+            except BaseException as err:  # noqa: BLE001 - reported by the test
+                errors.append(err)
+                writer.rollback()
+
+        thread = threading.Thread(target=store)
+        thread.start()
+        time.sleep(0.5)
+        assert thread.is_alive(), "the write did not wait for the move"
+        mover.commit()
+        thread.join(SAFETY)
+    assert len(errors) == 1 and isinstance(errors[0], psycopg.errors.ForeignKeyViolation)
+    assert f"its chunk is in collection {b}" in str(errors[0])
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM pgrag.chunk_embeddings WHERE chunk_id = %s", (chunk,)
+        ).fetchone() == (0,)
