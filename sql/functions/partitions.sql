@@ -169,15 +169,20 @@ BEGIN
 END
 $fn$;
 
--- Before a chunk's id changes: refused (its vectors name it; the foreign key they had refused it
--- too).
+-- Before a chunk's id changes: refused while it has vectors (they name it; the foreign key
+-- they had refused it too). SECURITY DEFINER, as a foreign key's check sees every row.
 CREATE OR REPLACE FUNCTION pgrag.chunks_id_changing() RETURNS trigger
 LANGUAGE plpgsql
-SECURITY INVOKER
+SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET plan_cache_mode = force_custom_plan
 AS $fn$
 BEGIN
-    RAISE EXCEPTION 'a chunk''s id cannot change (chunk %): its vectors name it', OLD.id
-        USING ERRCODE = '23503';
+    IF EXISTS (SELECT 1 FROM pgrag.chunk_embeddings e
+                WHERE e.collection_id = OLD.collection_id AND e.chunk_id = OLD.id) THEN
+        RAISE EXCEPTION 'a chunk''s id cannot change while it has vectors (chunk %)', OLD.id
+            USING ERRCODE = '23503';
+    END IF;
+    RETURN NEW;
 END
 $fn$;

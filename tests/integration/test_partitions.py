@@ -611,7 +611,7 @@ def test_what_the_triggers_cannot_stop_is_found_and_repaired(dsn: str, admin_dsn
                 "SELECT id FROM pgrag.chunks WHERE collection_id = %s ORDER BY id", (a,)
             )
         ]
-        with pytest.raises(psycopg.errors.ForeignKeyViolation, match="id cannot change"):
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match="cannot change while it has"):
             conn.execute("UPDATE pgrag.chunks SET id = id + 1000000 WHERE id = %s", (chunks[0],))
         conn.rollback()
     database = psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]

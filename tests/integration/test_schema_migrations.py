@@ -76,6 +76,7 @@ DEFINERS = {
     "chunks_vectors_moved",
     "chunks_vectors_truncated",
     "embedding_models_deleting",
+    "chunks_id_changing",
     "search_v3",
     "search_v4",
     "search_v5",
