@@ -7,10 +7,10 @@ SELECT format('%I.vector', n.nspname) FROM pg_extension e
 -- Have the server notice, while a query of this session runs, that the client has gone (Ctrl-C,
 -- a killed process), so a long search stops there: every second, unless the session (its role,
 -- its database, the DSN's options) already chose an interval. A server on a platform without
--- the check keeps 0.
+-- the check keeps 0; one older than PostgreSQL 14 has no such setting (NULL here).
 DO $$
 BEGIN
-    IF current_setting('client_connection_check_interval') = '0' THEN
+    IF current_setting('client_connection_check_interval', true) = '0' THEN
         PERFORM set_config('client_connection_check_interval', '1s', false);
     END IF;
 EXCEPTION WHEN invalid_parameter_value OR feature_not_supported THEN

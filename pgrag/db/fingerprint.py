@@ -119,7 +119,11 @@ def take(conn: Any) -> dict[str, Any]:
         "statistics": sorted(r[0] for r in fetch(Q.statistics)),
         "default_privileges": sorted(" ".join(r) for r in fetch(Q.default_privileges)),
         "operators": sorted(r[0] for r in fetch(Q.operators)),
-        "publications": sorted(f"{p} {what}" for p, what in fetch(Q.publications)),
+        "publications": sorted(
+            f"{p} {what}"
+            for p, what in fetch(Q.publications)
+            + (fetch(Q.schema_publications) if conn.info.server_version >= 150000 else [])
+        ),
         "database_settings": sorted(
             f"{who} {setting}" for who, setting in fetch(Q.database_settings)
         ),

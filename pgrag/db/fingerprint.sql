@@ -247,12 +247,14 @@ SELECT p.pubname::text, c.oid::regclass::text
   JOIN pg_class c ON c.oid = r.prrelid
  WHERE c.relnamespace = 'pgrag'::regnamespace
 UNION
-SELECT p.pubname::text, 'schema pgrag'
-  FROM pg_publication p JOIN pg_publication_namespace n ON n.pnpubid = p.oid
- WHERE n.pnnspid = 'pgrag'::regnamespace
-UNION
 SELECT p.pubname::text, 'every table' FROM pg_publication p WHERE p.puballtables
  ORDER BY 1, 2;
+
+-- name: schema_publications
+-- Publications of the whole schema (FOR TABLES IN SCHEMA: PostgreSQL 15 and later).
+SELECT p.pubname::text, 'schema pgrag'
+  FROM pg_publication p JOIN pg_publication_namespace n ON n.pnpubid = p.oid
+ WHERE n.pnnspid = 'pgrag'::regnamespace;
 
 -- name: database_settings
 -- Settings stored for this database (or for every database), for everyone or for one role,
