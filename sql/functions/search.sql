@@ -732,11 +732,18 @@ BEGIN
                          WHERE t.collection_id = v_collection_id
                            AND t.acl_id = ANY (v_acls)) st,
                        unnest(to_tsvector(v_text_config, query_text)) u,
+                       -- One index descent per (term, access list) of the caller's, so that
+                       -- no other list's entry is read (PostgreSQL 16 and older may apply
+                       -- acl_id = ANY (...) as a filter over every list's entries for the term,
+                       -- whose read counts then tell whether hidden chunks have the word).
                        LATERAL (SELECT u.lexeme COLLATE "C" AS lexeme, sum(d.df)::float8 AS df
-                                  FROM pgrag.keyword_df d
-                                 WHERE d.collection_id = v_collection_id
-                                   AND d.acl_id = ANY (v_acls)
-                                   AND d.lexeme = u.lexeme COLLATE "C") x
+                                  FROM unnest(v_acls) a(acl_id)
+                                  CROSS JOIN LATERAL (
+                                        SELECT e.df FROM pgrag.keyword_df e
+                                         WHERE e.collection_id = v_collection_id
+                                           AND e.lexeme = u.lexeme COLLATE "C"
+                                           AND e.acl_id = a.acl_id
+                                        OFFSET 0) d) x
                  WHERE x.df > 0;
             ELSE
                 SELECT array_agg(x.lexeme),
