@@ -72,6 +72,9 @@ FUNCTION_FILES = (
     "grants",
 )
 MIN_PGVECTOR = (0, 8)
+# The oldest PostgreSQL pgrag runs on, as server_version_num counts (docs/postgres-versions.md
+# lists what each version gave the schema and which versions scripts/test-matrix runs).
+MIN_SERVER = 130000
 RELEASE_KEYS = ("digest", "version")
 # What a pgrag.release() that does not return {"digest", "version"} counts as.
 UNREADABLE_RELEASE = {"digest": "unreadable", "version": "0"}
@@ -546,6 +549,7 @@ def upgrade(dsn: str, revision: str = "head") -> Moved:
     anything changes, pgrag's tables are locked (:func:`lock_tables`)."""
     _check_revision(revision, "upgrade")
     with _migrating(dsn, "upgrade") as (cfg, _, raw, notices):
+        require_server(raw)  # before anything changes
         before = revision_of(raw)
         to_head = revision in ("head", head())
         if to_head and before is None and not _schema_exists(raw):
@@ -637,6 +641,19 @@ def _schema_exists(conn: Any) -> bool:
     return bool(row and row[0])
 
 
+def require_server(conn: Any) -> None:
+    """A SchemaError naming the version found and the one needed, for a server pgrag does not
+    run on (PostgreSQL older than 13, or pgvector older than 0.8)."""
+    number, name = conn.execute(Q.server).fetchone()
+    if number < MIN_SERVER:
+        raise SchemaError(
+            f"PostgreSQL {name} is too old: pgrag needs PostgreSQL {MIN_SERVER // 10000}"
+            " or later (with pgvector >= 0.8). Nothing was changed; upgrade the server"
+            " (docs/postgres-versions.md), then run `pgrag db upgrade` again"
+        )
+    require_pgvector(conn)
+
+
 def require_pgvector(conn: Any) -> None:
     row = conn.execute(Q.pgvector).fetchone()
     if row is None:
@@ -649,9 +666,10 @@ def require_pgvector(conn: Any) -> None:
     version = installed_version or default_version
     if tuple(int(p) for p in version.split(".")[:2] if p.isdigit()) < MIN_PGVECTOR:
         raise SchemaError(
-            f"pgvector {version} is too old: pgrag needs pgvector >= 0.8 (iterative index scans);"
-            " upgrade pgvector on the server, then run `ALTER EXTENSION vector UPDATE`"
-            " and `pgrag db upgrade`"
+            f"pgvector {version} is too old: pgrag needs pgvector >= 0.8 (its iterative index"
+            " scans keep a filtered search's k results). Nothing was changed; install pgvector"
+            " 0.8 or later on the server, run `ALTER EXTENSION vector UPDATE` where it is"
+            " installed already, then `pgrag db upgrade` again"
         )
 
 

@@ -62,6 +62,10 @@ SELECT version_num FROM {schema}.{table};
 -- not installed by pgrag, or lost its version table).
 SELECT to_regnamespace('pgrag') IS NOT NULL;
 
+-- name: server
+-- The server's version as a number (130016 for 13.16) and as it names itself.
+SELECT current_setting('server_version_num')::integer, current_setting('server_version');
+
 -- name: pgvector
 -- The vector extension's default and installed versions (NULL row: not available).
 SELECT default_version, installed_version FROM pg_available_extensions WHERE name = 'vector';

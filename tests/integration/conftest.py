@@ -74,8 +74,11 @@ def _create_database(admin: str, name: str, template: str = "template0") -> str:
 
 def _drop_database(admin: str, name: str) -> None:
     with psycopg.connect(admin, autocommit=True) as conn:
+        force = conn.info.server_version >= 130000  # PostgreSQL 12 (scripts/test-matrix) has none
         conn.execute(
-            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            sql.SQL("DROP DATABASE IF EXISTS {} {}").format(
+                sql.Identifier(name), sql.SQL("WITH (FORCE)" if force else "")
+            )
         )
 
 
