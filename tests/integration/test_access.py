@@ -28,6 +28,8 @@ from pgrag.ingest.loaders import from_text
 from tests.integration.conftest import TEMPLATE, _create_database, _drop_database
 from tests.tables import read_table
 
+pytestmark = pytest.mark.matrix  # scripts/test-matrix runs these on each PostgreSQL version
+
 TEAMS = ("billing", "sales", "support")
 # (source, principals, metadata, text): three tenants, some individual grants, some public.
 DOCS: list[tuple[str, list[str], dict[str, Any], str]] = []

@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pgrag.db import schema as migrate
+from tests.statistics import flush_statistics
 
 WORDS = (
     "refund invoice billing card payment plan monthly annual seat license vpn laptop office"
@@ -282,8 +283,7 @@ def _postings_read(conn: psycopg.Connection[Any], query: str, **options: Any) ->
     statistics views)."""
 
     def counter() -> int:
-        conn.execute("SELECT pg_stat_force_next_flush()")
-        conn.execute("SELECT pg_stat_clear_snapshot()")
+        flush_statistics(conn)
         row = conn.execute(
             "SELECT (SELECT sum(idx_tup_read) FROM pg_stat_user_indexes i"
             "         WHERE i.relid = t.relid) + t.seq_tup_read"

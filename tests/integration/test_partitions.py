@@ -21,6 +21,8 @@ from pgrag.db import drift, fingerprint, partition, repair
 from pgrag.db import schema as migrate
 from pgrag.errors import SchemaError
 
+pytestmark = pytest.mark.matrix  # scripts/test-matrix runs these on each PostgreSQL version
+
 DIM = 8
 SAFETY = 120
 

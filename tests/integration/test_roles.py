@@ -20,6 +20,8 @@ import pgrag
 from pgrag.db import schema as migrate
 from pgrag.embeddings.local import SentenceTransformerEmbedder
 
+pytestmark = pytest.mark.matrix  # scripts/test-matrix runs these on each PostgreSQL version
+
 
 @pytest.fixture
 def app_dsn(admin_dsn: str) -> Iterator[str]:

@@ -30,6 +30,8 @@ from pgrag.cli import cli
 from pgrag.db import fingerprint
 from pgrag.db import schema as migrate
 
+pytestmark = pytest.mark.matrix  # scripts/test-matrix runs these on each PostgreSQL version
+
 ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = "migrations/RELEASED.sha256"
 RELEASES = (

@@ -20,6 +20,8 @@ from pgrag.embeddings.local import configured_embedder
 from pgrag.retrieval.search import SearchSettings
 from tests.fakes import RerankServer
 
+pytestmark = pytest.mark.matrix  # scripts/test-matrix runs these on each PostgreSQL version
+
 
 @pytest.fixture
 def loaded(db: Database, corpus: Path) -> Database:

@@ -18,6 +18,8 @@ from pgrag.db.connect import Database
 from pgrag.retrieval.search import SearchSettings
 from tests.integration.test_access import DOCS, Tenants, expected_sources, tenants, visible  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.matrix  # scripts/test-matrix runs these on each PostgreSQL version
+
 COLUMNS = "chunk_id, score, keyword_score, probability, keyword_rank, vector_rank"
 
 

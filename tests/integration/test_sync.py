@@ -19,6 +19,8 @@ from pgrag.embeddings.worker import run as run_worker
 from pgrag.embeddings.worker import run_once
 from tests.tables import read_table
 
+pytestmark = pytest.mark.matrix  # scripts/test-matrix runs these on each PostgreSQL version
+
 BODY = (
     "Refunds for hardware are accepted within 45 days of delivery.\n\n"
     "The warehouse in Porto ships orders every weekday before noon."

@@ -12,6 +12,7 @@ import pytest
 import pgrag
 from pgrag.db.connect import Database
 from pgrag.ingest.loaders import from_text
+from tests.statistics import flush_statistics
 
 N = 3000
 DIM = 384  # the bundled model's: vectors are brought, not embedded
@@ -151,10 +152,8 @@ def test_a_collections_vector_search_reads_its_own_partition_and_graph(
 
 def _partition_reads(db: Database, collection_id: int) -> tuple[int, int]:
     """A collection's partition: its sequential scans and its HNSW indexes' scans."""
+    flush_statistics(db.conn)
     with db.conn.transaction():
-        db.conn.execute("SELECT pg_stat_force_next_flush()")
-    with db.conn.transaction():
-        db.conn.execute("SELECT pg_stat_clear_snapshot()")
         row = db.conn.execute(
             "SELECT t.seq_scan,"
             "       (SELECT coalesce(sum(s.idx_scan), 0) FROM pg_stat_user_indexes s"
