@@ -22,6 +22,7 @@ embedded server's OS user.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -31,6 +32,8 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -54,6 +57,11 @@ class Debian:
     suite: str
     packages: tuple[str, ...]
     security: bool = True  # also the suite's security updates (bullseye's: not all mirrored)
+    tools = ("apt-get", "dpkg-deb", "perl", "make", "gcc")
+
+    @property
+    def origin(self) -> str:
+        return f"Debian {self.suite}'s packages ({', '.join(self.packages[:1])}, ...)"
 
     def bindir(self, root: Path) -> Path:
         return root / "usr" / "lib" / "postgresql" / str(self.major) / "bin"
@@ -110,6 +118,11 @@ class Wheel:
     major: int
     requirement: str
     inside: str  # the wheel's directory holding bin/, lib/, share/
+    tools = ("make", "gcc")
+
+    @property
+    def origin(self) -> str:
+        return f"the {self.requirement} wheel"
 
     def bindir(self, root: Path) -> Path:
         return root / self.inside / "bin"
@@ -156,6 +169,11 @@ class Npm:
 
     major: int
     package: str
+    tools = ("npm",)
+
+    @property
+    def origin(self) -> str:
+        return f"the npm package {self.package} (no pgvector)"
 
     def bindir(self, root: Path) -> Path:
         return root / "package" / "native" / "bin"
@@ -231,7 +249,12 @@ class Spec:
             )
         pgvector = rest.removeprefix("pgvector") or DEFAULT_PGVECTOR
         if isinstance(SERVERS[int(major)], Npm):
-            pgvector = "none"  # nothing to build it against
+            if rest:
+                raise SystemExit(
+                    f"pg_matrix: PostgreSQL {major} comes without headers, so no pgvector can be"
+                    f" built into it; give {major} alone"
+                )
+            pgvector = "none"
         elif pgvector not in pgvector_releases():
             have = ", ".join(pgvector_releases())
             raise SystemExit(f"pg_matrix: no pgvector {pgvector} in {TARBALLS} (have: {have})")
@@ -254,21 +277,41 @@ def pgvector_releases() -> list[str]:
 
 
 def matrix_dir() -> Path:
-    return Path(os.environ.get("PGRAG_MATRIX_DIR", "/var/tmp/pgrag-matrix")).resolve()
+    path = Path(os.environ.get("PGRAG_MATRIX_DIR", "/var/tmp/pgrag-matrix")).resolve()
+    if any(c.isspace() for c in str(path)):
+        raise SystemExit(
+            f"pg_matrix: PGRAG_MATRIX_DIR {str(path)!r} has a space; pgvector's build (make)"
+            " cannot use such a path: choose another"
+        )
+    return path
 
 
 class Server:
+    """One server's directory: ``install/`` (the binaries, root's when run as root, readable
+    by all), ``run/`` (its data, log and socket: the server's OS user's alone, mode 0700, the
+    socket 0700 too, so no other local user reaches a trust-authenticated superuser) and a
+    lock file taken by prepare, start and stop."""
+
     def __init__(self, spec: Spec):
         self.spec = spec
         self.source = SERVERS[spec.major]
         self.directory = matrix_dir() / spec.name
         self.root = self.directory / "install"
-        self.data = self.directory / "data"
-        self.log = self.directory / "postgres.log"
+        self.run = self.directory / "run"
+        self.data = self.run / "data"
+        self.log = self.run / "postgres.log"
 
     def dsn(self, database: str = "postgres") -> str:
-        host = quote(str(self.directory), safe="/")
+        host = quote(str(self.run), safe="/")
         return f"postgresql://{SUPERUSER}@/{database}?host={host}&port={self.spec.port}"
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """One pg_matrix at a time per server (two would build over each other)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        with open(self.directory / ".lock", "a") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
 
     # -- preparing -------------------------------------------------------------------------
 
@@ -277,16 +320,25 @@ class Server:
         stamp = self.root / ".prepared"
         if stamp.exists():
             return
+        for tool in self.source.tools:
+            if shutil.which(tool) is None:
+                raise SystemExit(
+                    f"pg_matrix: PostgreSQL {self.spec.major} is fetched and built with"
+                    f" {', '.join(self.source.tools)}; {tool} is not on PATH: install it"
+                )
+        _reachable_by_server_user(self.directory)
         shutil.rmtree(self.root, ignore_errors=True)
+        for leftover in self.directory.glob("scratch-*"):  # of a killed run
+            shutil.rmtree(leftover, ignore_errors=True)
         self.root.mkdir(parents=True)
-        with tempfile.TemporaryDirectory(prefix="pg-matrix-") as scratch:
+        with tempfile.TemporaryDirectory(prefix="scratch-", dir=self.directory) as scratch:
             work = Path(scratch)
             print(f"pg_matrix: fetching PostgreSQL {self.spec.major}", file=sys.stderr)
             self.source.fetch(self.root, work / "fetch")
             if self.spec.pgvector != "none":
                 print(f"pg_matrix: building pgvector {self.spec.pgvector}", file=sys.stderr)
                 self._build_pgvector(work / "build")
-        _open_to_others(self.directory)
+        _readable_by_all(self.root)
         stamp.write_text(f"{self.spec.name}\n")
 
     def _build_pgvector(self, build: Path) -> None:
@@ -311,9 +363,10 @@ class Server:
     def start(self) -> str:
         """Start the server (initialising it the first time); its superuser DSN."""
         self.prepare()
+        _reachable_by_server_user(self.directory)
+        self._prepare_run_dir()
         if not (self.data / "PG_VERSION").exists():
-            self._give_to_server_user()
-            staging = self.directory / "data.initdb"
+            staging = self.run / "data.initdb"
             shutil.rmtree(staging, ignore_errors=True)
             self._postgres(
                 "initdb",
@@ -329,7 +382,8 @@ class Server:
         if not self.running():
             options = [
                 "-c listen_addresses=''",
-                f"-c unix_socket_directories='{self.directory}'",
+                f"-c unix_socket_directories='{self.run}'",
+                "-c unix_socket_permissions=0700",
                 f"-c port={self.spec.port}",
                 "-c max_connections=200",
                 *(f"-c {k}={v}" for k, v in SETTINGS.items()),
@@ -361,6 +415,13 @@ class Server:
             return False
         return True
 
+    def _prepare_run_dir(self) -> None:
+        self.run.mkdir(mode=0o700, exist_ok=True)
+        user = self._server_user()
+        if user is not None:
+            os.chown(self.run, *user)
+        self.run.chmod(0o700)
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ, LC_ALL="C.UTF-8", LANG="C.UTF-8")
         env.pop("PGDATA", None)
@@ -382,33 +443,42 @@ class Server:
         entry = pwd.getpwnam(SYSTEM_USER)
         return entry.pw_uid, entry.pw_gid
 
-    def _give_to_server_user(self) -> None:
-        user = self._server_user()
-        if user is not None:
-            os.chown(self.directory, *user)
-            self.directory.chmod(0o755)
-
     def _postgres(self, program: str, *args: str) -> None:
         env = self._env()
         user = self._server_user()
         if user is not None:
-            env["HOME"] = str(self.directory)
+            env["HOME"] = str(self.run)
         _run(
             [str(self.source.bindir(self.root) / program), *args],
-            cwd=self.directory,
+            cwd=self.run,
             env=env,
             user=user,
+            log=self.log if program == "pg_ctl" else None,
         )
 
 
-def _open_to_others(path: Path) -> None:
-    """Let the server's OS user read the tree, and reach it through its parents."""
-    for parent in reversed(path.parents):
-        if parent != Path("/") and not os.stat(parent).st_mode & 0o001:
-            if os.geteuid() == 0 and parent.is_relative_to(matrix_dir().parent):
-                parent.chmod(parent.stat().st_mode | 0o011)
-    for folder, dirs, files in os.walk(path):
-        for name in dirs + files + [""]:
+def _reachable_by_server_user(directory: Path) -> None:
+    """As root, the server's OS user must pass through every folder above ``directory``;
+    nothing outside it is changed: a folder it cannot enter is named instead."""
+    if os.geteuid() != 0:
+        return
+    for parent in reversed(directory.parents):
+        if parent.exists() and not os.stat(parent).st_mode & 0o001:
+            raise SystemExit(
+                f"pg_matrix: the servers run as an OS user of their own, which cannot enter"
+                f" {parent}; set PGRAG_MATRIX_DIR to a directory under one it can (the default,"
+                " /var/tmp/pgrag-matrix, is)"
+            )
+    for folder in (directory.parent, directory):  # root's: only run/ is the server user's
+        folder.mkdir(exist_ok=True)
+        os.chown(folder, 0, 0)
+        folder.chmod(0o755)
+
+
+def _readable_by_all(tree: Path) -> None:
+    """The binaries readable (and their folders enterable) by the server's OS user."""
+    for folder, dirs, files in os.walk(tree):
+        for name in [*dirs, *files, ""]:
             target = Path(folder, name)
             if target.is_symlink():
                 continue
@@ -422,6 +492,7 @@ def _run(
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
     user: tuple[int, int] | None = None,
+    log: Path | None = None,
 ) -> None:
     extra = {"user": user[0], "group": user[1], "extra_groups": []} if user else {}
     done = subprocess.run(
@@ -429,39 +500,49 @@ def _run(
     )
     if done.returncode != 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
+        if log is not None and log.exists():
+            tail += [f"-- the end of {log}:", *log.read_text(errors="replace").splitlines()[-10:]]
         raise SystemExit(
             f"pg_matrix: `{' '.join(argv[:3])} ...` failed ({done.returncode}):\n" + "\n".join(tail)
         )
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 1 or argv[0] not in ("start", "stop", "prepare", "dsn", "versions"):
-        print(__doc__, file=sys.stderr)
+    verbs = ("start", "stop", "prepare", "dsn", "running", "versions")
+    if argv[:1] in (["-h"], ["--help"]):
+        print(__doc__)
+        return 0
+    if not argv or argv[0] not in verbs or (argv[0] != "versions" and len(argv) < 2):
+        print(
+            f"pg_matrix: give one of {', '.join(verbs)} and the servers, e.g. `start 13`"
+            " (--help says more)",
+            file=sys.stderr,
+        )
         return 2
     verb, names = argv[0], argv[1:]
     if verb == "versions":
         for major, source in SERVERS.items():
-            print(
-                major,
-                type(source).__name__.lower(),
-                getattr(source, "suite", None) or getattr(source, "requirement", ""),
-            )
+            print(major, source.origin)
         return 0
     for name in names:
         server = Server(Spec.parse(name))
-        if verb == "prepare":
-            server.prepare()
-        elif verb == "start":
-            started = time.monotonic()
-            print(server.start())
-            print(
-                f"pg_matrix: {server.spec.name} up ({time.monotonic() - started:.0f}s)",
-                file=sys.stderr,
-            )
-        elif verb == "stop":
-            server.stop()
-        else:
+        if verb == "dsn":
             print(server.dsn())
+            continue
+        if verb == "running":  # exit status 0 when every server named runs
+            if not server.running():
+                return 1
+            continue
+        with server.locked():
+            if verb == "prepare":
+                server.prepare()
+            elif verb == "start":
+                started = time.monotonic()
+                print(server.start())
+                took = time.monotonic() - started
+                print(f"pg_matrix: {server.spec.name} up ({took:.0f}s)", file=sys.stderr)
+            else:
+                server.stop()
     return 0
 
 

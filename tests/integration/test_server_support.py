@@ -37,23 +37,31 @@ def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
-def _nothing_installed(dsn: str) -> bool:
+def _installed(dsn: str) -> tuple[object, ...]:
+    """What an upgrade leaves in the database (schema pgrag, pgvector, pgrag's version table
+    in any schema) and in the cluster (pgrag's roles)."""
     with psycopg.connect(dsn) as conn:
-        return conn.execute(
-            "SELECT to_regnamespace('pgrag') IS NULL"
-            " AND NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'vector')"
-            " AND to_regclass('public.alembic_version') IS NULL"
-        ).fetchone() == (True,)
+        row = conn.execute(
+            "SELECT to_regnamespace('pgrag') IS NOT NULL,"
+            " EXISTS (SELECT FROM pg_extension WHERE extname = 'vector'),"
+            " EXISTS (SELECT FROM pg_class WHERE relname = 'alembic_version_pgrag'),"
+            " ARRAY(SELECT rolname::text FROM pg_roles WHERE rolname LIKE 'pgrag%' ORDER BY 1)"
+        ).fetchone()
+    assert row is not None
+    return tuple(row)
 
 
 def test_db_upgrade_runs_or_refuses_first_naming_both_versions(empty_dsn: str) -> None:
     number, name, pgvector = _server(empty_dsn)
+    *_, roles = before = _installed(empty_dsn)
+    nothing = (False, False, False, roles)  # (roles are the cluster's: other tests' stay)
+    assert before == nothing
     result = CliRunner().invoke(cli, ["db", "upgrade"], env={"PGRAG_DSN": empty_dsn})
     if number < 130000:
         assert result.exit_code == 1, result.output
         assert f"PostgreSQL {name} is too old" in result.output
         assert "PostgreSQL 13 or later" in result.output
-        assert _nothing_installed(empty_dsn)
+        assert _installed(empty_dsn) == nothing
     elif pgvector is None or _release(pgvector) < (0, 8):
         assert result.exit_code == 1, result.output
         if pgvector is None:
@@ -61,7 +69,7 @@ def test_db_upgrade_runs_or_refuses_first_naming_both_versions(empty_dsn: str) -
         else:
             assert f"pgvector {pgvector} is too old" in result.output
             assert "pgvector 0.8 or later" in result.output
-        assert _nothing_installed(empty_dsn)
+        assert _installed(empty_dsn) == nothing
     else:
         assert result.exit_code == 0, result.output
         assert migrate.state(empty_dsn).up_to_date
@@ -77,13 +85,14 @@ def test_a_server_older_than_13_is_refused_before_anything_changes(empty_dsn: st
             " SELECT CASE name WHEN 'server_version_num' THEN '120022'"
             " WHEN 'server_version' THEN '12.22' ELSE pg_catalog.current_setting(name) END $$"
         )
+    before = _installed(empty_dsn)
     faked = make_conninfo(empty_dsn, options="-c search_path=fake,pg_catalog")
     with pytest.raises(pgrag.SchemaError, match=r"PostgreSQL 12\.22 is too old") as err:
         migrate.upgrade(faked)
     assert "13 or later" in str(err.value) and "Nothing was changed" in str(err.value)
     with psycopg.connect(empty_dsn) as conn:
         conn.execute("DROP SCHEMA fake CASCADE")
-    assert _nothing_installed(empty_dsn)
+    assert _installed(empty_dsn) == before and not any(before[:3])
 
 
 def test_a_filtered_hnsw_search_keeps_k_results_only_through_iterative_scans(
