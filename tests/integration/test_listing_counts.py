@@ -94,6 +94,7 @@ def test_documents_v1_lists_exactly_what_each_session_may_read(setup: Setup) -> 
             )
 
 
+@pytest.mark.auto_explain
 def test_a_restricted_listing_reads_only_its_acls_rows_through_the_index(setup: Setup) -> None:
     """The plan documents_v1 runs for a restricted session: the (collection_id, acl_id) index
     with the acls as one array, reading the visible rows only (not the collection's 36)."""

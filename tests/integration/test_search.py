@@ -181,6 +181,7 @@ def _nested_plans(dsn: str, sql: str, params: tuple[object, ...]) -> str:
     return "\n".join(notices)
 
 
+@pytest.mark.auto_explain
 @pytest.mark.parametrize(
     ("fn", "keyword_index"),
     [
