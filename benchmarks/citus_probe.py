@@ -7,13 +7,21 @@ tables), then:
 
 For each of pgrag's tables it tries what distributing the schema by collection would do
 (reference tables for the small shared ones, ``create_distributed_table(..., 'collection_id')``
-for the rest), each in a savepoint that is rolled back, and prints the server's answer. Five
+for the rest), each in a savepoint that is rolled back, and prints the server's answer. Six
 rounds, each removing what stopped the one before: the schema as shipped; with
 ``citus.enable_unsafe_triggers``; with the row-level security policies rewritten without their
 ``(SELECT f())`` wrappers, which Citus refuses as subqueries; with the two policies that are
-EXISTS subqueries dropped; and with documents' and chunks' identity columns made plain sequence
-defaults. Nothing is kept. docs/scale.md#citus has the result on Citus 12.1.12, PostgreSQL 15,
-pgvector 0.8.0.
+EXISTS subqueries dropped; with documents' and chunks' identity columns made plain sequence
+defaults; and with primary, unique and foreign keys that carry collection_id. Nothing is kept.
+
+    python benchmarks/citus_probe.py --write "postgresql://postgres@coordinator/probe"
+
+keeps the last round (the schema stays distributed: give it a database of its own, upgraded by
+`pgrag db upgrade` and holding no collection), then writes what an ingest writes first (a
+model, a collection, a document, a chunk), each committed, three ways: as shipped, with
+``citus.allow_nested_distributed_execution``, and with that and collection_models' trigger
+taking no now() in ON CONFLICT. docs/scale.md#citus has the results on Citus 12.1.12,
+PostgreSQL 15, pgvector 0.8.0.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ DISTRIBUTED = (
     "keyword_postings",
     "keyword_df",
     "keyword_totals",
+    "embedding_queue",
 )
 ROUNDS = (
     "as shipped",
@@ -44,6 +53,37 @@ ROUNDS = (
     "policies without initplans",
     "and no EXISTS policies",
     "and ids from sequences",
+    "and keys with collection_id",
+)
+# Round 6's keys: (table, constraint, its replacement). Citus requires every primary and unique
+# key of a distributed table to contain its distribution column, and a foreign key between two
+# of them to join on it; ON UPDATE CASCADE on such a key is refused (the distribution column
+# cannot change), so a chunk's document and parent become (id, collection_id) pairs.
+KEYS = (
+    ("documents", "documents_pkey", "PRIMARY KEY (id, collection_id)"),
+    ("chunks", "chunks_pkey", "PRIMARY KEY (id, collection_id)"),
+    ("chunks", "chunks_document_id_ordinal_key", "UNIQUE (document_id, ordinal, collection_id)"),
+    ("embedding_queue", "embedding_queue_pkey", "PRIMARY KEY (chunk_id, model_id, collection_id)"),
+)
+FOREIGN_KEYS = (
+    (
+        "chunks",
+        "chunks_document_id_fkey",
+        "FOREIGN KEY (document_id, collection_id) REFERENCES pgrag.documents (id, collection_id)"
+        " ON DELETE CASCADE",
+    ),
+    (
+        "chunks",
+        "chunks_parent_id_fkey",
+        "FOREIGN KEY (parent_id, collection_id) REFERENCES pgrag.chunks (id, collection_id)"
+        " ON DELETE CASCADE",
+    ),
+    (
+        "embedding_queue",
+        "embedding_queue_chunk_id_fkey",
+        "FOREIGN KEY (chunk_id, collection_id) REFERENCES pgrag.chunks (id, collection_id)"
+        " ON DELETE CASCADE",
+    ),
 )
 
 
@@ -81,52 +121,178 @@ def probe(dsn: str) -> list[tuple[str, str, str, str]]:
             raise SystemExit(f"citus_probe: no citus extension in {dsn}; is it a coordinator?")
         for round_ in ROUNDS:
             with conn.transaction(force_rollback=True):
-                # (several tables converted in one transaction: one connection per worker)
-                conn.execute("SET LOCAL citus.multi_shard_modify_mode = sequential")
-                if round_ != ROUNDS[0]:
-                    conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
-                if round_ in ROUNDS[2:]:
-                    _unwrap_policies(conn)
-                if round_ in ROUNDS[4:]:
-                    # documents' and chunks' ids are identity columns, which Citus 12 refuses
-                    # to distribute: the same ids from a sequence, to see what comes next.
-                    for table in ("documents", "chunks"):
-                        conn.execute(f"ALTER TABLE pgrag.{table} ALTER id DROP IDENTITY")
-                        conn.execute(f"CREATE SEQUENCE pgrag.{table}_probe_seq")
-                        conn.execute(
-                            f"ALTER TABLE pgrag.{table} ALTER id"
-                            f" SET DEFAULT nextval('pgrag.{table}_probe_seq')"
-                        )
-                if round_ in ROUNDS[3:]:
-                    # role_principals' and conversation_turns' policies are EXISTS subqueries
-                    # (over pg_roles, over conversations): dropped, to see what comes next.
-                    conn.execute('DROP POLICY "own" ON pgrag.role_principals')
-                    conn.execute('DROP POLICY "own" ON pgrag.conversation_turns')
-                for kind, tables in (("reference", REFERENCE), ("distributed", DISTRIBUTED)):
-                    for table in tables:
-                        call = (
-                            f"SELECT create_reference_table('pgrag.{table}')"
-                            if kind == "reference"
-                            else f"SELECT create_distributed_table('pgrag.{table}',"
-                            " 'collection_id')"
-                        )
-                        try:
-                            with conn.transaction():
-                                conn.execute(call)
-                            outcome = "ok"
-                        except psycopg.Error as err:
-                            outcome = (err.diag.message_primary or str(err)).strip()
-                            if err.diag.message_detail:
-                                outcome += f" ({err.diag.message_detail.strip()})"
-                        results.append((round_, kind, table, outcome))
+                results.extend(_distribute(conn, round_))
     return results
 
 
+def _distribute(conn: psycopg.Connection, round_: str) -> list[tuple[str, str, str, str]]:
+    """Round `round_`'s changes, then each table distributed (or made a reference table)."""
+    results = []
+    # (several tables converted in one transaction: one connection per worker)
+    conn.execute("SET LOCAL citus.multi_shard_modify_mode = sequential")
+    if round_ != ROUNDS[0]:
+        conn.execute("SET LOCAL citus.enable_unsafe_triggers = on")
+    if round_ in ROUNDS[2:]:
+        _unwrap_policies(conn)
+    if round_ in ROUNDS[4:]:
+        # documents' and chunks' ids are identity columns, which Citus 12 refuses
+        # to distribute: the same ids from a sequence, to see what comes next.
+        for table in ("documents", "chunks"):
+            conn.execute(f"ALTER TABLE pgrag.{table} ALTER id DROP IDENTITY")
+            conn.execute(f"CREATE SEQUENCE pgrag.{table}_id_seq OWNED BY pgrag.{table}.id")
+            conn.execute(
+                f"ALTER TABLE pgrag.{table} ALTER id SET DEFAULT nextval('pgrag.{table}_id_seq')"
+            )
+    if round_ in ROUNDS[3:]:
+        # role_principals' and conversation_turns' policies are EXISTS subqueries
+        # (over pg_roles, over conversations): dropped, to see what comes next.
+        conn.execute('DROP POLICY "own" ON pgrag.role_principals')
+        conn.execute('DROP POLICY "own" ON pgrag.conversation_turns')
+    if round_ in ROUNDS[5:]:
+        # Keys that carry the distribution column; the foreign keys between
+        # distributed tables come back once both ends are distributed.
+        for table, name, _ in FOREIGN_KEYS:
+            conn.execute(f'ALTER TABLE pgrag.{table} DROP CONSTRAINT "{name}"')
+        for table, name, key in KEYS:
+            conn.execute(f'ALTER TABLE pgrag.{table} DROP CONSTRAINT "{name}", ADD {key}')
+    for kind, tables in (("reference", REFERENCE), ("distributed", DISTRIBUTED)):
+        for table in tables:
+            call = (
+                f"SELECT create_reference_table('pgrag.{table}')"
+                if kind == "reference"
+                else f"SELECT create_distributed_table('pgrag.{table}', 'collection_id')"
+            )
+            results.append((round_, kind, table, _attempt(conn, call)))
+    if round_ in ROUNDS[5:]:
+        for table, name, key in FOREIGN_KEYS:
+            call = f"ALTER TABLE pgrag.{table} ADD {key}"
+            results.append((round_, "foreign key", name, _attempt(conn, call)))
+    return results
+    return results
+
+
+def _attempt(
+    conn: psycopg.Connection, statement: str, got: dict[str, object] | None = None, what: str = ""
+) -> str:
+    """The statement in a savepoint: "ok", or the server's message (and detail). The first
+    column of its first row, if any, goes into `got` under `what`."""
+    try:
+        with conn.transaction():
+            cur = conn.execute(statement)
+            row = cur.fetchone() if got is not None and cur.description else None
+            if got is not None and row is not None:
+                got[what] = row[0]
+        return "ok"
+    except psycopg.Error as err:
+        outcome = (err.diag.message_primary or str(err)).strip()
+        if err.diag.message_detail:
+            outcome += f" ({err.diag.message_detail.strip()})"
+        return outcome
+
+
+# What an ingest writes first, in its order, once every table is distributed, each in a
+# transaction of its own, as an ingest commits them: a model, a collection that uses it
+# (collections' triggers record the model in collection_models and create the collection's
+# partition of the vectors), a document, a chunk. {n} keeps each way's rows apart.
+WRITES = (
+    (
+        "model",
+        "INSERT INTO pgrag.embedding_models (name, provider, dimension)"
+        " VALUES ('citus-probe-{n}', 'probe', 3) RETURNING id",
+    ),
+    (
+        "collection",
+        "INSERT INTO pgrag.collections (name, model_id)"
+        " VALUES ('citus-probe-{n}', {model}) RETURNING id",
+    ),
+    (
+        "document",
+        "INSERT INTO pgrag.documents (collection_id, source, content_hash)"
+        " VALUES ({collection}, 'probe.txt', 'h') RETURNING id",
+    ),
+    (
+        "chunk",
+        "INSERT INTO pgrag.chunks (document_id, collection_id, ordinal, content,"
+        " token_count, content_hash, text_config)"
+        " VALUES ({document}, {collection}, 0, 'a probe', 2, 'h', 'english') RETURNING id",
+    ),
+)
+
+
+def write(dsn: str) -> list[tuple[str, str, str, str]]:
+    """The last round kept (committed), then WRITES three ways (WAYS), each way on a
+    connection of its own and each write committed, as an ingest commits them."""
+    results = []
+    with psycopg.connect(dsn) as conn:
+        distributed = conn.execute(
+            "SELECT EXISTS (SELECT FROM pg_dist_partition"
+            "                WHERE logicalrelid = 'pgrag.documents'::regclass)"
+        ).fetchone()
+        if distributed != (False,):
+            raise SystemExit(
+                "citus_probe --write: pgrag's tables here are distributed already (by an"
+                " earlier --write); to start again: DROP SCHEMA pgrag CASCADE; pgrag db upgrade"
+            )
+        if conn.execute("SELECT EXISTS (SELECT FROM pgrag.collections)").fetchone() != (False,):
+            raise SystemExit(
+                "citus_probe --write: this database has collections; --write leaves the"
+                " schema distributed, so give it a database made for the probe"
+            )
+        rows = _distribute(conn, ROUNDS[-1])
+        results.extend(rows)
+        if any(row[3] != "ok" for row in rows):
+            conn.rollback()
+            return results
+        conn.commit()
+    for n, way in enumerate(WAYS):
+        if way == WAYS[2]:
+            # Citus refuses a function that is not IMMUTABLE in ON CONFLICT ... DO UPDATE
+            # SET: the trigger's now() becomes the inserted row's own value.
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT pg_get_functiondef('pgrag.collection_model_changed()'::regprocedure)"
+                ).fetchone()
+                assert row is not None
+                conn.execute(
+                    row[0].replace("activated_at = now()", "activated_at = EXCLUDED.activated_at")
+                )
+        got: dict[str, object] = {"n": n}
+        with psycopg.connect(dsn) as conn:
+            if way != WAYS[0]:
+                # SET LOCAL in each transaction then reaches the workers' sessions, where
+                # the triggers run.
+                conn.execute("SET citus.propagate_set_commands = 'local'")
+                conn.commit()
+            for what, statement in WRITES:
+                try:
+                    with conn.transaction():
+                        if way != WAYS[0]:
+                            conn.execute("SET LOCAL citus.allow_nested_distributed_execution = on")
+                        outcome = _attempt(conn, statement.format(**got), got, what)
+                except psycopg.Error as err:
+                    outcome = "at commit: " + (err.diag.message_primary or str(err)).strip()
+                results.append(("write", way, what, outcome))
+                if outcome != "ok":
+                    break  # (the next write needs this one's row)
+    return results
+
+
+WAYS = (
+    "as shipped",
+    "nested execution allowed",
+    "and no now() in ON CONFLICT",
+)
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
+    if len(argv) == 2 and argv[0] == "--write":
+        rows = write(argv[1])
+    elif len(argv) == 1 and not argv[0].startswith("-"):
+        rows = probe(argv[0])
+    else:
         print(__doc__, file=sys.stderr)
         return 2
-    for round_, kind, table, outcome in probe(argv[0]):
+    for round_, kind, table, outcome in rows:
         print(f"{round_:28}  {kind:11}  {table:17}  {outcome}")
     return 0
 
