@@ -78,3 +78,66 @@ def test_the_service_role_serves_under_a_callers_principals(
     body = answer.json()
     assert body["abstained"] is False and isinstance(body["query_id"], int)  # logged
     assert body["citations"][0]["source"].endswith("hr.md")
+
+
+def _drop_roles(dsn: str, *roles: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for role in roles:
+            conn.execute(f"DROP ROLE IF EXISTS {role}")
+
+
+@pytest.mark.matrix
+def test_an_administrator_that_is_not_a_superuser_makes_the_service_role(dsn: str) -> None:
+    """As on RDS, Cloud SQL or Supabase: the owner has CREATEROLE but is no superuser. The
+    script then sets only what it may (ALTER ROLE ... NOSUPERUSER takes a superuser even when
+    nothing changes), says what to do when it may not grant pgrag_app, and a failed run
+    leaves no role behind (one transaction)."""
+    admin = "pgrag_test_createrole_admin"
+    _drop_roles(dsn, "pgrag_service", admin)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {admin} LOGIN CREATEROLE")
+        version = conn.info.server_version
+    admin_dsn = make_conninfo(dsn, user=admin)
+    try:
+        if version >= 160000:
+            # Granting pgrag_app takes ADMIN OPTION on it from 16 (before, CREATEROLE was enough).
+            with pytest.raises(subprocess.CalledProcessError) as failed:
+                _run_script(admin_dsn, "first secret")
+            assert f"role {admin} may not grant pgrag_app to pgrag_service" in failed.value.stderr
+            assert f"GRANT pgrag_app TO {admin} WITH ADMIN OPTION" in failed.value.stderr
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                left = conn.execute("SELECT FROM pg_roles WHERE rolname = 'pgrag_service'")
+                assert left.fetchone() is None  # (rolled back with the failed grant)
+                conn.execute(f"GRANT pgrag_app, pgrag_writer TO {admin} WITH ADMIN OPTION")
+        _run_script(admin_dsn, "first secret")
+        _run_script(admin_dsn, "second secret")  # again: no error, same role
+        assert _attributes(dsn) == (True, False, False, False, True, True)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            memberships = conn.execute(
+                "SELECT count(*) FROM pg_auth_members WHERE member = 'pgrag_service'::regrole"
+            ).fetchone()
+        assert memberships == (2,)  # (granted once each, not again by the second run)
+
+        # A role of that name made by someone else with a power that bypasses row-level
+        # security: this administrator may not take it away, so the script stops, and changes
+        # nothing; a superuser's run does take it away.
+        _drop_roles(dsn, "pgrag_service")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CREATE ROLE pgrag_service LOGIN BYPASSRLS CREATEDB")
+        with pytest.raises(subprocess.CalledProcessError) as failed:
+            _run_script(admin_dsn, "third secret")
+        # ("permission denied to alter role" from 16; "must be superuser to change bypassrls
+        # attribute" before)
+        assert "permission denied" in failed.value.stderr or "must be superuser" in (
+            failed.value.stderr
+        )
+        assert _attributes(dsn)[2] is True  # still BYPASSRLS
+        _run_script(dsn, "third secret")
+        assert _attributes(dsn) == (True, False, False, False, True, True)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            createdb = conn.execute(
+                "SELECT rolcreatedb FROM pg_roles WHERE rolname = 'pgrag_service'"
+            ).fetchone()
+        assert createdb == (False,)
+    finally:
+        _drop_roles(dsn, "pgrag_service", admin)
