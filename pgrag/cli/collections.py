@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -65,12 +66,39 @@ def _print(
     print_table(_marked(rows, counts), columns, hide=("estimated",))
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @json_option
 @click.pass_context
 def collections(ctx: click.Context, as_json: bool) -> None:
-    """List collections with their model and size."""
-    _print(list_collections(database(ctx)), COLLECTIONS, ("documents",), as_json)
+    """List collections with their model and size; delete one (`pgrag collections delete`)."""
+    if ctx.invoked_subcommand is None:
+        _print(list_collections(database(ctx)), COLLECTIONS, ("documents",), as_json)
+
+
+@collections.command("delete")
+@click.argument("name")
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Delete it (without this flag, what would go is shown, and nothing changes).",
+)
+@click.option("--dry-run", is_flag=True, help="Delete nothing; show what would go.")
+@json_option
+@click.pass_context
+def collections_delete(
+    ctx: click.Context, name: str, yes: bool, dry_run: bool, as_json: bool
+) -> None:
+    """Delete collection NAME with its documents, chunks, vectors and keyword index, in one
+    transaction. The question log keeps its entries (with no collection). Needs --yes."""
+    from pgrag.collection_removal import delete_collection
+
+    report = delete_collection(database(ctx), name, dry_run=dry_run or not yes)
+    if as_json:
+        emit_json(report.to_dict())
+    echo(report.summary(), err=True)
+    if not yes and not dry_run:
+        echo(f"nothing was deleted: `pgrag collections delete {name} --yes` deletes it", err=True)
+        sys.exit(1)
 
 
 @click.command()

@@ -354,11 +354,10 @@ def _check_collection(db: Database, collection: str, sources: list[str]) -> None
         ).fetchone()
     other = int(row[0]) if row else 0
     if other:
-        delete = "DELETE FROM pgrag.collections WHERE name = ..."
         raise InputError(
             f"collection {collection!r} holds {other} documents that are not this split's"
             " paragraphs (another file, seed or --withhold); pass another --collection, or"
-            f" delete that collection first ({delete})"
+            f" delete that collection first (`pgrag collections delete {collection} --yes`)"
         )
 
 

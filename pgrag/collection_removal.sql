@@ -1,0 +1,38 @@
+-- name: lock_collection
+-- The collection's row, locked until commit: a document written into it now waits (its foreign
+-- key check) and then fails, instead of being added to a collection that is going.
+SELECT 1 FROM pgrag.collections WHERE id = %(id)s FOR UPDATE;
+
+-- name: contents
+-- How many documents and chunks the collection holds.
+SELECT (SELECT count(*) FROM pgrag.documents WHERE collection_id = %(id)s),
+       (SELECT count(*) FROM pgrag.chunks WHERE collection_id = %(id)s);
+
+-- name: delete_chunks
+-- Every chunk of the collection, in one statement (the keyword index's trigger runs once).
+DELETE FROM pgrag.chunks WHERE collection_id = %(id)s;
+
+-- name: delete_documents
+-- Every document of the collection (and, by their foreign key, any chunk of theirs that was
+-- moved to another collection).
+DELETE FROM pgrag.documents WHERE collection_id = %(id)s;
+
+-- name: delete_collection
+-- The collection; its foreign keys take its keyword statistics, model links and conversations,
+-- and leave the question log's entries without a collection.
+DELETE FROM pgrag.collections WHERE id = %(id)s;
+
+-- name: partition
+-- The name of the deleted collection's partition of pgrag.chunk_embeddings, if it has one.
+SELECT (SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+         WHERE i.inhparent = to_regclass('pgrag.chunk_embeddings')
+           AND c.relname = pgrag.collection_partition_name(%(id)s));
+
+-- name: short_lock_timeout
+-- Wait at most a second for the lock on pgrag.chunk_embeddings that dropping a partition takes
+-- (searches queue behind a waiting exclusive lock).
+SET LOCAL lock_timeout = '1s';
+
+-- name: drop_partition
+-- The collection's partition, empty now.
+DROP TABLE IF EXISTS {table};
