@@ -1,22 +1,23 @@
 """Deleting a collection: ``pgrag collections delete``.
 
-One transaction removes the collection with everything in it (documents, chunks, vectors,
-keyword statistics, model links, conversations); the question log keeps its entries, with no
-collection. Then the collection's partition of the vectors (docs/scale.md#partitions), empty by
-now, is dropped, which takes a moment's exclusive lock on ``pgrag.chunk_embeddings``: when
-searches hold it longer than a second, or the session does not own the table, the partition is
-left for ``pgrag db repair``, as a plain ``DELETE FROM pgrag.collections`` leaves it.
+One transaction removes the collection with everything in it: documents, chunks, vectors,
+keyword statistics, model links, conversations, and the question log's entries (they quote its
+documents). Then what is left empty is dropped: the collection's partition of the vectors
+(docs/scale.md#partitions), and the HNSW index of a model that no collection uses any more,
+which takes a moment's exclusive lock on ``pgrag.chunk_embeddings``. When searches hold that
+lock longer than a second, or the session does not own the table, they are left for
+``pgrag db repair``, as a plain ``DELETE FROM pgrag.collections`` leaves them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgrag.collections import check_name, require_collection_id
-from pgrag.db import queries
+from pgrag.db import principals, queries
 from pgrag.db.connect import transaction
-from pgrag.errors import DatabaseError, InputError
+from pgrag.errors import CollectionNotFound, DatabaseError, InputError
 
 if TYPE_CHECKING:
     from pgrag.db.connect import Database
@@ -29,21 +30,33 @@ class DeleteReport:
     collection: str
     documents: int
     chunks: int
+    questions: int = 0  # entries of the question log
+    # Chunks of its documents that were moved to another collection (they go with their
+    # document), and chunks of other collections' documents that were moved into it (they go
+    # with the collection, and those documents are left without them).
+    moved_out: int = 0
+    moved_in: int = 0
     dry_run: bool = False
     # The collection's partition of the vectors: "dropped" ("to drop" in a dry run), "absent"
     # (none: dropped already), or why it was left for `pgrag db repair`.
     partition: str = "absent"
+    indexes: list[str] = field(default_factory=list)  # model indexes dropped (or to drop)
 
     def summary(self) -> str:
-        if self.dry_run:
-            return (
-                f"dry run, nothing written: would delete collection {self.collection!r} with"
-                f" {self.documents} documents ({self.chunks} chunks)"
-            )
-        line = (
-            f"deleted collection {self.collection!r} with {self.documents} documents"
-            f" ({self.chunks} chunks)"
+        what = (
+            f"collection {self.collection!r} with {self.documents} documents ({self.chunks}"
+            f" chunks) and {self.questions} logged questions"
         )
+        if self.moved_out:
+            what += f"; {self.moved_out} chunks of its documents in other collections go too"
+        if self.moved_in:
+            what += (
+                f"; {self.moved_in} chunks moved in from other collections' documents go too,"
+                " leaving those documents without them"
+            )
+        if self.dry_run:
+            return f"dry run, nothing written: would delete {what}"
+        line = f"deleted {what}"
         if self.partition not in ("dropped", "absent"):
             line += f"; its empty partition of the vectors is left: {self.partition}"
         return line
@@ -53,8 +66,12 @@ class DeleteReport:
             "collection": self.collection,
             "documents": self.documents,
             "chunks": self.chunks,
+            "questions": self.questions,
+            "moved_out": self.moved_out,
+            "moved_in": self.moved_in,
             "dry_run": self.dry_run,
             "partition": self.partition,
+            "indexes": self.indexes,
         }
 
 
@@ -63,51 +80,74 @@ def delete_collection(db: Database, name: str, *, dry_run: bool = False) -> Dele
     :class:`~pgrag.errors.CollectionNotFound` if there is none). ``dry_run`` counts what would
     go and changes nothing.
 
-    A connection opened with principals is refused: its session sees only what they may read,
-    but the collection's other documents would go with it."""
+    A session that reads as principals (``pgrag.connect(principals=...)``, the
+    ``pgrag.principals`` setting, a role mapping) is refused: its view is theirs, but the
+    collection's other documents would go with it."""
     check_name(name)
-    if db.principals is not None:
-        raise InputError(
-            f"deleting collection {name!r} would delete documents that the principals"
-            f" {', '.join(db.principals)} may not read; connect without principals to delete it"
-        )
     with transaction(db) as conn:
+        principals.apply(conn, db.principals)  # (the connection's, if any: PostgreSQL judges)
+        if not conn.execute(Q.unrestricted).fetchone()[0]:
+            raise InputError(
+                f"this session reads as principals ({_principals(conn)}), so deleting"
+                f" collection {name!r} would delete documents they may not read; delete it as"
+                " a role that reads everything (the schema's owner, or a pgrag_writer member"
+                " with no principals set)"
+            )
         cid = require_collection_id(conn, name)
-        # Locked first: an ingest into it now waits, and fails once it is gone, rather than
-        # adding documents to a collection that is being deleted.
-        conn.execute(Q.lock_collection, {"id": cid})
-        documents, chunks = conn.execute(Q.contents, {"id": cid}).fetchone()
-        report = DeleteReport(name, int(documents), int(chunks), dry_run=dry_run)
+        if not dry_run and conn.execute(Q.lock_collection, {"id": cid}).fetchone() is None:
+            # Locked first: an ingest into it waits for this, then fails; a delete of the same
+            # collection that got there first leaves nothing to lock.
+            raise CollectionNotFound(name)
+        documents, chunks, questions, moved_out, moved_in = (
+            int(n) for n in conn.execute(Q.contents, {"id": cid}).fetchone()
+        )
+        report = DeleteReport(
+            name, documents, chunks, questions, moved_out, moved_in, dry_run=dry_run
+        )
         if dry_run:
             (table,) = conn.execute(Q.partition, {"id": cid}).fetchone()
             report.partition = "absent" if table is None else "to drop"
+            report.indexes = [i for (i,) in conn.execute(Q.unused_indexes, {"id": cid})]
             return report
-        # Chunks in one statement (the keyword index's trigger runs once for all of them),
-        # then documents, then the collection, whose foreign keys take the rest.
+        # The question log's entries, then chunks in one statement (the keyword index's
+        # trigger runs once for all of them), documents, and the collection, whose foreign
+        # keys take the rest.
+        conn.execute(Q.delete_questions, {"id": cid})
         conn.execute(Q.delete_chunks, {"id": cid})
         conn.execute(Q.delete_documents, {"id": cid})
         conn.execute(Q.delete_collection, {"id": cid})
-    report.partition = _drop_partition(db, cid)
+    report.partition, report.indexes = _tidy(db, cid)
     return report
 
 
-def _drop_partition(db: Database, cid: int) -> str:
-    """Drop the deleted collection's partition if it may, within a second's wait for the lock."""
+def _principals(conn: Any) -> str:
+    row = conn.execute(Q.session_principals).fetchone()
+    return ", ".join(row[0] or []) if row else ""
+
+
+def _tidy(db: Database, cid: int) -> tuple[str, list[str]]:
+    """Drop the deleted collection's partition and the indexes of models no collection uses
+    now, if this session may, waiting at most a second for the lock; what became of the
+    partition, and the indexes dropped."""
     import psycopg
     from psycopg import sql
 
     try:
         with transaction(db) as conn:
             (table,) = conn.execute(Q.partition, {"id": cid}).fetchone()
-            if table is None:
-                return "absent"
+            indexes = [i for (i,) in conn.execute(Q.unused_indexes, {"id": cid})]
+            if table is None and not indexes:
+                return "absent", []
             conn.execute(Q.short_lock_timeout)
-            conn.execute(sql.SQL(Q.drop_partition).format(table=sql.Identifier("pgrag", table)))
+            if table is not None:
+                conn.execute(sql.SQL(Q.drop_partition).format(table=sql.Identifier("pgrag", table)))
+            for index in indexes:
+                conn.execute(sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index)))
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.LockNotAvailable):
-            return "searches held pgrag.chunk_embeddings; `pgrag db repair` drops it"
+            return "searches held pgrag.chunk_embeddings; `pgrag db repair` drops it", []
         if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
-            return "only the owner of schema pgrag may drop it (`pgrag db repair`)"
+            return "only the owner of schema pgrag may drop it (`pgrag db repair`)", []
         # (the collection is gone whatever happened here; repair finishes the job)
-        return f"{err}; `pgrag db repair` drops it"
-    return "dropped"
+        return f"{err}; `pgrag db repair` drops it", []
+    return ("absent" if table is None else "dropped"), indexes

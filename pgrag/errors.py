@@ -54,9 +54,11 @@ class NotText(InputError):
 class CollectionNotFound(InputError):
     """No collection of that name exists (or none the session may see)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, message: str | None = None) -> None:
         self.name = name
-        super().__init__(f"collection {name!r} does not exist; `pgrag collections` lists them")
+        super().__init__(
+            message or f"collection {name!r} does not exist; `pgrag collections` lists them"
+        )
 
 
 class ConversationNotFound(InputError):

@@ -88,12 +88,12 @@ def collections(ctx: click.Context, as_json: bool) -> None:
 def collections_delete(
     ctx: click.Context, name: str, yes: bool, dry_run: bool, as_json: bool
 ) -> None:
-    """Delete collection NAME with its documents, chunks, vectors and keyword index, in one
-    transaction. The question log keeps its entries (with no collection). Needs --yes."""
+    """Delete collection NAME with its documents, chunks, vectors, keyword index and logged
+    questions, in one transaction. Needs --yes."""
     from pgrag.collection_removal import delete_collection
 
     report = delete_collection(database(ctx), name, dry_run=dry_run or not yes)
-    if as_json:
+    if as_json or (ctx.parent is not None and ctx.parent.params.get("as_json")):
         emit_json(report.to_dict())
     echo(report.summary(), err=True)
     if not yes and not dry_run:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pgrag.collections import Collection
 from pgrag.db import queries
 from pgrag.db.connect import transaction
-from pgrag.errors import DatabaseError, InputError, PgragError
+from pgrag.errors import CollectionNotFound, DatabaseError, InputError, PgragError
 from pgrag.ingest.embed import vectors_by_hash
 from pgrag.ingest.plan import PreparedChunk, PreparedDoc, prepare_chunk
 from pgrag.ingest.report import FileResult, IngestReport
@@ -211,7 +211,13 @@ def lock_collection(conn: Any, coll: Collection) -> bool:
     row = conn.execute(
         Q.lock_collection, {"collection_id": coll.id, "model_id": coll.model_id}
     ).fetchone()
-    if row is None or row[0] != coll.model_id:
+    if row is None:
+        raise CollectionNotFound(
+            coll.name,
+            f"collection {coll.name!r} was deleted during this ingest (pgrag collections"
+            " delete); what it had written went with it",
+        )
+    if row[0] != coll.model_id:
         raise PgragError(
             f"collection {coll.name!r} was switched to another embedding model during this"
             " ingest (pgrag models activate); run the ingest again"
