@@ -24,6 +24,7 @@ VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("PGRAG_READ_DSN", "read_dsn", "a read replica (or several, in libpq's multi-host form) for searches, `ask`'s retrieval and listings; writes stay on `PGRAG_DSN`, and reads fall back to it when the replica fails ([docs/scale.md](docs/scale.md#read-replicas))"),
     ("PGRAG_READ_YOUR_WRITES", "read_your_writes", "`on`: each read waits for the replica to have replayed the primary's writes so far (else the primary answers it)"),
     ("PGRAG_READ_WAIT_SECONDS", "read_wait_seconds", "how long a read waits for the replica to catch up (2)"),
+    ("PGRAG_READ_MAX_LAG_SECONDS", "read_max_lag_seconds", "a replica that has not replayed what the primary wrote this long ago is failed over like one that is down (60; 0: no bound)"),
     ("PGRAG_COLLECTION", "collection", "default collection for `ingest`, `search`, `ask` (default `default`)"),
     ("PGRAG_URL", "service_url", "a running `pgrag serve`, e.g. `http://127.0.0.1:8000`: `pgrag search` and `pgrag ask` call it instead of loading the model ([docs/serve.md](docs/serve.md)); `--dsn` searches locally"),
     ("PGRAG_API_KEY", "service_api_key", "an API key (`pgrag keys create`): what `pgrag search` and `pgrag ask` send to `PGRAG_URL` (and nowhere else), and who `pgrag mcp` reads as"),
@@ -64,6 +65,7 @@ class Settings:
     read_dsn: str | None = None
     read_your_writes: str | None = None
     read_wait_seconds: str | None = None
+    read_max_lag_seconds: str | None = None
     collection: str = "default"
     service_url: str | None = None
     service_api_key: str | None = field(default=None, repr=False)

@@ -166,10 +166,11 @@ def connect(
     """
     names = None if principals is None else check_principals(principals)
     settings = settings or config.from_env()
-    from pgrag.db.replica import check_dsn, open_replica, wait_seconds
+    from pgrag.db.replica import check_dsn, max_lag_seconds, open_replica, wait_seconds
 
     # (bad replica settings are said now, not at a search)
     wait_seconds(settings)
+    max_lag_seconds(settings)
     check_dsn(settings)
     reads_your_writes = settings.reads_your_writes if read_your_writes is None else read_your_writes
     resolved = resolve_dsn(dsn, settings)

@@ -11,6 +11,12 @@ hosts, ``postgresql://replica1,replica2/pgrag?target_session_attrs=standby&load_
   alone for :data:`RETRY_SECONDS`; reads go to the primary meanwhile, with one warning (logger
   ``pgrag``) when it goes down and one when it is back. A read that a replica cancels because
   of a conflict with recovery is read again on the primary.
+- **Too far behind.** A replica that has not replayed what the primary had written
+  ``PGRAG_READ_MAX_LAG_SECONDS`` (60) ago is failed over as one that is down, with a warning:
+  a standby that lost its primary (stopped streaming, or cannot find the WAL it needs) would
+  otherwise answer with older data for ever. Every quarter of that time at most, a read takes
+  the primary's WAL position and the replica's replay position; a replica that is still short
+  of a position the primary held that long ago is too far behind. 0 turns it off.
 - **Read-your-writes**, when asked (``pgrag.connect(read_your_writes=True)`` or
   ``PGRAG_READ_YOUR_WRITES=on``): before each read, the primary's current WAL position is
   taken, and the replica is waited for until it has replayed it, at most
@@ -43,6 +49,7 @@ Q = queries.load(__name__)
 log = logging.getLogger("pgrag")
 
 RETRY_SECONDS = 30.0  # how long a replica that failed is left alone
+DEFAULT_MAX_LAG_SECONDS = 60.0
 CONNECT_SECONDS = 3  # libpq's connect_timeout for a replica (the primary answers otherwise)
 DEFAULT_WAIT_SECONDS = 2.0
 # SQLSTATE 40001 with a standby's "conflict with recovery": the replica cancelled the read.
@@ -62,15 +69,68 @@ class Replica:
     once :data:`RETRY_SECONDS` have passed. Thread-safe to share, one read at a time (as a
     :class:`pgrag.Database` is)."""
 
-    def __init__(self, dsn: str, user: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        user: tuple[str, str] | None = None,
+        max_lag: float = DEFAULT_MAX_LAG_SECONDS,
+    ) -> None:
         self.dsn = dsn
         # The primary session's (login role, role it acts as): the replica's must be the same.
         self.user = user
+        self.max_lag = max_lag  # seconds (0: no bound)
         self._conn: psycopg.Connection[Any] | None = None
         self._down_until = 0.0
         self._down_why: str | None = None
         self._said_not_standby = False
         self._lock = threading.Lock()
+        # The lag check's state: when it may look next, and a primary WAL position with the
+        # time it was taken, which the replica had not replayed then.
+        self._lag_lock = threading.Lock()
+        self._lag_next = 0.0
+        self._lag_pending: tuple[float, str] | None = None
+        self._lag_down = False  # down for being too far behind (until it has caught up)
+
+    def check_lag(self, conn: psycopg.Connection[Any], primary_position: Callable[[], str]) -> None:
+        """Raise :class:`ReplicaDown` (marking the replica down) when it has not replayed a
+        WAL position the primary held at least ``max_lag`` seconds ago; look at most every
+        ``max_lag / 4`` seconds (a query on each server)."""
+        if not self.max_lag:
+            return
+        now = time.monotonic()
+        with self._lag_lock:
+            if now < self._lag_next:
+                return
+            self._lag_next = now + self.max_lag / 4
+            pending = self._lag_pending
+        position = primary_position()
+        row = conn.execute(
+            Q.replayed_positions, {"a": pending[1] if pending else position, "b": position}
+        ).fetchone()
+        conn.rollback()
+        assert row is not None
+        replayed_pending, replayed_now = row
+        with self._lag_lock:
+            if replayed_now or replayed_pending:
+                if self._lag_down:
+                    self._lag_down = False
+                    self.answering()
+            if replayed_now:
+                self._lag_pending = None  # (caught up with the primary)
+            elif pending is None or replayed_pending:
+                self._lag_pending = (now, position)  # behind, but moving: a new mark
+            elif now - pending[0] >= self.max_lag:
+                # The mark stays: tried again, the replica is passed over at once until it has
+                # replayed it.
+                self._lag_next = 0.0
+                self._lag_down = True
+                raise self.failed(
+                    ReplicaDown(
+                        f"it has not replayed what the primary had written {now - pending[0]:.0f} s"
+                        f" ago (PGRAG_READ_MAX_LAG_SECONDS={self.max_lag:g}): a standby that"
+                        " stopped streaming from its primary, or one far behind"
+                    )
+                )
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -129,7 +189,8 @@ class Replica:
             )
 
     def answering(self) -> None:
-        if self._down_why is not None:
+        # (a replica down for being behind answers again once the lag check says it caught up)
+        if self._down_why is not None and not self._lag_down:
             log.warning("the read replica answers again: reading from it (%s)", _where(self.dsn))
             self._down_why = None
 
@@ -169,8 +230,14 @@ class PooledReplica(Replica):
     :meth:`Replica.check` does): a replica that is down is then passed over at once, without
     the pool waiting for it or retrying it in the background."""
 
-    def __init__(self, dsn: str, pool: Any, user: tuple[str, str] | None = None) -> None:
-        super().__init__(dsn, user)
+    def __init__(
+        self,
+        dsn: str,
+        pool: Any,
+        user: tuple[str, str] | None = None,
+        max_lag: float = DEFAULT_MAX_LAG_SECONDS,
+    ) -> None:
+        super().__init__(dsn, user, max_lag)
         self.pool = pool
         self._tried = False
 
@@ -230,6 +297,23 @@ def _where(dsn: str) -> str:
     return describe_dsn(dsn)
 
 
+def max_lag_seconds(settings: Settings) -> float:
+    """PGRAG_READ_MAX_LAG_SECONDS (a :class:`~pgrag.ConfigError` when it is not 0 to 86400)."""
+    raw = settings.read_max_lag_seconds
+    if raw is None or not raw.strip():
+        return DEFAULT_MAX_LAG_SECONDS
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 86400:
+        raise ConfigError(
+            f"PGRAG_READ_MAX_LAG_SECONDS={raw!r} is not a number of seconds from 0 to 86400;"
+            " set it to e.g. 60 (0: read from the replica however far behind it is)"
+        )
+    return value
+
+
 def wait_seconds(settings: Settings) -> float:
     raw = settings.read_wait_seconds
     if raw is None:
@@ -264,6 +348,8 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
                 try:
                     if target is not None and not _caught_up(conn, target, db):
                         raise ReplicaDown("behind the primary")
+                    if target is None:
+                        replica.check_lag(conn, lambda: _primary_position(db))
                     with conn.transaction():
                         conn.execute(Q.read_only)
                         return work(conn)
@@ -339,4 +425,4 @@ def open_replica(settings: Settings, primary: psycopg.Connection[Any]) -> Replic
     """The replica PGRAG_READ_DSN names (opened when first read from; it must read as the
     ``primary`` connection's roles), None without one."""
     dsn = check_dsn(settings)
-    return Replica(dsn, session_roles(primary)) if dsn else None
+    return Replica(dsn, session_roles(primary), max_lag_seconds(settings)) if dsn else None

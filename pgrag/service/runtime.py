@@ -117,12 +117,14 @@ class Service:
                 RETRY_SECONDS,
                 PooledReplica,
                 check_dsn,
+                max_lag_seconds,
                 session_roles,
                 wait_seconds,
             )
 
             check_dsn(self.settings)
             wait_seconds(self.settings)
+            max_lag = max_lag_seconds(self.settings)
             _ = self.settings.reads_your_writes  # (a bad value is said at start)
             with self.pool.connection() as conn:
                 user = session_roles(conn)  # (the replica must read as the same role)
@@ -140,7 +142,7 @@ class Service:
                 open=False,
             )
             reads.open(wait=False)
-            self.replica = PooledReplica(self.settings.read_dsn, reads, user)
+            self.replica = PooledReplica(self.settings.read_dsn, reads, user, max_lag)
         self.warnings = self._role_warnings() if self.config.shared else []
         for warning in self.warnings:
             log.warning("%s", warning)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ import pgrag
 from pgrag import access
 from pgrag.config import Settings
 from pgrag.db import replica as replica_module
+from pgrag.db.replica import _where
 from pgrag.db.server import EmbeddedServer
 from pgrag.errors import ConfigError
 from pgrag.ingest.document import from_text
@@ -349,6 +351,9 @@ def test_replica_settings_that_cannot_work_are_said_at_connect(pair: Pair) -> No
         pgrag.connect(pair.primary, settings=Settings(read_dsn="garbage string"))
     with pytest.raises(ConfigError, match="PGRAG_READ_YOUR_WRITES='banana'"):
         pgrag.connect(pair.primary, settings=Settings(read_your_writes="banana"))
+    for lag in ("-1", "soon", "1e9"):
+        with pytest.raises(ConfigError, match=f"PGRAG_READ_MAX_LAG_SECONDS='{lag}'"):
+            pgrag.connect(pair.primary, settings=Settings(read_max_lag_seconds=lag))
 
 
 @pytest.mark.parametrize(
@@ -411,3 +416,53 @@ def test_a_collection_the_standby_has_not_replayed_is_read_from_the_primary(
         with psycopg.connect(superuser_standby, autocommit=True) as conn:
             conn.execute("SELECT pg_wal_replay_resume()")
         wait_for_replay(pair.primary, pair.standby)
+
+
+def test_a_standby_that_stopped_replaying_is_passed_over_until_it_catches_up(
+    pair: Pair, embedder: Any, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A standby that stops replaying (here paused; in life, one that lost its primary or the
+    WAL it needs) answers with older data for ever: once it has not replayed what the primary
+    wrote PGRAG_READ_MAX_LAG_SECONDS ago, reads go to the primary, with one warning, and stay
+    there until it has caught up (a retry of a standby still behind goes on failing over)."""
+    superuser_standby = make_conninfo(pair.standby, dbname="postgres")
+    with psycopg.connect(superuser_standby, autocommit=True) as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+    monkeypatch.setattr(replica_module, "RETRY_SECONDS", 0.0)
+    try:
+        with _connect(pair, embedder, read_max_lag_seconds="1") as db:
+            pgrag.ingest_documents(
+                db,
+                [from_text("evora.txt", "The Evora warehouse opens at dawn.")],
+                collection="depots",
+                allow=["public"],
+            )
+            with caplog.at_level(logging.WARNING, logger="pgrag"):
+                # Behind, but not for a second yet: the standby answers, without it.
+                assert "evora.txt" not in _sources(db, "Evora warehouse dawn")
+                time.sleep(1.2)  # (the standby has now been behind for over a second)
+                assert "evora.txt" in _sources(db, "Evora warehouse dawn")  # (the primary's)
+                assert "evora.txt" in _sources(db, "Evora warehouse dawn")
+                # Tried again while still behind: passed over at once, nothing said again.
+                assert "evora.txt" in _sources(db, "Evora warehouse dawn")
+            warned = [r.getMessage() for r in caplog.records]
+            assert len(warned) == 1, warned
+            assert "has not replayed what the primary had written" in warned[0]
+            assert "PGRAG_READ_MAX_LAG_SECONDS=1" in warned[0]
+            caplog.clear()
+            with psycopg.connect(superuser_standby, autocommit=True) as conn:
+                conn.execute("SELECT pg_wal_replay_resume()")
+            wait_for_replay(pair.primary, pair.standby)
+            with caplog.at_level(logging.WARNING, logger="pgrag"):
+                assert "evora.txt" in _sources(db, "Evora warehouse dawn")  # the standby's now
+            assert [r.getMessage() for r in caplog.records] == [
+                f"the read replica answers again: reading from it ({_where(pair.standby)})"
+            ]
+            assert db.replica is not None and db.replica._conn is not None
+            assert db.replica._conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+    finally:
+        with psycopg.connect(superuser_standby, autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        wait_for_replay(pair.primary, pair.standby)
+        with psycopg.connect(pair.primary, autocommit=True) as conn:
+            conn.execute("DELETE FROM pgrag.documents WHERE source = 'evora.txt'")
