@@ -20,6 +20,8 @@ from pgrag.db.connect import Database
 from pgrag.errors import CollectionNotFound, InputError
 from pgrag.ingest.loaders import from_text
 
+pytestmark = pytest.mark.matrix  # (partitions and foreign keys: scripts/test-matrix runs it)
+
 # What a collection leaves in each table, by its id.
 LEFT = (
     "SELECT (SELECT count(*) FROM pgrag.documents WHERE collection_id = %(id)s),"

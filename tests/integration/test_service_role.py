@@ -141,3 +141,49 @@ def test_an_administrator_that_is_not_a_superuser_makes_the_service_role(dsn: st
         assert createdb == (False,)
     finally:
         _drop_roles(dsn, "pgrag_service", admin)
+
+
+@pytest.mark.matrix
+def test_a_service_role_that_exists_with_too_much_is_mended_or_refused(dsn: str) -> None:
+    """What the script finds in an existing pgrag_service: REPLICATION (it could stream every
+    row) and an expired password are taken away; a membership in another role (here one that
+    reads every table) stops it, naming it; a membership granted WITH INHERIT FALSE (16 and
+    later), which gives none of the role's privileges, is granted again usably; and an empty
+    password is refused before anything changes."""
+    _drop_roles(dsn, "pgrag_service")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        version = conn.info.server_version
+        conn.execute(
+            "CREATE ROLE pgrag_service LOGIN REPLICATION VALID UNTIL '2000-01-01'"
+            " CONNECTION LIMIT 0"
+        )
+    try:
+        with pytest.raises(subprocess.CalledProcessError) as failed:
+            _run_script(dsn, "")
+        assert "no password for pgrag_service" in failed.value.stderr
+        _run_script(dsn, "a secret")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT rolreplication, rolvaliduntil IS NULL OR rolvaliduntil > now(),"
+                " rolconnlimit FROM pg_roles WHERE rolname = 'pgrag_service'"
+            ).fetchone()
+            assert row == (False, True, -1)
+            conn.execute("GRANT pg_read_all_stats TO pgrag_service")
+        with pytest.raises(subprocess.CalledProcessError) as failed:
+            _run_script(dsn, "a secret")
+        assert "pgrag_service is also a member of pg_read_all_stats" in failed.value.stderr
+        if version >= 160000:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute("REVOKE pg_read_all_stats FROM pgrag_service")
+                conn.execute("REVOKE pgrag_writer FROM pgrag_service")
+                conn.execute("GRANT pgrag_writer TO pgrag_service WITH INHERIT FALSE")
+                assert conn.execute(
+                    "SELECT pg_has_role('pgrag_service', 'pgrag_writer', 'USAGE')"
+                ).fetchone() == (False,)
+            _run_script(dsn, "a secret")
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                assert conn.execute(
+                    "SELECT pg_has_role('pgrag_service', 'pgrag_writer', 'USAGE')"
+                ).fetchone() == (True,)
+    finally:
+        _drop_roles(dsn, "pgrag_service")
