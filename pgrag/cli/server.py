@@ -9,7 +9,7 @@ import click
 
 from pgrag.cli.options import emit_json, json_option, state
 from pgrag.cli.output import echo
-from pgrag.db.server import EmbeddedServer, default_dir
+from pgrag.db.server import EmbeddedServer, default_dir, standby_slot
 
 
 def _server(ctx: click.Context) -> EmbeddedServer:
@@ -63,14 +63,22 @@ def server_status(ctx: click.Context, dsn_only: bool, as_json: bool) -> None:
 
 @server.command("standby")
 @click.argument("directory")
+@click.option(
+    "--forget",
+    is_flag=True,
+    help="Drop the replication slot of the standby in DIRECTORY, stopped for good.",
+)
 @click.pass_context
-def server_standby(ctx: click.Context, directory: str) -> None:
+def server_standby(ctx: click.Context, directory: str, forget: bool) -> None:
     """Make a hot standby of the embedded server in DIRECTORY and start it; print its DSN.
 
     The embedded server (PGRAG_SERVER_DIR's, started if needed) is copied by pg_basebackup
-    and streams its changes to the standby from then on: point PGRAG_READ_DSN at the DSN
+    and streams its changes to the standby from then on, through a replication slot that
+    keeps up to 1 GB of WAL for it while it is stopped: point PGRAG_READ_DSN at the DSN
     printed to search there. `PGRAG_SERVER_DIR=DIRECTORY pgrag server stop|start|status`
-    manages the standby. For trying read replicas on one machine (docs/scale.md)."""
+    manages the standby; once it is stopped for good (and its directory removed),
+    `pgrag server standby --forget DIRECTORY` drops its slot. For trying read replicas on one
+    machine (docs/scale.md)."""
     if not directory.strip():
         raise click.UsageError("DIRECTORY is empty; name a new directory for the standby")
     primary = _server(ctx)
@@ -78,4 +86,19 @@ def server_standby(ctx: click.Context, directory: str) -> None:
     if target == primary.directory.resolve():
         raise click.UsageError(f"{directory} is the primary's own directory; name a new one")
     primary.ensure_running()
-    echo(EmbeddedServer(target).replicate(primary))
+    if forget:
+        dropped = primary.forget_standby(target)
+        echo(
+            f"dropped the replication slot of the standby in {target}"
+            if dropped
+            else f"no replication slot for a standby in {target}: nothing to forget",
+            err=True,
+        )
+        return
+    dsn = EmbeddedServer(target).replicate(primary)
+    echo(
+        f"the standby streams through slot {standby_slot(target)} on the primary;"
+        f" `pgrag server standby --forget {target}` drops it once the standby is gone",
+        err=True,
+    )
+    echo(dsn)

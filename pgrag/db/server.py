@@ -149,8 +149,11 @@ class EmbeddedServer:
         """Make this (uninitialised) server a hot standby of ``primary`` by streaming
         replication, and start it; its DSN. The primary's data is copied by
         ``pg_basebackup -R`` (which writes the standby's ``primary_conninfo``), over the
-        primary's socket: both run as the same OS user. For trying read replicas on one
-        machine (docs/scale.md); a production standby is the operator's."""
+        primary's socket: both run as the same OS user. The standby streams through a
+        replication slot on the primary (:func:`standby_slot`), so that one stopped for a while
+        finds the WAL it missed (up to the primary's ``max_slot_wal_keep_size``, set to 1 GB
+        when it had no limit), with ``hot_standby_feedback`` on. For trying read replicas on
+        one machine (docs/scale.md); a production standby is the operator's."""
         if (self.data / "PG_VERSION").exists():
             raise ServerError(
                 f"{self.data} already holds a cluster; replicate into a new directory"
@@ -167,6 +170,8 @@ class EmbeddedServer:
         if problem is not None:
             raise ServerError(problem)
         self.directory.mkdir(parents=True, exist_ok=True)
+        slot = standby_slot(self.directory)
+        primary.prepare_standby_slot(slot, self.directory)
         with self._lock():
             self._prepare_owner()
             self._prepare_socket_dir()
@@ -176,6 +181,9 @@ class EmbeddedServer:
                     "-D",
                     str(self.data),
                     "-R",
+                    "-C",
+                    "-S",
+                    slot,
                     "-X",
                     "stream",
                     "-c",
@@ -189,8 +197,49 @@ class EmbeddedServer:
                 ],
                 timeout=600,
             )
+            # (-R wrote primary_conninfo and primary_slot_name here; read after postgresql.conf)
+            with (self.data / "postgresql.auto.conf").open("a") as conf:
+                conf.write("hot_standby_feedback = on\n")
             self._start_with_retry()
         return self.dsn()
+
+    def prepare_standby_slot(self, slot: str, directory: Path) -> None:
+        """Before a standby in ``directory`` is made from this server: its slot's name free
+        (a slot left by an earlier standby there, which nothing streams from, is dropped), and
+        a limit on the WAL slots may hold back."""
+        import psycopg
+
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            row = conn.execute(Q.standby_slot, {"slot": slot}).fetchone()
+            if row is not None and row[0]:
+                raise ServerError(
+                    f"a standby streams from this server's slot {slot} for {directory} already;"
+                    " stop it, or name another directory"
+                )
+            if row is not None:
+                conn.execute(Q.drop_standby_slot, {"slot": slot})
+            limit = conn.execute(Q.slot_wal_limit).fetchone()
+            if limit is not None and limit[0] == -1:
+                conn.execute(Q.limit_slot_wal)
+                conn.execute(Q.reload)
+
+    def forget_standby(self, directory: Path) -> bool:
+        """Drop the slot of the standby made in ``directory`` (once it is stopped for good),
+        so this server stops keeping WAL for it; whether there was one."""
+        import psycopg
+
+        slot = standby_slot(directory)
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            row = conn.execute(Q.standby_slot, {"slot": slot}).fetchone()
+            if row is None:
+                return False
+            if row[0]:
+                raise ServerError(
+                    f"the standby in {directory} still streams from slot {slot}: stop it first"
+                    f" (PGRAG_SERVER_DIR={directory} pgrag server stop)"
+                )
+            conn.execute(Q.drop_standby_slot, {"slot": slot})
+        return True
 
     def stop_now(self) -> None:
         """Stop the server at once, as a crash would (``pg_ctl -m immediate``)."""
@@ -634,6 +683,14 @@ def _ensure_system_user() -> None:
             f"cannot create the OS user {SYSTEM_USER!r} the embedded server runs as"
             f" ({result.stderr.strip()}); create it, or set PGRAG_DSN to use your own server"
         )
+
+
+def standby_slot(directory: Path) -> str:
+    """The replication slot on the primary of the standby made in ``directory``."""
+    import hashlib
+
+    digest = hashlib.sha256(str(Path(directory).resolve()).encode()).hexdigest()[:16]
+    return f"pgrag_standby_{digest}"
 
 
 def psql_path() -> Path:

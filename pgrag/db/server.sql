@@ -5,3 +5,24 @@ SELECT 1 FROM pg_database WHERE datname = %(name)s;
 -- name: create_database
 -- Create pgrag's database on the embedded server.
 CREATE DATABASE {database};
+
+-- name: standby_slot
+-- Whether the replication slot of a standby exists on this primary, and whether a standby
+-- streams from it now.
+SELECT active FROM pg_replication_slots WHERE slot_name = %(slot)s;
+
+-- name: drop_standby_slot
+-- A standby's slot that nothing streams from (left by an earlier standby in that directory).
+SELECT pg_drop_replication_slot(%(slot)s);
+
+-- name: slot_wal_limit
+-- How much WAL a replication slot may hold back on this primary (-1: no limit).
+SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size';
+
+-- name: limit_slot_wal
+-- A standby's slot keeps the WAL it has not taken, so a standby stopped for a while catches up
+-- after it; at most this much, so one that is gone for good does not fill the primary's disk.
+ALTER SYSTEM SET max_slot_wal_keep_size = '1GB';
+
+-- name: reload
+SELECT pg_reload_conf();

@@ -27,7 +27,7 @@ from pgrag import access
 from pgrag.config import Settings
 from pgrag.db import replica as replica_module
 from pgrag.db.replica import _where
-from pgrag.db.server import EmbeddedServer
+from pgrag.db.server import EmbeddedServer, standby_slot
 from pgrag.errors import ConfigError
 from pgrag.ingest.document import from_text
 from tests.integration.conftest import FAST_SETTINGS, TEMPLATE, _create_database, _drop_database
@@ -92,6 +92,7 @@ def pair(
         yield Pair(primary=primary, standby=standby, reader=reader, server=server)
     finally:
         server.stop()
+        embedded_server.forget_standby(directory)  # (its slot would keep WAL for it)
         shutil.rmtree(directory, ignore_errors=True)
         _drop_database(admin_dsn, name)
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
@@ -317,13 +318,34 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
     try:
         assert made.exit_code == 0, made.output
         dsn = made.output.strip().splitlines()[-1]
+        slot = standby_slot(directory)
+        assert f"streams through slot {slot}" in made.output
         with psycopg.connect(make_conninfo(dsn, dbname="postgres")) as conn:
             assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+            assert conn.execute("SHOW hot_standby_feedback").fetchone() == ("on",)
+        # It streams through its slot, which keeps what it has not taken while it is down
+        # (within the limit set on the primary).
+        with psycopg.connect(embedded_server.dsn("postgres")) as conn:
+            for _ in range(100):
+                row = conn.execute(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+                ).fetchone()
+                if row == (True,):
+                    break
+                conn.execute("SELECT pg_sleep(0.05)")
+            assert row == (True,)
+            assert conn.execute("SHOW max_slot_wal_keep_size").fetchone() != ("-1",)
         again = runner.invoke(cli, ["server", "standby", str(directory)])
         assert again.exit_code != 0 and "already holds a cluster" in again.output
+        busy = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
+        assert busy.exit_code == 1 and "still streams from slot" in busy.output
     finally:
         EmbeddedServer(directory).stop()
         shutil.rmtree(directory, ignore_errors=True)
+    forgot = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
+    assert forgot.exit_code == 0 and "dropped the replication slot" in forgot.output
+    forgot = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
+    assert forgot.exit_code == 0 and "nothing to forget" in forgot.output
 
 
 def test_several_hosts_in_one_read_dsn_are_libpqs_to_choose_among(
