@@ -103,7 +103,10 @@ class Replica:
                 return
             self._lag_next = now + self.max_lag / 4
             pending = self._lag_pending
-        position = primary_position()
+        try:
+            position = primary_position()
+        except PgragError:
+            return  # (the primary cannot say: the replica is what answers now, whatever its lag)
         row = conn.execute(
             Q.replayed_positions, {"a": pending[1] if pending else position, "b": position}
         ).fetchone()

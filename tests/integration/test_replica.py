@@ -488,3 +488,23 @@ def test_a_standby_that_stopped_replaying_is_passed_over_until_it_catches_up(
         wait_for_replay(pair.primary, pair.standby)
         with psycopg.connect(pair.primary, autocommit=True) as conn:
             conn.execute("DELETE FROM pgrag.documents WHERE source = 'evora.txt'")
+
+
+def test_the_lag_check_leaves_a_replica_answering_when_the_primary_cannot_say(
+    pair: Pair, embedder: Any
+) -> None:
+    """With the primary unreachable, the replica is what answers reads: the lag check, which
+    asks the primary for its WAL position, then passes instead of failing the read."""
+    from pgrag.errors import DatabaseError
+
+    def unreachable() -> str:
+        raise DatabaseError("connection to the primary failed")
+
+    with _connect(pair, embedder, read_max_lag_seconds="1") as db:
+        assert "acme.txt" in _sources(db, "Lisbon depot")  # (the replica's connection open)
+        replica = db.replica
+        assert replica is not None and replica._conn is not None
+        replica._lag_next = 0.0
+        replica._lag_pending = (time.monotonic() - 3600, "0/1")  # (long overdue, if it could say)
+        replica.check_lag(replica._conn, unreachable)
+        assert replica._down_why is None and not replica._lag_down
