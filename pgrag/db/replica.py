@@ -300,37 +300,36 @@ def _where(dsn: str) -> str:
     return describe_dsn(dsn)
 
 
-def max_lag_seconds(settings: Settings) -> float:
-    """PGRAG_READ_MAX_LAG_SECONDS (a :class:`~pgrag.ConfigError` when it is not 0 to 86400)."""
-    raw = settings.read_max_lag_seconds
+def _seconds(raw: str | None, variable: str, default: float, most: float, hint: str) -> float:
+    """A setting in seconds from 0 to ``most`` (unset: ``default``), else a ConfigError."""
     if raw is None or not raw.strip():
-        return DEFAULT_MAX_LAG_SECONDS
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not 0 <= value <= 86400:
+    if not 0 <= value <= most:
         raise ConfigError(
-            f"PGRAG_READ_MAX_LAG_SECONDS={raw!r} is not a number of seconds from 0 to 86400;"
-            " set it to e.g. 60 (0: read from the replica however far behind it is)"
+            f"{variable}={raw!r} is not a number of seconds from 0 to {most:g}; set it to {hint}"
         )
     return value
+
+
+def max_lag_seconds(settings: Settings) -> float:
+    """PGRAG_READ_MAX_LAG_SECONDS (a :class:`~pgrag.ConfigError` when it is not 0 to 86400)."""
+    return _seconds(
+        settings.read_max_lag_seconds,
+        "PGRAG_READ_MAX_LAG_SECONDS",
+        DEFAULT_MAX_LAG_SECONDS,
+        86400,
+        "e.g. 60 (0: read from the replica however far behind it is)",
+    )
 
 
 def wait_seconds(settings: Settings) -> float:
-    raw = settings.read_wait_seconds
-    if raw is None:
-        return DEFAULT_WAIT_SECONDS
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= 600:
-        raise ConfigError(
-            f"PGRAG_READ_WAIT_SECONDS={raw!r} is not a number of seconds from 0 to 600; set it"
-            " to e.g. 2"
-        )
-    return value
+    return _seconds(
+        settings.read_wait_seconds, "PGRAG_READ_WAIT_SECONDS", DEFAULT_WAIT_SECONDS, 600, "e.g. 2"
+    )
 
 
 def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
