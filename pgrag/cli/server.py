@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from pathlib import Path
 
@@ -98,7 +99,8 @@ def server_standby(ctx: click.Context, directory: str, forget: bool) -> None:
     dsn = EmbeddedServer(target).replicate(primary)
     echo(
         f"the standby streams through slot {standby_slot(target)} on the primary;"
-        f" `pgrag server standby --forget {target}` drops it once the standby is gone",
+        f" `pgrag server standby --forget {shlex.quote(str(target))}` drops it once the"
+        " standby is stopped and its directory removed",
         err=True,
     )
     echo(dsn)

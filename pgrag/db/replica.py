@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, LiteralString, TypeVar
 
 from pgrag.db import queries
 from pgrag.errors import CollectionNotFound, ConfigError, DatabaseError, PgragError
@@ -90,23 +90,30 @@ class Replica:
         self._lag_next = 0.0
         self._lag_pending: tuple[float, str] | None = None
         self._lag_down = False  # down for being too far behind (until it has caught up)
+        self._lag_looked = False  # whether this process has looked yet
 
-    def check_lag(self, conn: psycopg.Connection[Any], primary_position: Callable[[], str]) -> None:
+    def check_lag(
+        self, conn: psycopg.Connection[Any], primary_position: Callable[[], str]
+    ) -> str | None:
         """Raise :class:`ReplicaDown` (marking the replica down) when it has not replayed a
         WAL position the primary held at least ``max_lag`` seconds ago; look at most every
-        ``max_lag / 4`` seconds (a query on each server)."""
+        ``max_lag / 4`` seconds (a query on each server). The first look of a process, which
+        has no earlier mark to go by (a CLI command is one read), returns the primary's
+        position when the replica is short of it: the caller waits for the replica to reach
+        it, as read-your-writes does, else reads from the primary."""
         if not self.max_lag:
-            return
+            return None
         now = time.monotonic()
         with self._lag_lock:
             if now < self._lag_next:
-                return
+                return None
             self._lag_next = now + self.max_lag / 4
-            pending = self._lag_pending
+            pending, first = self._lag_pending, not self._lag_looked
+            self._lag_looked = True
         try:
             position = primary_position()
         except PgragError:
-            return  # (the primary cannot say: the replica is what answers now, whatever its lag)
+            return None  # (the primary cannot say: the replica is what answers now)
         row = conn.execute(
             Q.replayed_positions, {"a": pending[1] if pending else position, "b": position}
         ).fetchone()
@@ -122,6 +129,8 @@ class Replica:
                 self._lag_pending = None  # (caught up with the primary)
             elif pending is None or replayed_pending:
                 self._lag_pending = (now, position)  # behind, but moving: a new mark
+                if first:
+                    return position
             elif now - pending[0] >= self.max_lag:
                 # The mark stays: tried again, the replica is passed over at once until it has
                 # replayed it.
@@ -129,11 +138,13 @@ class Replica:
                 self._lag_down = True
                 raise self.failed(
                     ReplicaDown(
-                        f"it has not replayed what the primary had written {now - pending[0]:.0f} s"
-                        f" ago (PGRAG_READ_MAX_LAG_SECONDS={self.max_lag:g}): a standby that"
-                        " stopped streaming from its primary, or one far behind"
+                        "it has not replayed what the primary had written at least"
+                        f" {now - pending[0]:.0f} s ago (PGRAG_READ_MAX_LAG_SECONDS="
+                        f"{self.max_lag:g}): a standby that stopped streaming from its primary,"
+                        " or one far behind"
                     )
                 )
+        return None
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -300,12 +311,12 @@ def _where(dsn: str) -> str:
     return describe_dsn(dsn)
 
 
-def _seconds(raw: str | None, variable: str, default: float, most: float, hint: str) -> float:
+def _seconds(raw: object, variable: str, default: float, most: float, hint: str) -> float:
     """A setting in seconds from 0 to ``most`` (unset: ``default``), else a ConfigError."""
-    if raw is None or not raw.strip():
+    if raw is None or not str(raw).strip():
         return default
     try:
-        value = float(raw)
+        value = float(str(raw))
     except ValueError:
         value = -1.0
     if not 0 <= value <= most:
@@ -351,7 +362,11 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
                     if target is not None and not _caught_up(conn, target, db):
                         raise ReplicaDown("behind the primary")
                     if target is None:
-                        replica.check_lag(conn, lambda: _primary_position(db))
+                        first = replica.check_lag(
+                            conn, lambda: _primary_position(db, Q.primary_flushed)
+                        )
+                        if first is not None and not _caught_up(conn, first, db):
+                            raise ReplicaDown("behind the primary")
                     with conn.transaction():
                         conn.execute(Q.read_only)
                         return work(conn)
@@ -374,11 +389,11 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         return work(conn)
 
 
-def _primary_position(db: Database) -> str:
+def _primary_position(db: Database, query: LiteralString = Q.primary_position) -> str:
     from pgrag.db.connect import transaction
 
     with transaction(db) as conn:
-        row = conn.execute(Q.primary_position).fetchone()
+        row = conn.execute(query).fetchone()
     return str(row[0])
 
 

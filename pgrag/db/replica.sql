@@ -5,10 +5,16 @@ SET TRANSACTION READ ONLY;
 
 -- name: primary_position
 -- Where the primary's WAL is now: a read that must see every write committed so far waits
--- for the replica to have replayed this far, and the lag check marks it. The insert position, not the write position:
+-- for the replica to have replayed this far. The insert position, not the write position:
 -- with synchronous_commit off a commit returns before its record is written, and the write
 -- position can still be short of it.
 SELECT pg_current_wal_insert_lsn();
+
+-- name: primary_flushed
+-- Where the primary's WAL is flushed to: what the lag check marks. (Not the insert position: on
+-- a primary whose last record ended at a page boundary, that points past the next page's
+-- header, which a standby that has replayed everything never reports.)
+SELECT pg_current_wal_flush_lsn();
 
 -- name: replayed_positions
 -- Whether this server has replayed the primary's WAL up to %(a)s, and up to %(b)s (a server

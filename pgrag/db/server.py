@@ -219,7 +219,8 @@ class EmbeddedServer:
             if row is not None:
                 conn.execute(Q.drop_standby_slot, {"slot": slot})
             limit = conn.execute(Q.slot_wal_limit).fetchone()
-            if limit is not None and limit[0] == -1:
+            if limit is not None and limit[0] == -1 and limit[1]:
+                # (only PostgreSQL's default: a limit someone set, -1 included, is theirs)
                 conn.execute(Q.limit_slot_wal)
                 conn.execute(Q.reload)
 
@@ -229,6 +230,14 @@ class EmbeddedServer:
         import psycopg
 
         slot = standby_slot(directory)
+        if (Path(directory) / "data" / "PG_VERSION").exists():
+            # (running or not: without its slot it could never stream again, and a standby
+            # that has not reconnected yet after the primary restarted looks inactive)
+            raise ServerError(
+                f"{directory} still holds the standby's cluster: stop it"
+                f" (PGRAG_SERVER_DIR={directory} pgrag server stop) and remove the directory"
+                " first; a standby whose slot is gone cannot stream again"
+            )
         with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
             row = conn.execute(Q.standby_slot, {"slot": slot}).fetchone()
             if row is None:

@@ -16,8 +16,10 @@ SELECT active FROM pg_replication_slots WHERE slot_name = %(slot)s;
 SELECT pg_drop_replication_slot(%(slot)s);
 
 -- name: slot_wal_limit
--- How much WAL a replication slot may hold back on this primary (-1: no limit).
-SELECT setting::bigint FROM pg_settings WHERE name = 'max_slot_wal_keep_size';
+-- How much WAL a replication slot may hold back on this primary (-1: no limit), and whether
+-- that is PostgreSQL's default rather than someone's setting.
+SELECT setting::bigint, source = 'default' FROM pg_settings
+ WHERE name = 'max_slot_wal_keep_size';
 
 -- name: limit_slot_wal
 -- A standby's slot keeps the WAL it has not taken, so a standby stopped for a while catches up

@@ -92,8 +92,8 @@ def pair(
         yield Pair(primary=primary, standby=standby, reader=reader, server=server)
     finally:
         server.stop()
-        embedded_server.forget_standby(directory)  # (its slot would keep WAL for it)
         shutil.rmtree(directory, ignore_errors=True)
+        embedded_server.forget_standby(directory)  # (its slot would keep WAL for it)
         _drop_database(admin_dsn, name)
         with psycopg.connect(admin_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(reader)))
@@ -105,6 +105,19 @@ def _connect(pair: Pair, embedder: Any, role: str | None = None, **settings: str
     return pgrag.connect(
         primary, embedder=embedder, settings=Settings(read_dsn=standby, **settings)
     )
+
+
+def _flushed(primary: str) -> None:
+    """Wait until the primary's WAL is flushed as far as it is written (the tests' servers
+    commit asynchronously)."""
+    with psycopg.connect(primary, autocommit=True) as conn:
+        target = conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]  # type: ignore[index]
+        for _ in range(200):
+            row = conn.execute("SELECT pg_current_wal_flush_lsn() >= %s::pg_lsn", (target,))
+            if row.fetchone() == (True,):
+                return
+            conn.execute("SELECT pg_sleep(0.01)")
+    raise AssertionError("the primary did not flush its WAL in 2 s")
 
 
 def _sources(db: Any, query: str, **kwargs: Any) -> set[str]:
@@ -158,7 +171,8 @@ def test_reads_are_the_standbys_and_read_your_writes_waits_for_it(
     with psycopg.connect(superuser_standby, autocommit=True) as conn:
         conn.execute("SELECT pg_wal_replay_pause()")
     try:
-        with _connect(pair, embedder) as db:  # ingest goes to the primary, as every write
+        # (the lag bound off: this shows reads coming from a standby that is behind)
+        with _connect(pair, embedder, read_max_lag_seconds="0") as db:  # writes: the primary
             pgrag.ingest_documents(
                 db,
                 [from_text("faro.txt", "The Faro depot opens on Sundays.")],
@@ -259,7 +273,9 @@ def test_the_service_reads_from_the_standby_and_fails_over(pair: Pair, embedder:
     with psycopg.connect(superuser_standby, autocommit=True) as conn:
         conn.execute("SELECT pg_wal_replay_pause()")
     try:
-        with served(pair.primary, Settings(read_dsn=pair.standby), no_auth=True) as s:
+        # (the lag bound off: the first reads show the standby's view, behind the primary)
+        settings = Settings(read_dsn=pair.standby, read_max_lag_seconds="0")
+        with served(pair.primary, settings, no_auth=True) as s:
             with pgrag.connect(pair.primary, embedder=embedder) as db:
                 pgrag.ingest_documents(
                     db,
@@ -338,7 +354,7 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
         again = runner.invoke(cli, ["server", "standby", str(directory)])
         assert again.exit_code != 0 and "already holds a cluster" in again.output
         busy = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
-        assert busy.exit_code == 1 and "still streams from slot" in busy.output
+        assert busy.exit_code == 1 and "still holds the standby's cluster" in busy.output
     finally:
         EmbeddedServer(directory).stop()
         shutil.rmtree(directory, ignore_errors=True)
@@ -373,6 +389,12 @@ def test_replica_settings_that_cannot_work_are_said_at_connect(pair: Pair) -> No
         pgrag.connect(pair.primary, settings=Settings(read_dsn="garbage string"))
     with pytest.raises(ConfigError, match="PGRAG_READ_YOUR_WRITES='banana'"):
         pgrag.connect(pair.primary, settings=Settings(read_your_writes="banana"))
+    for seconds in (2, 0.5):  # (numbers given as numbers, not strings)
+        with pgrag.connect(
+            pair.primary,
+            settings=Settings(read_max_lag_seconds=seconds, read_wait_seconds=seconds),  # type: ignore[arg-type]
+        ):
+            pass
     for lag in ("-1", "soon", "1e9"):
         with pytest.raises(ConfigError, match=f"PGRAG_READ_MAX_LAG_SECONDS='{lag}'"):
             pgrag.connect(pair.primary, settings=Settings(read_max_lag_seconds=lag))
@@ -452,25 +474,29 @@ def test_a_standby_that_stopped_replaying_is_passed_over_until_it_catches_up(
         conn.execute("SELECT pg_wal_replay_pause()")
     monkeypatch.setattr(replica_module, "RETRY_SECONDS", 0.0)
     try:
-        with _connect(pair, embedder, read_max_lag_seconds="1") as db:
+        with _connect(pair, embedder, read_max_lag_seconds="1", read_wait_seconds="0.2") as db:
             pgrag.ingest_documents(
                 db,
                 [from_text("evora.txt", "The Evora warehouse opens at dawn.")],
                 collection="depots",
                 allow=["public"],
             )
+            _flushed(pair.primary)
             with caplog.at_level(logging.WARNING, logger="pgrag"):
-                # Behind, but not for a second yet: the standby answers, without it.
-                assert "evora.txt" not in _sources(db, "Evora warehouse dawn")
+                # A process's first look has no earlier mark to go by: a replica short of the
+                # primary's position waits PGRAG_READ_WAIT_SECONDS for it, then this read goes
+                # to the primary (a CLI command, one read, is not served old data either).
+                assert "evora.txt" in _sources(db, "Evora warehouse dawn")
                 time.sleep(1.2)  # (the standby has now been behind for over a second)
-                assert "evora.txt" in _sources(db, "Evora warehouse dawn")  # (the primary's)
+                assert "evora.txt" in _sources(db, "Evora warehouse dawn")  # (failed over)
                 assert "evora.txt" in _sources(db, "Evora warehouse dawn")
                 # Tried again while still behind: passed over at once, nothing said again.
                 assert "evora.txt" in _sources(db, "Evora warehouse dawn")
             warned = [r.getMessage() for r in caplog.records]
-            assert len(warned) == 1, warned
-            assert "has not replayed what the primary had written" in warned[0]
-            assert "PGRAG_READ_MAX_LAG_SECONDS=1" in warned[0]
+            assert len(warned) == 2, warned
+            assert "had not replayed the primary's last writes after 0.2 s" in warned[0]
+            assert "has not replayed what the primary had written at least" in warned[1]
+            assert "PGRAG_READ_MAX_LAG_SECONDS=1" in warned[1]
             caplog.clear()
             with psycopg.connect(superuser_standby, autocommit=True) as conn:
                 conn.execute("SELECT pg_wal_replay_resume()")
