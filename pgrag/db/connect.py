@@ -35,6 +35,9 @@ class Database:
     Create it with :func:`pgrag.connect`. Which embedder a query or a write uses is the
     embeddings family's to say (:func:`pgrag.embeddings.local.configured_embedder`,
     :mod:`pgrag.embeddings.models`), from ``given_embedder`` and ``settings``.
+
+    One thread at a time: its transactions run on one connection, so threads that share it
+    interleave them. Give each thread its own (``pgrag serve`` keeps a pool).
     """
 
     conn: psycopg.Connection[Any]

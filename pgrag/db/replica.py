@@ -66,8 +66,8 @@ class ReplicaDown(PgragError):
 
 class Replica:
     """A read replica: one connection, opened when first needed, reopened after a failure
-    once :data:`RETRY_SECONDS` have passed. Thread-safe to share, one read at a time (as a
-    :class:`pgrag.Database` is)."""
+    once :data:`RETRY_SECONDS` have passed. One read at a time (its connection is locked
+    for it); a :class:`pgrag.Database` that owns it is one thread's."""
 
     def __init__(
         self,
