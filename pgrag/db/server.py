@@ -152,8 +152,9 @@ class EmbeddedServer:
         primary's socket: both run as the same OS user. The standby streams through a
         replication slot on the primary (:func:`standby_slot`), so that one stopped for a while
         finds the WAL it missed (up to the primary's ``max_slot_wal_keep_size``, set to 1 GB
-        when it had no limit), with ``hot_standby_feedback`` on. For trying read replicas on
-        one machine (docs/scale.md); a production standby is the operator's."""
+        when it was PostgreSQL's default, no limit), with ``hot_standby_feedback`` on. For
+        trying read replicas on one machine (docs/scale.md); a production standby is the
+        operator's."""
         if (self.data / "PG_VERSION").exists():
             raise ServerError(
                 f"{self.data} already holds a cluster; replicate into a new directory"
@@ -206,7 +207,7 @@ class EmbeddedServer:
     def prepare_standby_slot(self, slot: str, directory: Path) -> None:
         """Before a standby in ``directory`` is made from this server: its slot's name free
         (a slot left by an earlier standby there, which nothing streams from, is dropped), and
-        a limit on the WAL slots may hold back."""
+        a limit on the WAL that slots may hold back."""
         import psycopg
 
         with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
