@@ -11,7 +11,7 @@ lock longer than a second, or the session does not own the table, they are left 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pgrag.collections import check_name, require_collection_id
@@ -62,17 +62,7 @@ class DeleteReport:
         return line
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "collection": self.collection,
-            "documents": self.documents,
-            "chunks": self.chunks,
-            "questions": self.questions,
-            "moved_out": self.moved_out,
-            "moved_in": self.moved_in,
-            "dry_run": self.dry_run,
-            "partition": self.partition,
-            "indexes": self.indexes,
-        }
+        return asdict(self)
 
 
 def delete_collection(db: Database, name: str, *, dry_run: bool = False) -> DeleteReport:
@@ -107,7 +97,7 @@ def delete_collection(db: Database, name: str, *, dry_run: bool = False) -> Dele
         if dry_run:
             (table,) = conn.execute(Q.partition, {"id": cid}).fetchone()
             report.partition = "absent" if table is None else "to drop"
-            report.indexes = [i for (i,) in conn.execute(Q.unused_indexes, {"id": cid})]
+            report.indexes = _unused_indexes(conn, cid)
             return report
         # The question log's entries, then chunks in one statement (the keyword index's
         # trigger runs once for all of them), documents, and the collection, whose foreign
@@ -118,6 +108,15 @@ def delete_collection(db: Database, name: str, *, dry_run: bool = False) -> Dele
         conn.execute(Q.delete_collection, {"id": cid})
     report.partition, report.indexes = _tidy(db, cid)
     return report
+
+
+def _unused_indexes(conn: Any, cid: int) -> list[str]:
+    """The HNSW indexes of the models no collection but ``cid`` uses (not retired): strays to
+    `pgrag db check` once it is gone. Names without the schema."""
+    from pgrag.db import drift
+
+    rows = conn.execute(drift.Q.stray_model_indexes, {"without": cid}).fetchall()
+    return [name.removeprefix("pgrag.") for (name,) in rows]
 
 
 def _principals(conn: Any) -> str:
@@ -135,7 +134,7 @@ def _tidy(db: Database, cid: int) -> tuple[str, list[str]]:
     try:
         with transaction(db) as conn:
             (table,) = conn.execute(Q.partition, {"id": cid}).fetchone()
-            indexes = [i for (i,) in conn.execute(Q.unused_indexes, {"id": cid})]
+            indexes = _unused_indexes(conn, cid)
             if table is None and not indexes:
                 return "absent", []
             conn.execute(Q.short_lock_timeout)

@@ -47,18 +47,6 @@ SELECT (SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.i
          WHERE i.inhparent = to_regclass('pgrag.chunk_embeddings')
            AND c.relname = pgrag.collection_partition_name(%(id)s));
 
--- name: unused_indexes
--- The HNSW indexes of the models that no collection but this one uses (not retired): no
--- search reads them once it is gone (`pgrag db check` counts them as strays).
-SELECT c.relname::text
-  FROM pg_class c
- WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind IN ('i', 'I')
-   AND c.relname ~ '^chunk_embeddings_hnsw_[0-9]+$'
-   AND NOT EXISTS (SELECT 1 FROM pgrag.collection_models cm
-                    WHERE cm.model_id = substring(c.relname FROM '[0-9]+$')::integer
-                      AND cm.status <> 'retired' AND cm.collection_id <> %(id)s)
- ORDER BY 1;
-
 -- name: short_lock_timeout
 -- Wait at most a second for the lock on pgrag.chunk_embeddings that dropping a partition or a
 -- partitioned index takes (searches queue behind a waiting exclusive lock).

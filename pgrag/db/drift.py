@@ -435,7 +435,7 @@ def _model_indexes(conn: Any) -> list[Drift]:
             out.append(
                 Drift("index", where, f"is built with {shown}, not {', '.join(HNSW_OPTIONS)}")
             )
-    for (index,) in conn.execute(Q.stray_model_indexes).fetchall():
+    for (index,) in conn.execute(Q.stray_model_indexes, {"without": None}).fetchall():
         out.append(Drift("index", index, "belongs to no model a collection uses"))
     return out
 

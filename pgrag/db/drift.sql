@@ -23,14 +23,16 @@ SELECT m.id, m.name, 'pgrag.chunk_embeddings_hnsw_' || m.id,
  ORDER BY m.id;
 
 -- name: stray_model_indexes
--- HNSW indexes named for a model that no collection uses (or that does not exist).
+-- HNSW indexes named for a model that no collection uses (or that does not exist); with
+-- %(without)s a collection's id, as if that collection were gone (pgrag collections delete).
 SELECT c.oid::regclass::text
   FROM pg_class c
  WHERE c.relnamespace = 'pgrag'::regnamespace AND c.relkind IN ('i', 'I')
    AND c.relname ~ '^chunk_embeddings_hnsw_[0-9]+$'
    AND NOT EXISTS (SELECT 1 FROM pgrag.collection_models cm
                     WHERE cm.model_id = substring(c.relname FROM '[0-9]+$')::integer
-                      AND cm.status <> 'retired')
+                      AND cm.status <> 'retired'
+                      AND cm.collection_id IS DISTINCT FROM %(without)s::integer)
  ORDER BY 1;
 
 -- name: unqueued

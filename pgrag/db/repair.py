@@ -555,7 +555,7 @@ def _privileges(
 
 def _model_indexes(conn: Any, step: _Steps) -> None:
     wrong = {d.name.split(" ", 1)[0] for d in drift._model_indexes(conn)}
-    for (index,) in conn.execute(drift.Q.stray_model_indexes).fetchall():
+    for (index,) in conn.execute(drift.Q.stray_model_indexes, {"without": None}).fetchall():
         step(
             f"dropped {index} (no model a collection uses)",
             _q(Q.drop_index, index=_ident(index)),
