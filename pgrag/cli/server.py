@@ -43,7 +43,11 @@ def server_stop(ctx: click.Context) -> None:
 @json_option
 @click.pass_context
 def server_status(ctx: click.Context, dsn_only: bool, as_json: bool) -> None:
-    """Show whether the embedded server runs, where its data is, and how to connect."""
+    """Show whether the embedded server runs, where its data is, and how to connect.
+
+    A standby (`pgrag server standby`) says whether it streams from its primary, and its
+    log's last complaint when it does not; a primary names its standbys' slots. With --json,
+    `replication_problem` is true when that needs acting on."""
     st = _server(ctx).status()
     if dsn_only:
         echo(st.dsn)
@@ -56,6 +60,8 @@ def server_status(ctx: click.Context, dsn_only: bool, as_json: bool) -> None:
     echo(f"running:   {f'yes (pid {st.pid})' if st.running else 'no'}")
     echo(f"directory: {st.directory}")
     echo(f"dsn:       {st.dsn}")
+    if st.replication is not None:
+        echo(f"replication: {st.replication}")
     echo(f'psql:      psql "{st.dsn}"')
     echo(f"           (no psql installed? the embedded server ships one: {st.psql})")
     if not st.running:

@@ -50,6 +50,9 @@ PORT = 5432  # only names the socket file; the server does not listen on TCP
 DATABASE = "pgrag"
 SUPERUSER = "postgres"
 SYSTEM_USER = "pgrag"  # OS user the server runs as when pgrag itself runs as root
+# What a standby's directory may hold and still be taken as empty: what a pg_basebackup that
+# failed before pgrag cleaned up after it (older versions, a kill) left there.
+_LEFT_BY_A_FAILED_COPY = {"run", "server.lock"}
 LOG_LIMIT = 10 * 1024 * 1024  # rotate postgres.log at start once it is larger than this
 _SOCKET_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes on Linux, 104 on macOS
 
@@ -80,6 +83,11 @@ class Status:
     pid: int | None
     dsn: str
     psql: Path  # the bundled psql, for machines without one installed
+    # A running server's part in streaming replication, in a line (None: neither a standby
+    # nor a primary with standbys made by `pgrag server standby`), and whether that is
+    # something to act on (a standby that does not stream, a standby's slot that is lost).
+    replication: str | None = None
+    replication_problem: bool = False
 
 
 class EmbeddedServer:
@@ -105,14 +113,72 @@ class EmbeddedServer:
 
     def status(self) -> Status:
         pid = self._running_pid()
+        running = pid is not None and self._accepts_connections()
+        replication, problem = self._replication() if running else (None, False)
         return Status(
             directory=self.directory,
             initialized=(self.data / "PG_VERSION").exists(),
-            running=pid is not None and self._accepts_connections(),
+            running=running,
             pid=pid,
             dsn=self.dsn(),
             psql=psql_path(),
+            replication=replication,
+            replication_problem=problem,
         )
+
+    def _replication(self) -> tuple[str | None, bool]:
+        """A standby's streaming state, or a primary's standby slots (see :class:`Status`)."""
+        import psycopg
+
+        try:
+            with psycopg.connect(self.dsn("postgres"), connect_timeout=3) as conn:
+                standby, receiving, sender, replayed_ago = conn.execute(Q.standby_state).fetchone()  # type: ignore[misc]
+                slots = conn.execute(Q.standby_slots).fetchall() if not standby else []
+        except psycopg.Error as err:
+            return f"unknown ({' '.join(str(err).split())})", True
+        if standby:
+            if receiving == "streaming":
+                ago = (
+                    f"; last transaction replayed {replayed_ago:.0f} s ago"
+                    if replayed_ago is not None
+                    else ""
+                )
+                return f"standby, streaming from {sender}{ago}", False
+            why = self._last_complaint()
+            return (
+                "standby, NOT streaming from its primary"
+                f" ({receiving or 'no WAL receiver'}): its reads are as old as its last"
+                f" replay{'; its log says: ' + why if why else ''}"
+            ), True
+        if not slots:
+            return None, False
+        parts, problem = [], False
+        for name, active, wal_status, held in slots:
+            if wal_status == "lost":
+                problem = True
+                parts.append(
+                    f"{name} lost (the WAL its standby needs is gone: make the standby again)"
+                )
+            else:
+                parts.append(
+                    f"{name} {'streaming' if active else 'not in use'}"
+                    + (f", keeping {held} of WAL" if held and not active else "")
+                )
+        return "primary; standby slots: " + "; ".join(parts), problem
+
+    def _last_complaint(self) -> str | None:
+        """The last FATAL or ERROR line of the server's log (of its last 64 KB)."""
+        try:
+            with self.log.open("rb") as fh:
+                fh.seek(max(0, self.log.stat().st_size - 65536))
+                tail = fh.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return None
+        for line in reversed(tail):
+            for level in ("FATAL:", "ERROR:"):
+                if level in line:
+                    return line[line.index(level) :].strip()[:300]
+        return None
 
     def ensure_running(self) -> str:
         """Start the server if needed (initialising it on first use) and return its DSN."""
@@ -165,44 +231,74 @@ class EmbeddedServer:
                 f"{mine} is inside the primary's directory {theirs} (or holds it); name a"
                 " directory apart from it"
             )
-        if mine.exists() and (not mine.is_dir() or any(mine.iterdir())):
+        if mine.exists() and (
+            not mine.is_dir() or {p.name for p in mine.iterdir()} - _LEFT_BY_A_FAILED_COPY
+        ):
             raise ServerError(f"{mine} is not an empty directory; name a new or empty one")
         problem = directory_problem(mine)
         if problem is not None:
             raise ServerError(problem)
+        made = not mine.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         slot = standby_slot(self.directory)
         primary.prepare_standby_slot(slot, self.directory)
         with self._lock():
             self._prepare_owner()
             self._prepare_socket_dir()
-            self._run(
-                [
-                    "pg_basebackup",
-                    "-D",
-                    str(self.data),
-                    "-R",
-                    "-C",
-                    "-S",
-                    slot,
-                    "-X",
-                    "stream",
-                    "-c",
-                    "fast",
-                    "-h",
-                    str(primary.socket_dir),
-                    "-p",
-                    str(PORT),
-                    "-U",
-                    SUPERUSER,
-                ],
-                timeout=600,
-            )
+            try:
+                self._copy(primary, slot)
+            except BaseException:
+                # (a retry must find the directory as it was: pg_basebackup removes the data
+                # it wrote; the socket directory and the lock are this method's)
+                self._forget_failed_copy(made)
+                try:  # (and its slot, which pg_basebackup -C made, holding WAL for nobody)
+                    primary.forget_standby(self.directory)
+                except Exception:
+                    pass
+                raise
             # (-R wrote primary_conninfo and primary_slot_name here; read after postgresql.conf)
             with (self.data / "postgresql.auto.conf").open("a") as conf:
                 conf.write("hot_standby_feedback = on\n")
             self._start_with_retry()
         return self.dsn()
+
+    def _copy(self, primary: EmbeddedServer, slot: str) -> None:
+        self._run(
+            [
+                "pg_basebackup",
+                "-D",
+                str(self.data),
+                "-R",
+                "-C",
+                "-S",
+                slot,
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+                "-h",
+                str(primary.socket_dir),
+                "-p",
+                str(PORT),
+                "-U",
+                SUPERUSER,
+            ],
+            timeout=600,
+        )
+
+    def _forget_failed_copy(self, made: bool) -> None:
+        """After a failed pg_basebackup: the data it left (a kill leaves some), the socket
+        directory (when it is this directory's), the lock file, and the directory when
+        :meth:`replicate` made it."""
+        _remove_tree(self.data)
+        if not self._socket_dir_is_shared():
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+        (self.directory / "server.lock").unlink(missing_ok=True)
+        if made:
+            try:
+                self.directory.rmdir()
+            except OSError:
+                pass
 
     def prepare_standby_slot(self, slot: str, directory: Path) -> None:
         """Before a standby in ``directory`` is made from this server: its slot's name free

@@ -28,3 +28,21 @@ ALTER SYSTEM SET max_slot_wal_keep_size = '1GB';
 
 -- name: reload
 SELECT pg_reload_conf();
+
+-- name: standby_state
+-- Whether this server is a standby; if so, its WAL receiver's state ('streaming' while it
+-- receives), the primary it streams from, and how long ago it replayed its last transaction.
+SELECT pg_is_in_recovery(),
+       (SELECT status FROM pg_stat_wal_receiver),
+       (SELECT coalesce(sender_host, '?') || coalesce(':' || sender_port, '')
+          FROM pg_stat_wal_receiver),
+       extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8;
+
+-- name: standby_slots
+-- The slots of standbys `pgrag server standby` made from this server: whether one streams
+-- now, whether the WAL it needs is still here ('lost': no longer), and how much it holds back.
+SELECT slot_name::text, active, wal_status,
+       pg_size_pretty(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn))
+  FROM pg_replication_slots
+ WHERE slot_name LIKE 'pgrag\_standby\_%'
+ ORDER BY slot_name;

@@ -7,6 +7,7 @@ for the standby to replay; a killed standby fails reads over to the primary with
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 import tempfile
@@ -353,6 +354,29 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
             assert conn.execute("SHOW max_slot_wal_keep_size").fetchone() != ("-1",)
         again = runner.invoke(cli, ["server", "standby", str(directory)])
         assert again.exit_code != 0 and "already holds a cluster" in again.output
+        # `pgrag server status` says what each side of the pair is doing.
+        standby_env = {"PGRAG_SERVER_DIR": str(directory)}
+        said = runner.invoke(cli, ["server", "status"], env=standby_env)
+        assert said.exit_code == 0 and "replication: standby, streaming from" in said.output
+        said = runner.invoke(cli, ["server", "status"])
+        assert f"standby slots: {slot} streaming" in said.output, said.output
+        # A standby that cannot reach its primary any more is said to be one, with the reason
+        # its log gives (its reads would be stale for ever).
+        with psycopg.connect(make_conninfo(dsn, dbname="postgres"), autocommit=True) as conn:
+            conn.execute(
+                "ALTER SYSTEM SET primary_conninfo = 'host=/nonexistent/pgrag-test user=postgres'"
+            )
+            conn.execute("SELECT pg_reload_conf()")
+        for _ in range(100):
+            said = runner.invoke(cli, ["server", "status", "--json"], env=standby_env)
+            report = json.loads(said.output)
+            if report["replication_problem"] and "its log says" in report["replication"]:
+                break
+            time.sleep(0.1)
+        assert report["replication"].startswith("standby, NOT streaming"), report
+        assert "/nonexistent/pgrag-test" in report["replication"], report
+        said = runner.invoke(cli, ["server", "status"])
+        assert f"standby slots: {slot} not in use" in said.output, said.output
         busy = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
         assert busy.exit_code == 1 and "still holds the standby's cluster" in busy.output
     finally:
@@ -362,6 +386,52 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
     assert forgot.exit_code == 0 and "dropped the replication slot" in forgot.output
     forgot = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
     assert forgot.exit_code == 0 and "nothing to forget" in forgot.output
+
+
+def test_a_failed_copy_leaves_the_standbys_directory_as_it_found_it(
+    embedded_server: EmbeddedServer | None,
+) -> None:
+    """pg_basebackup fails when the primary has no replication slot free: the retry must not
+    find a directory it calls occupied (run/ and server.lock were left), nor a slot."""
+    from click.testing import CliRunner
+
+    from pgrag.cli import cli
+
+    if embedded_server is None:
+        pytest.skip("needs the embedded server; PGRAG_TEST_DSN is set")
+    runner = CliRunner(env={"PGRAG_SERVER_DIR": str(embedded_server.directory)})
+    parent = Path(tempfile.mkdtemp(prefix="pgrag-test-failed-standby-"))
+    parent.chmod(0o711)  # (the server's OS user reaches the standby's directory)
+    fresh, leftover = parent / "fresh", parent / "leftover"
+    leftover.mkdir()
+    (leftover / "run").mkdir()  # (what an earlier pgrag's failed copy left)
+    (leftover / "server.lock").write_text("")
+    # Every replication slot taken, by temporary ones this connection holds.
+    with psycopg.connect(embedded_server.dsn("postgres"), autocommit=True) as hog:
+        free = hog.execute(
+            "SELECT current_setting('max_replication_slots')::int - count(*)::int"
+            " FROM pg_replication_slots"
+        ).fetchone()[0]  # type: ignore[index]
+        for n in range(free):
+            hog.execute(
+                "SELECT pg_create_physical_replication_slot(%s, false, true)",
+                (f"pgrag_test_hog_{n}",),
+            )
+        try:
+            for target in (fresh, leftover):
+                failed = runner.invoke(cli, ["server", "standby", str(target)])
+                assert failed.exit_code == 1, failed.output
+                assert "pg_basebackup" in failed.output and "not an empty" not in failed.output
+                assert "replication slot" in failed.output, failed.output
+            assert not fresh.exists()  # (made by the command, so removed)
+            assert leftover.is_dir() and not any(leftover.iterdir())
+            slots = hog.execute(
+                "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY(%s)",
+                ([standby_slot(fresh), standby_slot(leftover)],),
+            ).fetchone()
+            assert slots == (0,)
+        finally:
+            shutil.rmtree(parent, ignore_errors=True)
 
 
 def test_several_hosts_in_one_read_dsn_are_libpqs_to_choose_among(
