@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 VARIABLES: tuple[tuple[str, str, str], ...] = (
     ("PGRAG_DSN", "dsn", "PostgreSQL connection string (else `PG*` variables, else the embedded server)"),
     ("PGRAG_SERVER_DIR", "server_dir", "where the embedded server keeps its data"),
-    ("PGRAG_READ_DSN", "read_dsn", "a read replica (or several, in libpq's multi-host form) for searches, `ask`'s retrieval and listings; writes stay on `PGRAG_DSN`, and reads fall back to it when the replica fails ([docs/scale.md](docs/scale.md#read-replicas))"),
+    ("PGRAG_READ_DSN", "read_dsn", "a read replica (or several, in libpq's multi-host form: each host failed over on its own) for searches, `ask`'s retrieval and listings; writes stay on `PGRAG_DSN`, and reads fall back to it when the replicas fail ([docs/scale.md](docs/scale.md#read-replicas))"),
     ("PGRAG_READ_YOUR_WRITES", "read_your_writes", "`on`: each read waits for the replica to have replayed the primary's writes so far (else the primary answers it)"),
     ("PGRAG_READ_WAIT_SECONDS", "read_wait_seconds", "how long a read waits for the replica to catch up (2)"),
     ("PGRAG_READ_MAX_LAG_SECONDS", "read_max_lag_seconds", "a replica that has not replayed what the primary wrote this long ago is failed over like one that is down (60; 0: no bound)"),

@@ -21,7 +21,7 @@ from pgrag.errors import DatabaseError, PgragError
 if TYPE_CHECKING:
     import psycopg
 
-    from pgrag.db.replica import Replica
+    from pgrag.db.replica import Replica, ReplicaSet
     from pgrag.embeddings.embedder import Embedder
 
 Q = queries.load(__name__)
@@ -53,7 +53,7 @@ class Database:
     settings: Settings = field(default_factory=Settings)
     # The read replica searches and listings read from (PGRAG_READ_DSN), if any; and whether
     # each read waits for it to have replayed the primary's writes (pgrag.db.replica).
-    replica: Replica | None = field(default=None, repr=False)
+    replica: Replica | ReplicaSet | None = field(default=None, repr=False)
     read_your_writes: bool = False
 
     def close(self) -> None:

@@ -3,9 +3,13 @@ managed service's read replica) that searches, ask's retrieval and listings read
 everything that writes (ingest, the query log, the query-vector cache, conversations,
 settings) stays on the primary, the database :func:`pgrag.connect` opened.
 
-Several replicas are libpq's to choose among, not pgrag's: one connection string with several
-hosts, ``postgresql://replica1,replica2/pgrag?target_session_attrs=standby&load_balance_hosts=random``
-(libpq 16+, which psycopg's binary package ships).
+Several replicas: one connection string with several hosts (libpq's form),
+``postgresql://replica1,replica2/pgrag?target_session_attrs=standby&load_balance_hosts=random``.
+pgrag splits it into one replica per host (:class:`ReplicaSet`), each failed over and checked
+for lag on its own, and reads from the first that can answer: in the order given, or in a
+random order for each read with ``load_balance_hosts=random``. (Left to libpq, one connection
+string has one state: a host too far behind is caught only while a connection lands on it, and
+a good host is passed over with it.)
 
 - **Failing over.** A replica that cannot be reached, or whose connection breaks, is left
   alone for :data:`RETRY_SECONDS`; reads go to the primary meanwhile, with one warning (logger
@@ -91,6 +95,7 @@ class Replica:
         self._lag_pending: tuple[float, str] | None = None
         self._lag_down = False  # down for being too far behind (until it has caught up)
         self._lag_looked = False  # whether this process has looked yet
+        self.fallback = "the primary"  # where reads go while it is down (said in warnings)
 
     def check_lag(
         self, conn: psycopg.Connection[Any], primary_position: Callable[[], str]
@@ -214,10 +219,11 @@ class Replica:
         why = " ".join(str(err).split())[:300] or type(err).__name__
         if self._down_why is None:
             log.warning(
-                "the read replica (%s) failed: %s; reading from the primary, trying the"
+                "the read replica (%s) failed: %s; reading from %s, trying the"
                 " replica again in %g s",
                 _where(self.dsn),
                 why,
+                self.fallback,
                 RETRY_SECONDS,
             )
         self._down_why = why
@@ -343,6 +349,69 @@ def wait_seconds(settings: Settings) -> float:
     )
 
 
+class ReplicaSet:
+    """Several replicas, one per host of a multi-host PGRAG_READ_DSN: a read tries them in
+    turn (:meth:`in_order`), each failing over and checked for lag as one :class:`Replica`."""
+
+    def __init__(self, members: list[Replica], shuffle: bool = False) -> None:
+        self.members = members
+        self.shuffle = shuffle  # (load_balance_hosts=random: a random order for each read)
+        for member in members:
+            member.fallback = "the other replicas or the primary"
+
+    def in_order(self) -> list[Replica]:
+        if not self.shuffle:
+            return list(self.members)
+        import random
+
+        return random.sample(self.members, len(self.members))
+
+    def close(self) -> None:
+        for member in self.members:
+            member.close()
+
+
+def split_hosts(dsn: str) -> list[str]:
+    """One connection string per host of ``dsn`` (libpq's multi-host form: comma-separated
+    ``host``/``hostaddr``, with one ``port`` for all or one each); ``[dsn]`` for one host.
+    ``load_balance_hosts`` goes (each string has one host); the rest, such as
+    ``target_session_attrs``, stays with each."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(dsn)
+    hosts = str(params.get("host") or "").split(",") if params.get("host") else []
+    addresses = str(params.get("hostaddr") or "").split(",") if params.get("hostaddr") else []
+    count = len(hosts) or len(addresses)  # (libpq: hostaddr pairs with host when both are)
+    ports = str(params.get("port") or "").split(",")
+    if len(ports) == 1:
+        ports *= max(count, 1)
+    for name, values in (("hostaddr", addresses), ("port", ports)):
+        if values and len(values) != max(count, 1):
+            raise ConfigError(
+                f"PGRAG_READ_DSN names {max(count, 1)} host(s) and {len(values)} {name} values;"
+                f" give one {name} for each host"
+                + (" (or one port for all)" if name == "port" else "")
+            )
+    if count <= 1:
+        return [dsn]
+    one_each = []
+    for i in range(count):
+        each = {k: v for k, v in params.items() if k != "load_balance_hosts"}
+        for name, values in (("host", hosts), ("hostaddr", addresses), ("port", ports)):
+            each.pop(name, None)
+            if values and values[i]:
+                each[name] = values[i]
+        one_each.append(make_conninfo(**each))  # type: ignore[arg-type]
+    return one_each
+
+
+def balanced(dsn: str) -> bool:
+    """Whether ``dsn`` asks for its hosts in a random order (``load_balance_hosts=random``)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    return conninfo_to_dict(dsn).get("load_balance_hosts") == "random"
+
+
 def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
     """``work(conn)`` in a read-only transaction on the replica when there is one that can
     answer (see the module docstring), else in a transaction on the primary, as
@@ -353,19 +422,26 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
 
     from pgrag.db.connect import connection_lost, describe_error, transaction
 
-    replica = db.replica
-    if replica is not None:
-        target = _primary_position(db) if db.read_your_writes else None
+    replicas = db.replica
+    members = (
+        []
+        if replicas is None
+        else replicas.in_order()
+        if isinstance(replicas, ReplicaSet)
+        else [replicas]
+    )
+    target = _primary_position(db) if members and db.read_your_writes else None
+    for replica in members:
         try:
             with replica.connection() as conn:
                 try:
-                    if target is not None and not _caught_up(conn, target, db):
+                    if target is not None and not _caught_up(conn, target, db, replica):
                         raise ReplicaDown("behind the primary")
                     if target is None:
                         first = replica.check_lag(
                             conn, lambda: _primary_position(db, Q.primary_flushed)
                         )
-                        if first is not None and not _caught_up(conn, first, db):
+                        if first is not None and not _caught_up(conn, first, db, replica):
                             raise ReplicaDown("behind the primary")
                     with conn.transaction():
                         conn.execute(Q.read_only)
@@ -381,10 +457,11 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
                         "the read replica cancelled a read (%s); reading from the primary",
                         describe_error(err),
                     )
+                    break
         except ReplicaDown:
-            pass
+            continue  # (the next replica, else the primary)
         except CollectionNotFound:
-            pass  # (one the replica has not replayed yet? the primary says whether it exists)
+            break  # (one the replica has not replayed yet? the primary says whether it exists)
     with transaction(db) as conn:
         return work(conn)
 
@@ -397,7 +474,7 @@ def _primary_position(db: Database, query: LiteralString = Q.primary_position) -
     return str(row[0])
 
 
-def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database) -> bool:
+def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database, replica: Replica) -> bool:
     """Whether the replica has replayed the primary's WAL up to ``target``, waiting for it at
     most PGRAG_READ_WAIT_SECONDS; a replica still behind is passed over, with a warning."""
     limit = wait_seconds(db.settings)
@@ -410,9 +487,11 @@ def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database) -> bool
             return True
         if time.monotonic() >= deadline:
             log.warning(
-                "the read replica had not replayed the primary's last writes after %g s"
-                " (PGRAG_READ_WAIT_SECONDS); this read goes to the primary",
+                "the read replica (%s) had not replayed the primary's last writes after %g s"
+                " (PGRAG_READ_WAIT_SECONDS); this read goes to %s",
+                _where(replica.dsn),
                 limit,
+                replica.fallback,
             )
             return False
         time.sleep(pause)
@@ -430,6 +509,7 @@ def check_dsn(settings: Settings) -> str | None:
 
     try:
         conninfo_to_dict(dsn)
+        split_hosts(dsn)  # (a ConfigError when its hosts and ports do not pair up)
     except ProgrammingError as err:
         raise ConfigError(
             f"PGRAG_READ_DSN is not a connection string ({' '.join(str(err).split())}); set it"
@@ -438,8 +518,16 @@ def check_dsn(settings: Settings) -> str | None:
     return dsn
 
 
-def open_replica(settings: Settings, primary: psycopg.Connection[Any]) -> Replica | None:
-    """The replica PGRAG_READ_DSN names (opened when first read from; it must read as the
-    ``primary`` connection's roles), None without one."""
+def open_replica(
+    settings: Settings, primary: psycopg.Connection[Any]
+) -> Replica | ReplicaSet | None:
+    """The replica PGRAG_READ_DSN names, or one for each host it names (opened when first read
+    from; each must read as the ``primary`` connection's roles), None without one."""
     dsn = check_dsn(settings)
-    return Replica(dsn, session_roles(primary), max_lag_seconds(settings)) if dsn else None
+    if dsn is None:
+        return None
+    user, max_lag = session_roles(primary), max_lag_seconds(settings)
+    each = split_hosts(dsn)
+    if len(each) == 1:
+        return Replica(dsn, user, max_lag)
+    return ReplicaSet([Replica(one, user, max_lag) for one in each], balanced(dsn))

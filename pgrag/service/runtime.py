@@ -83,7 +83,7 @@ class Service:
             config.settings, no_auth=config.no_auth, local_principals=config.local_principals
         )
         self.pool: ConnectionPool[Any] | None = None
-        self.replica: Any = None  # a PooledReplica when PGRAG_READ_DSN names one
+        self.replica: Any = None  # a PooledReplica (a ReplicaSet of them) with PGRAG_READ_DSN
         self.embedder: Any = None
         self.warnings: list[str] = []  # about the database role, said at start (open)
 
@@ -116,9 +116,12 @@ class Service:
                 CONNECT_SECONDS,
                 RETRY_SECONDS,
                 PooledReplica,
+                ReplicaSet,
+                balanced,
                 check_dsn,
                 max_lag_seconds,
                 session_roles,
+                split_hosts,
                 wait_seconds,
             )
 
@@ -128,21 +131,28 @@ class Service:
             _ = self.settings.reads_your_writes  # (a bad value is said at start)
             with self.pool.connection() as conn:
                 user = session_roles(conn)  # (the replica must read as the same role)
-            reads: ConnectionPool[Any] = ConnectionPool(
-                self.settings.read_dsn,
-                min_size=0,
-                max_size=self.config.pool_max,
-                timeout=float(CONNECT_SECONDS),
-                configure=_configure,
-                check=_check,
-                reset=_returned,
-                name="pgrag-read",
-                kwargs={"connect_timeout": CONNECT_SECONDS},
-                reconnect_timeout=RETRY_SECONDS,  # (then PooledReplica tries it itself)
-                open=False,
+            replicas: list[PooledReplica] = []
+            for dsn in split_hosts(self.settings.read_dsn):  # (one pool per host)
+                reads: ConnectionPool[Any] = ConnectionPool(
+                    dsn,
+                    min_size=0,
+                    max_size=self.config.pool_max,
+                    timeout=float(CONNECT_SECONDS),
+                    configure=_configure,
+                    check=_check,
+                    reset=_returned,
+                    name="pgrag-read",
+                    kwargs={"connect_timeout": CONNECT_SECONDS},
+                    reconnect_timeout=RETRY_SECONDS,  # (then PooledReplica tries it itself)
+                    open=False,
+                )
+                reads.open(wait=False)
+                replicas.append(PooledReplica(dsn, reads, user, max_lag))
+            self.replica = (
+                replicas[0]
+                if len(replicas) == 1
+                else ReplicaSet(list(replicas), balanced(self.settings.read_dsn))
             )
-            reads.open(wait=False)
-            self.replica = PooledReplica(self.settings.read_dsn, reads, user, max_lag)
         self.warnings = self._role_warnings() if self.config.shared else []
         for warning in self.warnings:
             log.warning("%s", warning)

@@ -1,0 +1,71 @@
+"""A multi-host PGRAG_READ_DSN becomes one replica per host (pgrag.db.replica.split_hosts),
+so that each host is failed over and checked for lag on its own."""
+
+from __future__ import annotations
+
+import pytest
+from psycopg.conninfo import conninfo_to_dict
+
+from pgrag.config import Settings
+from pgrag.db.replica import balanced, check_dsn, split_hosts
+from pgrag.errors import ConfigError
+
+
+def _params(dsns: list[str]) -> list[dict[str, object]]:
+    return [conninfo_to_dict(dsn) for dsn in dsns]
+
+
+def test_one_host_is_left_as_it_is() -> None:
+    dsn = "postgresql://alice@replica/pgrag?target_session_attrs=standby"
+    assert split_hosts(dsn) == [dsn]
+    assert split_hosts("dbname=pgrag") == ["dbname=pgrag"]
+
+
+def test_each_host_gets_its_port_and_keeps_the_rest() -> None:
+    each = _params(
+        split_hosts(
+            "postgresql://alice:s3cret@r1:5433,r2:5434/pgrag"
+            "?target_session_attrs=standby&load_balance_hosts=random&sslmode=require"
+        )
+    )
+    assert [(p["host"], p["port"]) for p in each] == [("r1", "5433"), ("r2", "5434")]
+    for p in each:
+        assert p["user"] == "alice" and p["password"] == "s3cret" and p["dbname"] == "pgrag"
+        assert p["target_session_attrs"] == "standby" and p["sslmode"] == "require"
+        assert "load_balance_hosts" not in p  # (one host each: nothing to balance)
+
+
+def test_one_port_serves_every_host_and_an_empty_one_is_libpqs_default() -> None:
+    each = _params(split_hosts("host=/run/a,/run/b port=6000 dbname=pgrag"))
+    assert [(p["host"], p["port"]) for p in each] == [("/run/a", "6000"), ("/run/b", "6000")]
+    each = _params(split_hosts("host=a,b port=,5433"))
+    assert [(p["host"], p.get("port")) for p in each] == [("a", None), ("b", "5433")]
+
+
+def test_host_addresses_pair_with_host_names() -> None:
+    each = _params(split_hosts("host=r1,r2 hostaddr=10.0.0.1,10.0.0.2 dbname=pgrag"))
+    assert [(p["host"], p["hostaddr"]) for p in each] == [
+        ("r1", "10.0.0.1"),
+        ("r2", "10.0.0.2"),
+    ]
+    assert [p["hostaddr"] for p in _params(split_hosts("hostaddr=10.0.0.1,10.0.0.2"))] == [
+        "10.0.0.1",
+        "10.0.0.2",
+    ]
+
+
+def test_hosts_and_ports_that_do_not_pair_up_are_said_at_connect() -> None:
+    with pytest.raises(ConfigError, match="names 3 host\\(s\\) and 2 port values"):
+        split_hosts("host=a,b,c port=1,2")
+    with pytest.raises(
+        ConfigError, match="PGRAG_READ_DSN names 2 host\\(s\\) and 3 hostaddr values"
+    ):
+        check_dsn(Settings(read_dsn="host=a,b hostaddr=10.0.0.1,10.0.0.2,10.0.0.3"))
+    with pytest.raises(ConfigError, match="names 1 host\\(s\\) and 2 port values"):
+        check_dsn(Settings(read_dsn="host=a port=1,2"))
+
+
+def test_a_random_order_is_asked_for_by_load_balance_hosts() -> None:
+    assert balanced("postgresql://r1,r2/pgrag?load_balance_hosts=random")
+    assert not balanced("postgresql://r1,r2/pgrag?load_balance_hosts=disable")
+    assert not balanced("postgresql://r1,r2/pgrag")
