@@ -18,10 +18,12 @@ defaults; and with primary, unique and foreign keys that carry collection_id. No
 
 keeps the last round (the schema stays distributed: give it a database of its own, upgraded by
 `pgrag db upgrade` and holding no collection), then writes what an ingest writes first (a
-model, a collection, a document, a chunk), each committed, three ways: as shipped, with
-``citus.allow_nested_distributed_execution``, and with that and collection_models' trigger
-taking no now() in ON CONFLICT. docs/scale.md#citus has the results on Citus 12.1.12,
-PostgreSQL 15, pgvector 0.8.0.
+model, a collection, a document, a chunk), each committed, four ways: as shipped, with
+``citus.allow_nested_distributed_execution``, with that and collection_models' trigger
+taking no now() in ON CONFLICT, and with that and collections' triggers replaced by the
+writer's own statements (then a vector too, and the collection searched, keyword and hybrid,
+through search_v5 with its joins carrying collection_id). docs/scale.md#citus has the results
+on Citus 12.1.12, PostgreSQL 15, pgvector 0.8.0.
 """
 
 from __future__ import annotations
@@ -172,13 +174,17 @@ def _distribute(conn: psycopg.Connection, round_: str) -> list[tuple[str, str, s
 
 
 def _attempt(
-    conn: psycopg.Connection, statement: str, got: dict[str, object] | None = None, what: str = ""
+    conn: psycopg.Connection,
+    statement: str,
+    got: dict[str, object] | None = None,
+    what: str = "",
+    params: tuple[object, ...] | None = None,
 ) -> str:
     """The statement in a savepoint: "ok", or the server's message (and detail). The first
     column of its first row, if any, goes into `got` under `what`."""
     try:
         with conn.transaction():
-            cur = conn.execute(statement)
+            cur = conn.execute(statement, params)
             row = cur.fetchone() if got is not None and cur.description else None
             if got is not None and row is not None:
                 got[what] = row[0]
@@ -245,6 +251,8 @@ def write(dsn: str) -> list[tuple[str, str, str, str]]:
             return results
         conn.commit()
     for n, way in enumerate(WAYS):
+        if way == WAYS[3]:
+            _fourth_way(dsn)
         if way == WAYS[2]:
             # Citus refuses a function that is not IMMUTABLE in ON CONFLICT ... DO UPDATE
             # SET: the trigger's now() becomes the inserted row's own value.
@@ -263,7 +271,11 @@ def write(dsn: str) -> list[tuple[str, str, str, str]]:
                 # the triggers run.
                 conn.execute("SET citus.propagate_set_commands = 'local'")
                 conn.commit()
-            for what, statement in WRITES:
+            steps = list(WRITES)
+            if way == WAYS[3]:
+                steps[2:2] = SETUP
+                steps.append(VECTOR)
+            for what, statement in steps:
                 try:
                     with conn.transaction():
                         if way != WAYS[0]:
@@ -274,6 +286,21 @@ def write(dsn: str) -> list[tuple[str, str, str, str]]:
                 results.append(("write", way, what, outcome))
                 if outcome != "ok":
                     break  # (the next write needs this one's row)
+            else:
+                if way == WAYS[3]:
+                    for what, vector in SEARCHES:
+                        hits: dict[str, object] = {}
+                        outcome = _attempt(
+                            conn,
+                            "SELECT count(*) FROM pgrag.search_v5(%s, 'a probe', %s::vector, 10)",
+                            hits,
+                            what,
+                            (f"citus-probe-{n}", vector),
+                        )
+                        if outcome == "ok":
+                            outcome = f"ok, {hits[what]} result(s)"
+                        results.append(("search", way, what, outcome))
+                    conn.commit()
     return results
 
 
@@ -281,7 +308,105 @@ WAYS = (
     "as shipped",
     "nested execution allowed",
     "and no now() in ON CONFLICT",
+    "and collections' work the writer's",
 )
+
+# The fourth way: collections' two triggers (which run on each worker's copy of the reference
+# table) dropped, their work done by the writer on the coordinator after the collection
+# insert; a vector's chunk looked up with its collection_id (a lookup FOR SHARE must name its
+# shard); then a vector written and the collection searched.
+SETUP = (
+    (
+        "collection's model",
+        "INSERT INTO pgrag.collection_models (collection_id, model_id, status, activated_at)"
+        " VALUES ({collection}, {model}, 'active', now()) RETURNING 1",
+    ),
+    ("collection's partition", "SELECT pgrag.collection_partition({collection})"),
+)
+VECTOR = (
+    "vector",
+    "INSERT INTO pgrag.chunk_embeddings (chunk_id, model_id, collection_id, embedding)"
+    " VALUES ({chunk}, {model}, {collection}, '[1,0,0]') RETURNING 1",
+)
+SEARCHES = (
+    ("keyword search", None),
+    ("hybrid search", "[1,0,0]"),
+)
+# search_engine's statements read one collection, but join chunks to documents (and results to
+# chunks) by id alone: Citus plans such a join only between co-located tables joined on their
+# distribution column, or each table pinned to one value of it. With these conditions added
+# (true whenever a chunk's collection is its document's, which the round-6 keys make sure of),
+# and the statements planned with their values (force_custom_plan: Citus cannot plan a
+# generic plan's parameters), every statement goes to the one shard of the collection.
+SEARCH_JOINS = (
+    (
+        r"JOIN pgrag\.chunks c ON c\.id = (r|f)\.id\b",
+        r"\g<0> AND c.collection_id = v_collection_id",
+    ),
+    (
+        r"JOIN pgrag\.documents d ON d\.id = c\.document_id\b",
+        r"\g<0> AND d.collection_id = c.collection_id",
+    ),
+    (
+        r"JOIN pgrag\.chunks c ON c\.document_id = d\.id\b",
+        r"\g<0> AND c.collection_id = d.collection_id",
+    ),
+    (
+        r"JOIN pgrag\.chunks c ON c\.id = ce\.chunk_id\b",
+        r"\g<0> AND c.collection_id = ce.collection_id",
+    ),
+    (
+        r"JOIN pgrag\.chunks c ON c\.id = p\.chunk_id\b",
+        r"\g<0> AND c.collection_id = p.collection_id",
+    ),
+)
+SEARCH_ENGINE = (
+    "pgrag.search_engine(text, text, vector, integer, jsonb, integer, integer, integer,"
+    " double precision, double precision, double precision, integer, integer, text)"
+)
+
+
+def _redefine(conn: psycopg.Connection, function: str, edits: list[tuple[str, str]]) -> None:
+    """CREATE OR REPLACE ``function`` with its definition edited (regular expressions); each
+    edit must match."""
+    import re
+
+    row = conn.execute("SELECT pg_get_functiondef(%s::regprocedure)", (function,)).fetchone()
+    assert row is not None
+    text = row[0]
+    for pattern, replacement in edits:
+        text, n = re.subn(pattern, replacement, text)
+        assert n, f"{function}: {pattern} matched nothing"
+    conn.execute(text)
+
+
+def _fourth_way(dsn: str) -> None:
+    """What the fourth way changes, on the coordinator (propagated to the workers)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SET citus.enable_unsafe_triggers = on")
+        conn.execute("DROP TRIGGER collections_model ON pgrag.collections")
+        conn.execute("DROP TRIGGER collections_partition ON pgrag.collections")
+        _redefine(
+            conn,
+            "pgrag.chunk_embeddings_acl()",
+            [
+                (
+                    r"WHERE c\.id = NEW\.chunk_id FOR SHARE",
+                    "WHERE c.id = NEW.chunk_id AND c.collection_id = NEW.collection_id FOR SHARE",
+                )
+            ],
+        )
+        _redefine(
+            conn,
+            SEARCH_ENGINE,
+            [
+                *SEARCH_JOINS,
+                (
+                    "plan_cache_mode TO 'force_generic_plan'",
+                    "plan_cache_mode TO 'force_custom_plan'",
+                ),
+            ],
+        )
 
 
 def main(argv: list[str]) -> int:
