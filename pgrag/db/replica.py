@@ -96,6 +96,35 @@ class Replica:
         self._lag_down = False  # down for being too far behind (until it has caught up)
         self._lag_looked = False  # whether this process has looked yet
         self.fallback = "the primary"  # where reads go while it is down (said in warnings)
+        # Reads it answered, and reads meant for it that went elsewhere (down, behind, a
+        # cancelled read): what pgrag serve's /metrics reports.
+        self.served = 0
+        self.passed_over = 0
+        self._count_lock = threading.Lock()
+
+    @property
+    def label(self) -> str:
+        """The replica's host and port, for metrics (never its password)."""
+        from psycopg.conninfo import conninfo_to_dict
+
+        try:
+            params = conninfo_to_dict(self.dsn)
+        except Exception:  # (checked at connect; a label must not fail a scrape)
+            return "?"
+        host = str(params.get("host") or params.get("hostaddr") or "")
+        return f"{host}:{params.get('port') or ''}"
+
+    @property
+    def up(self) -> bool:
+        """Whether reads go to it now: not failed (or answering again since), not behind."""
+        return self._down_why is None and not self._lag_down
+
+    def count(self, served: bool) -> None:
+        with self._count_lock:
+            if served:
+                self.served += 1
+            else:
+                self.passed_over += 1
 
     def check_lag(
         self, conn: psycopg.Connection[Any], primary_position: Callable[[], str]
@@ -445,7 +474,9 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
                             raise ReplicaDown("behind the primary")
                     with conn.transaction():
                         conn.execute(Q.read_only)
-                        return work(conn)
+                        result = work(conn)
+                    replica.count(served=True)
+                    return result
                 except psycopg.Error as err:
                     if connection_lost(err):
                         raise replica.failed(err) from err
@@ -457,10 +488,13 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
                         "the read replica cancelled a read (%s); reading from the primary",
                         describe_error(err),
                     )
+                    replica.count(served=False)
                     break
         except ReplicaDown:
+            replica.count(served=False)
             continue  # (the next replica, else the primary)
         except CollectionNotFound:
+            replica.count(served=False)
             break  # (one the replica has not replayed yet? the primary says whether it exists)
     with transaction(db) as conn:
         return work(conn)

@@ -120,6 +120,7 @@ def _gauges(svc: Service) -> Iterable[Any]:
         )
         waiting.add_metric([], stats.get("requests_waiting", 0))
         yield waiting
+    yield from _replica_metrics(svc.replica)
     depth = _queue_depth(svc)
     if depth is not None:
         queue = GaugeMetricFamily(
@@ -130,6 +131,35 @@ def _gauges(svc: Service) -> Iterable[Any]:
         for collection, pending in depth:
             queue.add_metric([collection], pending)
         yield queue
+
+
+def _replica_metrics(replicas: Any) -> Iterable[Any]:
+    """Each read replica's state and reads (PGRAG_READ_DSN; one per host)."""
+    if replicas is None:
+        return
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    from pgrag.db.replica import ReplicaSet
+
+    members = replicas.members if isinstance(replicas, ReplicaSet) else [replicas]
+    up = GaugeMetricFamily(
+        "pgrag_read_replica_up",
+        "1 while reads go to the read replica; 0 while it is passed over (down, or too far"
+        " behind the primary).",
+        labels=["replica"],
+    )
+    reads = CounterMetricFamily(
+        "pgrag_read_replica_reads",
+        "Reads the read replica answered (served) and reads meant for it that went elsewhere"
+        " (passed_over: to another replica or the primary).",
+        labels=["replica", "outcome"],
+    )
+    for member in members:
+        up.add_metric([member.label], 1 if member.up else 0)
+        reads.add_metric([member.label, "served"], member.served)
+        reads.add_metric([member.label, "passed_over"], member.passed_over)
+    yield up
+    yield reads
 
 
 def _queue_depth(svc: Service) -> list[tuple[str, int]] | None:

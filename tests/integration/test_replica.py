@@ -292,10 +292,16 @@ def test_the_service_reads_from_the_standby_and_fails_over(pair: Pair, embedder:
             wait_for_replay(pair.primary, pair.standby)
             hits, listed = seen(s.url)
             assert "braga.txt" in hits and "braga.txt" in listed
+            from psycopg.conninfo import conninfo_to_dict
+
+            params = conninfo_to_dict(pair.standby)
+            up = f'pgrag_read_replica_up{{replica="{params["host"]}:{params["port"]}"}}'
+            assert f"{up} 1.0" in httpx.get(f"{s.url}/metrics").text
             pair.server.stop_now()
             try:
                 hits, listed = seen(s.url)  # the primary's, the standby being down
                 assert "braga.txt" in hits and "braga.txt" in listed
+                assert f"{up} 0.0" in httpx.get(f"{s.url}/metrics").text
             finally:
                 pair.server.ensure_running()
     finally:
@@ -340,6 +346,19 @@ def test_the_service_reads_from_the_hosts_of_a_multi_host_read_dsn(
                 assert found.status_code == 200, found.text
                 names = {Path(h["source"]).name for h in found.json()["results"]}
                 assert "chaves.txt" not in names  # (the standby's: it has not replayed it)
+            # /metrics says which host answers: the primary, refused as a standby, is down.
+            scraped = httpx.get(f"{s.url}/metrics").text
+            first = f"{primary['host']}:{primary['port']}"
+            second = f"{standby['host']}:{standby['port']}"
+            assert f'pgrag_read_replica_up{{replica="{first}"}} 0.0' in scraped, scraped
+            assert f'pgrag_read_replica_up{{replica="{second}"}} 1.0' in scraped, scraped
+            served = f'pgrag_read_replica_reads_total{{outcome="served",replica="{second}"}} 3.0'
+            assert served in scraped, scraped
+            # (the first search tried the primary's host; later ones skip it while it is down)
+            assert f'outcome="passed_over",replica="{first}"}} ' in scraped
+            assert f'pgrag_read_replica_reads_total{{outcome="served",replica="{first}"}} 0.0' in (
+                scraped
+            )
     finally:
         with psycopg.connect(superuser_standby, autocommit=True) as conn:
             conn.execute("SELECT pg_wal_replay_resume()")
@@ -518,8 +537,8 @@ def test_a_host_too_far_behind_is_passed_over_alone(
 ) -> None:
     """Two standbys in one PGRAG_READ_DSN, the first paused: each host's lag is its own, so
     once the paused host is past the bound every read sees the new document, the other
-    standby answering, and only the paused host is said to be behind. (Left to libpq, one connection string had one
-    lag state, and a reviewer saw a third of reads stale for 40 s.)"""
+    standby answering, and only the paused host is said to be behind. (Left to libpq, one
+    connection string had one lag state, and a reviewer saw a third of reads stale for 40 s.)"""
     from psycopg.conninfo import conninfo_to_dict
 
     directory = Path(tempfile.mkdtemp(prefix="pgrag-test-standby2-", dir=tempfile.gettempdir()))
