@@ -350,9 +350,13 @@ def _seconds(raw: object, variable: str, default: float, most: float, hint: str)
     """A setting in seconds from 0 to ``most`` (unset: ``default``), else a ConfigError."""
     if raw is None or not str(raw).strip():
         return default
+    from decimal import Decimal, InvalidOperation
+
     try:
         value = float(str(raw))
-    except ValueError:
+        if value == 0 and Decimal(str(raw).strip()) != 0:
+            value = -1.0  # (1e-400: not 0, which would turn the setting off, and not above it)
+    except (ValueError, InvalidOperation):
         value = -1.0
     if not 0 <= value <= most:
         raise ConfigError(
