@@ -509,7 +509,27 @@ def _primary_position(db: Database, query: LiteralString = Q.primary_position) -
 
     with transaction(db) as conn:
         row = conn.execute(query).fetchone()
-    return str(row[0])
+    assert row is not None
+    return record_end(str(row[0]), int(row[1]))
+
+
+XLOG_PAGE = 8192  # PostgreSQL's WAL page size (XLOG_BLCKSZ)
+SHORT_PAGE_HEADER, LONG_PAGE_HEADER = 24, 40  # a WAL page's header; the long one opens a segment
+
+
+def record_end(position: str, segment_size: int) -> str:
+    """The end of the primary's last WAL record, from its insert position: when the last record
+    ended on a page boundary, the insert position points past the next page's header, where
+    no record ends, so a standby that has replayed everything reports the boundary (and
+    read-your-writes would wait for a position it never reaches)."""
+    high, low = position.split("/")
+    lsn = (int(high, 16) << 32) | int(low, 16)
+    offset = lsn % XLOG_PAGE
+    if offset == SHORT_PAGE_HEADER and lsn % segment_size != SHORT_PAGE_HEADER:
+        lsn -= SHORT_PAGE_HEADER
+    elif offset == LONG_PAGE_HEADER and lsn % segment_size == LONG_PAGE_HEADER:
+        lsn -= LONG_PAGE_HEADER
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
 def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database, replica: Replica) -> bool:

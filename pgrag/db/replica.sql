@@ -7,14 +7,15 @@ SET TRANSACTION READ ONLY;
 -- Where the primary's WAL is now: a read that must see every write committed so far waits
 -- for the replica to have replayed this far. The insert position, not the write position:
 -- with synchronous_commit off a commit returns before its record is written, and the write
--- position can still be short of it.
-SELECT pg_current_wal_insert_lsn();
+-- position can still be short of it. (With the WAL segment size: see replica.record_end.)
+SELECT pg_current_wal_insert_lsn(),
+       (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size');
 
 -- name: primary_flushed
--- Where the primary's WAL is flushed to: what the lag check marks. (Not the insert position: on
--- a primary whose last record ended at a page boundary, that points past the next page's
--- header, which a standby that has replayed everything never reports.)
-SELECT pg_current_wal_flush_lsn();
+-- Where the primary's WAL is flushed to: what the lag check marks (with the segment size, as
+-- primary_position).
+SELECT pg_current_wal_flush_lsn(),
+       (SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size');
 
 -- name: replayed_positions
 -- Whether this server has replayed the primary's WAL up to %(a)s, and up to %(b)s (a server

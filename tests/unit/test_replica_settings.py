@@ -24,3 +24,23 @@ def test_seconds_that_cannot_work_are_refused(raw: str) -> None:
 def test_unset_is_the_default() -> None:
     assert max_lag_seconds(Settings(read_max_lag_seconds=None)) == 60.0
     assert wait_seconds(Settings(read_wait_seconds="")) == 2.0
+
+
+def test_a_position_past_a_page_header_is_the_record_end_before_it() -> None:
+    from pgrag.db.replica import record_end
+
+    segment = 16 * 1024 * 1024
+    # An insert position just past a page's short header: the last record ended at the
+    # boundary, which is what a standby that has replayed it all reports.
+    assert record_end("0/3002018", segment) == "0/3002000"
+    assert record_end("1/2018", segment) == "1/2000"
+    # Just past a segment's first page, whose header is the long one (40 bytes).
+    assert record_end("0/3000028", segment) == "0/3000000"
+    assert record_end("2/28", segment) == "2/0"
+    # Anything else is a record's end already, left as it is (offset 40 inside a segment, 24
+    # at a segment's start, where the long header is).
+    for position in ("0/3002028", "0/3000018", "0/3002019", "0/3002000", "0/0", "A/FFFFFFF0"):
+        assert record_end(position, segment) == position
+    # Another segment size moves where the long header is.
+    assert record_end("0/100028", 1024 * 1024) == "0/100000"
+    assert record_end("0/100028", segment) == "0/100028"
