@@ -41,6 +41,7 @@ class DeleteReport:
     # (none: dropped already), or why it was left for `pgrag db repair`.
     partition: str = "absent"
     indexes: list[str] = field(default_factory=list)  # model indexes dropped (or to drop)
+    indexes_left: list[str] = field(default_factory=list)  # ones that could not be, for repair
 
     def summary(self) -> str:
         what = (
@@ -59,6 +60,12 @@ class DeleteReport:
         line = f"deleted {what}"
         if self.partition not in ("dropped", "absent"):
             line += f"; its empty partition of the vectors is left: {self.partition}"
+        if self.indexes_left:
+            line += (
+                f"; the HNSW index{'es' if len(self.indexes_left) > 1 else ''} of models no"
+                f" collection uses now {'are' if len(self.indexes_left) > 1 else 'is'} left"
+                f" for `pgrag db repair`: {', '.join(self.indexes_left)}"
+            )
         return line
 
     def to_dict(self) -> dict[str, Any]:
@@ -106,7 +113,7 @@ def delete_collection(db: Database, name: str, *, dry_run: bool = False) -> Dele
         conn.execute(Q.delete_chunks, {"id": cid})
         conn.execute(Q.delete_documents, {"id": cid})
         conn.execute(Q.delete_collection, {"id": cid})
-    report.partition, report.indexes = _tidy(db, cid)
+    report.partition, report.indexes, report.indexes_left = _tidy(db, cid)
     return report
 
 
@@ -124,19 +131,21 @@ def _principals(conn: Any) -> str:
     return ", ".join(row[0] or []) if row else ""
 
 
-def _tidy(db: Database, cid: int) -> tuple[str, list[str]]:
+def _tidy(db: Database, cid: int) -> tuple[str, list[str], list[str]]:
     """Drop the deleted collection's partition and the indexes of models no collection uses
     now, if this session may, waiting at most a second for the lock; what became of the
-    partition, and the indexes dropped."""
+    partition, the indexes dropped, and those left (for `pgrag db repair`)."""
     import psycopg
     from psycopg import sql
 
+    table: str | None = None
+    indexes: list[str] = []
     try:
         with transaction(db) as conn:
             (table,) = conn.execute(Q.partition, {"id": cid}).fetchone()
             indexes = _unused_indexes(conn, cid)
             if table is None and not indexes:
-                return "absent", []
+                return "absent", [], []
             conn.execute(Q.short_lock_timeout)
             if table is not None:
                 conn.execute(sql.SQL(Q.drop_partition).format(table=sql.Identifier("pgrag", table)))
@@ -144,9 +153,10 @@ def _tidy(db: Database, cid: int) -> tuple[str, list[str]]:
                 conn.execute(sql.SQL(Q.drop_index).format(index=sql.Identifier("pgrag", index)))
     except DatabaseError as err:
         if isinstance(err.__cause__, psycopg.errors.LockNotAvailable):
-            return "searches held pgrag.chunk_embeddings; `pgrag db repair` drops it", []
-        if isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
-            return "only the owner of schema pgrag may drop it (`pgrag db repair`)", []
-        # (the collection is gone whatever happened here; repair finishes the job)
-        return f"{err}; `pgrag db repair` drops it", []
-    return ("absent" if table is None else "dropped"), indexes
+            why = "searches held pgrag.chunk_embeddings; `pgrag db repair` drops it"
+        elif isinstance(err.__cause__, psycopg.errors.InsufficientPrivilege):
+            why = "only the owner of schema pgrag may drop it (`pgrag db repair`)"
+        else:  # (the collection is gone whatever happened here; repair finishes the job)
+            why = f"{err}; `pgrag db repair` drops it"
+        return ("absent" if table is None else why), [], indexes
+    return ("absent" if table is None else "dropped"), indexes, []

@@ -115,6 +115,7 @@ def test_the_command_asks_for_yes_and_names_what_would_go(db: Database) -> None:
         "dry_run": True,
         "partition": "to drop",
         "indexes": [index],
+        "indexes_left": [],
     }
     assert _left(db.dsn, cid) == before  # (nothing changed)
     done = _cli(db.dsn, "collections", "--json", "delete", "drafts", "--yes")
@@ -176,6 +177,9 @@ def test_a_busy_vectors_table_leaves_the_partition_to_repair(db: Database) -> No
         holder.close()
     assert report.partition.startswith("searches held pgrag.chunk_embeddings")
     assert "its empty partition of the vectors is left" in report.summary()
+    # Its model is used by no collection now: its index is left too, and named.
+    assert report.indexes == [] and len(report.indexes_left) == 1, report
+    assert f"left for `pgrag db repair`: {report.indexes_left[0]}" in report.summary()
     assert waited < 30  # (a lock timeout, not a wait for the holder)
     assert _left(db.dsn, cid) == (0, 0, 0, 0, 0, 0, 0, 0, True)
     repaired = _cli(db.dsn, "db", "repair")
