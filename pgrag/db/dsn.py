@@ -43,8 +43,9 @@ def describe_dsn(dsn: str) -> str:
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
         params = conninfo_to_dict(dsn)
-        if "password" in params:
-            params["password"] = "***"
+        for key in params:
+            if "password" in key:  # (password, sslpassword)
+                params[key] = "***"
         return make_conninfo(**params)  # type: ignore[arg-type]
     except Exception:  # noqa: BLE001 - only used for display
         return "the configured database"

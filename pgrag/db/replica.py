@@ -409,9 +409,20 @@ def split_hosts(dsn: str) -> list[str]:
     ``host``/``hostaddr``, with one ``port`` for all or one each); ``[dsn]`` for one host.
     ``load_balance_hosts`` goes (each string has one host); the rest, such as
     ``target_session_attrs``, stays with each."""
+    import os
+
     from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
     params = conninfo_to_dict(dsn)
+    balance = params.get("load_balance_hosts")
+    if balance is not None and balance not in ("disable", "random"):
+        raise ConfigError(
+            f"PGRAG_READ_DSN has load_balance_hosts={balance!r}; set it to random or disable"
+        )
+    # (libpq's variables stand in for what the string leaves out: split them too)
+    for key, variable in (("host", "PGHOST"), ("hostaddr", "PGHOSTADDR"), ("port", "PGPORT")):
+        if not params.get(key) and "," in os.environ.get(variable, ""):
+            params[key] = os.environ[variable]
     hosts = str(params.get("host") or "").split(",") if params.get("host") else []
     addresses = str(params.get("hostaddr") or "").split(",") if params.get("hostaddr") else []
     count = len(hosts) or len(addresses)  # (libpq: hostaddr pairs with host when both are)
@@ -569,8 +580,12 @@ def check_dsn(settings: Settings) -> str | None:
         conninfo_to_dict(dsn)
         split_hosts(dsn)  # (a ConfigError when its hosts and ports do not pair up)
     except ProgrammingError as err:
+        import re
+
+        # (libpq quotes the token it could not read, which may be the password: not repeated)
+        why = re.sub(r'"[^"]*"', "(a value)", " ".join(str(err).split()))
         raise ConfigError(
-            f"PGRAG_READ_DSN is not a connection string ({' '.join(str(err).split())}); set it"
+            f"PGRAG_READ_DSN is not a connection string ({why}); set it"
             " to e.g. postgresql://user@replica/pgrag"
         ) from err
     return dsn

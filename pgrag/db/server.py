@@ -50,9 +50,12 @@ PORT = 5432  # only names the socket file; the server does not listen on TCP
 DATABASE = "pgrag"
 SUPERUSER = "postgres"
 SYSTEM_USER = "pgrag"  # OS user the server runs as when pgrag itself runs as root
-# What a standby's directory may hold and still be taken as empty: what a pg_basebackup that
-# failed before pgrag cleaned up after it (older versions, a kill) left there.
-_LEFT_BY_A_FAILED_COPY = {"run", "server.lock"}
+# What a standby's log says when it cannot stream (its WAL receiver's and startup's complaints:
+# "could not connect to the primary server", "replication slot ... does not exist", "requested
+# WAL segment ... has already been removed", "could not receive data from WAL stream", ...).
+_REPLICATION_WORDS = ("primary", "replication", "wal", "timeline", "recovery", "standby")
+# In a standby's directory while pg_basebackup copies the primary into it (a kill leaves it).
+_COPYING = "standby.copying"
 LOG_LIMIT = 10 * 1024 * 1024  # rotate postgres.log at start once it is larger than this
 _SOCKET_PATH_MAX = 100  # sockaddr_un.sun_path is 108 bytes on Linux, 104 on macOS
 
@@ -132,11 +135,18 @@ class EmbeddedServer:
 
         try:
             with psycopg.connect(self.dsn("postgres"), connect_timeout=3) as conn:
-                standby, receiving, sender, replayed_ago = conn.execute(Q.standby_state).fetchone()  # type: ignore[misc]
+                standby, receiving, sender, replayed_ago, paused = conn.execute(  # type: ignore[misc]
+                    Q.standby_state
+                ).fetchone()
                 slots = conn.execute(Q.standby_slots).fetchall() if not standby else []
         except psycopg.Error as err:
             return f"unknown ({' '.join(str(err).split())})", True
         if standby:
+            if paused:
+                return (
+                    f"standby, replay paused ({paused}): its reads are as old as its last"
+                    " replay; `SELECT pg_wal_replay_resume()` on it resumes"
+                ), True
             if receiving == "streaming":
                 ago = (
                     f"; last transaction replayed {replayed_ago:.0f} s ago"
@@ -167,7 +177,9 @@ class EmbeddedServer:
         return "primary; standby slots: " + "; ".join(parts), problem
 
     def _last_complaint(self) -> str | None:
-        """The last FATAL or ERROR line of the server's log (of its last 64 KB)."""
+        """The last FATAL or ERROR line of the server's log (of its last 64 KB) about
+        replication (not a client's failed query, which would be the wrong cause, and might
+        quote what the client sent)."""
         try:
             with self.log.open("rb") as fh:
                 fh.seek(max(0, self.log.stat().st_size - 65536))
@@ -177,7 +189,9 @@ class EmbeddedServer:
         for line in reversed(tail):
             for level in ("FATAL:", "ERROR:"):
                 if level in line:
-                    return line[line.index(level) :].strip()[:300]
+                    said = line[line.index(level) :].strip()
+                    if any(word in said.lower() for word in _REPLICATION_WORDS):
+                        return said[:300]
         return None
 
     def ensure_running(self) -> str:
@@ -221,46 +235,81 @@ class EmbeddedServer:
         when it was PostgreSQL's default, no limit), with ``hot_standby_feedback`` on. For
         trying read replicas on one machine (docs/scale.md); a production standby is the
         operator's."""
-        if (self.data / "PG_VERSION").exists():
-            raise ServerError(
-                f"{self.data} already holds a cluster; replicate into a new directory"
-            )
         mine, theirs = self.directory, primary.directory.resolve()
         if mine == theirs or theirs in mine.parents or mine in theirs.parents:
             raise ServerError(
                 f"{mine} is inside the primary's directory {theirs} (or holds it); name a"
                 " directory apart from it"
             )
-        if mine.exists() and (
-            not mine.is_dir() or {p.name for p in mine.iterdir()} - _LEFT_BY_A_FAILED_COPY
-        ):
-            raise ServerError(f"{mine} is not an empty directory; name a new or empty one")
+        self._check_standby_directory()  # (before anything is made there; again under the lock)
         problem = directory_problem(mine)
         if problem is not None:
             raise ServerError(problem)
-        made = not mine.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         slot = standby_slot(self.directory)
-        primary.prepare_standby_slot(slot, self.directory)
         with self._lock():
+            # (under the lock: a second `pgrag server standby` of the same directory waits here,
+            # then finds the first one's standby)
+            self._check_standby_directory()
+            primary.prepare_standby_slot(slot, self.directory)
             self._prepare_owner()
             self._prepare_socket_dir()
+            copying = self.directory / _COPYING
+            fd = os.open(copying, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            os.close(fd)
             try:
                 self._copy(primary, slot)
             except BaseException:
-                # (a retry must find the directory as it was: pg_basebackup removes the data
-                # it wrote; the socket directory and the lock are this method's)
-                self._forget_failed_copy(made)
-                try:  # (and its slot, which pg_basebackup -C made, holding WAL for nobody)
+                # A retry must find the directory as it was: the data this copy wrote (checked
+                # absent above), its slot on the primary, the empty socket directory.
+                _remove_tree(self.data)
+                if not self._socket_dir_is_shared():
+                    try:
+                        self.socket_dir.rmdir()
+                    except OSError:
+                        pass
+                try:
                     primary.forget_standby(self.directory)
                 except Exception:
                     pass
+                copying.unlink(missing_ok=True)
                 raise
             # (-R wrote primary_conninfo and primary_slot_name here; read after postgresql.conf)
             with (self.data / "postgresql.auto.conf").open("a") as conf:
                 conf.write("hot_standby_feedback = on\n")
+            copying.unlink()
             self._start_with_retry()
         return self.dsn()
+
+    def _check_standby_directory(self) -> None:
+        """Refuse a directory that is not new or empty (the lock file of an earlier try and an
+        empty socket directory aside), saying what to do with an unfinished copy."""
+        mine = self.directory
+        if not mine.exists():
+            return
+        if not mine.is_dir() or mine.is_symlink():
+            raise ServerError(f"{mine} is not a directory; name a new or empty one")
+        if (mine / _COPYING).exists():
+            raise ServerError(
+                f"{mine} holds an unfinished copy (a `pgrag server standby` that was killed):"
+                f" remove it, run `pgrag server standby --forget {mine}` (its slot), then"
+                " make it again"
+            )
+        if (self.data / "PG_VERSION").exists():
+            raise ServerError(
+                f"{self.data} already holds a cluster; replicate into a new directory"
+            )
+        for entry in mine.iterdir():
+            if entry.name == "server.lock" and entry.is_file() and not entry.is_symlink():
+                continue  # (an earlier try's lock: pgrag's own)
+            if (
+                entry.name == "run"
+                and entry.is_dir()
+                and not entry.is_symlink()
+                and not any(entry.iterdir())
+            ):
+                continue  # (an earlier try's empty socket directory)
+            raise ServerError(f"{mine} is not an empty directory; name a new or empty one")
 
     def _copy(self, primary: EmbeddedServer, slot: str) -> None:
         self._run(
@@ -285,20 +334,6 @@ class EmbeddedServer:
             ],
             timeout=600,
         )
-
-    def _forget_failed_copy(self, made: bool) -> None:
-        """After a failed pg_basebackup: the data it left (a kill leaves some), the socket
-        directory (when it is this directory's), the lock file, and the directory when
-        :meth:`replicate` made it."""
-        _remove_tree(self.data)
-        if not self._socket_dir_is_shared():
-            shutil.rmtree(self.socket_dir, ignore_errors=True)
-        (self.directory / "server.lock").unlink(missing_ok=True)
-        if made:
-            try:
-                self.directory.rmdir()
-            except OSError:
-                pass
 
     def prepare_standby_slot(self, slot: str, directory: Path) -> None:
         """Before a standby in ``directory`` is made from this server: its slot's name free
@@ -407,7 +442,18 @@ class EmbeddedServer:
     @contextmanager
     def _lock(self) -> Iterator[None]:
         # flock is released by the kernel when its holder dies, even by SIGKILL.
-        with open(self.directory / "server.lock", "a+") as fh:
+        # (O_NOFOLLOW: as root, a server.lock someone made a symbolic link would otherwise
+        # create or open the file it points to)
+        try:
+            fd = os.open(
+                self.directory / "server.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644
+            )
+        except OSError as err:
+            raise ServerError(
+                f"cannot open {self.directory / 'server.lock'} ({err.strerror}): it must be a"
+                " plain file pgrag made; remove it"
+            ) from err
+        with os.fdopen(fd, "r+") as fh:
             fcntl.flock(fh, fcntl.LOCK_EX)
             try:
                 yield
@@ -502,13 +548,14 @@ class EmbeddedServer:
             except subprocess.CalledProcessError as err:
                 out.seek(0)
                 detail = " ".join(out.read().split())[-400:]
+                see = f"; see {self.log}" if self.log.exists() else ""
                 raise ServerError(
-                    f"embedded PostgreSQL: `{argv[0]}` failed ({detail}); see {self.log}"
+                    f"embedded PostgreSQL: `{argv[0]}` failed ({detail}){see}"
                 ) from err
             except subprocess.TimeoutExpired as err:
+                see = f"; see {self.log}" if self.log.exists() else ""
                 raise ServerError(
-                    f"embedded PostgreSQL: `{argv[0]}` did not finish in {timeout:.0f}s;"
-                    f" see {self.log}"
+                    f"embedded PostgreSQL: `{argv[0]}` did not finish in {timeout:.0f}s{see}"
                 ) from err
 
     def _prepare_owner(self) -> None:

@@ -31,12 +31,15 @@ SELECT pg_reload_conf();
 
 -- name: standby_state
 -- Whether this server is a standby; if so, its WAL receiver's state ('streaming' while it
--- receives), the primary it streams from, and how long ago it replayed its last transaction.
+-- receives), the primary it streams from, how long ago it replayed its last transaction, and
+-- whether its replay is paused ('pause requested', 'paused').
 SELECT pg_is_in_recovery(),
        (SELECT status FROM pg_stat_wal_receiver),
        (SELECT coalesce(sender_host, '?') || coalesce(':' || sender_port, '')
           FROM pg_stat_wal_receiver),
-       extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8;
+       extract(epoch FROM now() - pg_last_xact_replay_timestamp())::float8,
+       CASE WHEN pg_is_in_recovery()
+            THEN nullif(pg_get_wal_replay_pause_state(), 'not paused') END;
 
 -- name: standby_slots
 -- The slots of standbys `pgrag server standby` made from this server: whether one streams

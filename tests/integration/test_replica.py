@@ -424,6 +424,14 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
         said = runner.invoke(cli, ["server", "status"])
         assert "replication: primary; standby slots: " in said.output
         assert f"{slot} streaming" in said.output, said.output
+        # A paused replay is said (its reads grow old).
+        with psycopg.connect(make_conninfo(dsn, dbname="postgres"), autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_pause()")
+            said = runner.invoke(cli, ["server", "status", "--json"], env=standby_env)
+            conn.execute("SELECT pg_wal_replay_resume()")
+        report = json.loads(said.output)
+        assert report["replication"].startswith("standby, replay paused"), report
+        assert report["replication_problem"] is True
         # A standby that cannot reach its primary any more is said to be one, with the reason
         # its log gives (its reads would be stale for ever).
         with psycopg.connect(make_conninfo(dsn, dbname="postgres"), autocommit=True) as conn:
@@ -432,6 +440,10 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
             )
             conn.execute("SELECT pg_reload_conf()")
         for _ in range(100):
+            # (a client's failed query on the standby is not the reason given)
+            with psycopg.connect(make_conninfo(dsn, dbname="postgres")) as conn:
+                with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+                    conn.execute("SELECT 'pgrag-test-not-the-reason'::int")
             said = runner.invoke(cli, ["server", "status", "--json"], env=standby_env)
             report = json.loads(said.output)
             if report["replication_problem"] and "its log says" in report["replication"]:
@@ -439,6 +451,7 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
             time.sleep(0.1)
         assert report["replication"].startswith("standby, NOT streaming"), report
         assert "/nonexistent/pgrag-test" in report["replication"], report
+        assert "not-the-reason" not in report["replication"]
         said = runner.invoke(cli, ["server", "status"])
         assert f"{slot} not in use" in said.output, said.output
         busy = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
@@ -452,11 +465,11 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
     assert forgot.exit_code == 0 and "nothing to forget" in forgot.output
 
 
-def test_a_failed_copy_leaves_the_standbys_directory_as_it_found_it(
-    embedded_server: EmbeddedServer | None,
-) -> None:
-    """pg_basebackup fails when the primary has no replication slot free: the retry must not
-    find a directory it calls occupied (run/ and server.lock were left), nor a slot."""
+def test_a_failed_copy_can_be_made_again(embedded_server: EmbeddedServer | None) -> None:
+    """pg_basebackup fails when the primary has no replication slot free: what the try made
+    goes (its data, its slot, the socket directory), so the same command works once a slot is
+    free; the lock file of an earlier try and an empty socket directory count as empty, but
+    not a socket directory holding anything, nor a lock file that is a symbolic link."""
     from click.testing import CliRunner
 
     from pgrag.cli import cli
@@ -470,32 +483,108 @@ def test_a_failed_copy_leaves_the_standbys_directory_as_it_found_it(
     leftover.mkdir()
     (leftover / "run").mkdir()  # (what an earlier pgrag's failed copy left)
     (leftover / "server.lock").write_text("")
-    # Every replication slot taken, by temporary ones this connection holds.
-    with psycopg.connect(embedded_server.dsn("postgres"), autocommit=True) as hog:
-        free = hog.execute(
-            "SELECT current_setting('max_replication_slots')::int - count(*)::int"
-            " FROM pg_replication_slots"
-        ).fetchone()[0]  # type: ignore[index]
-        for n in range(free):
-            hog.execute(
-                "SELECT pg_create_physical_replication_slot(%s, false, true)",
-                (f"pgrag_test_hog_{n}",),
-            )
-        try:
+    kept = parent / "kept"
+    (kept / "run").mkdir(parents=True)
+    (kept / "run" / "notes.txt").write_text("mine")
+    linked = parent / "linked"
+    linked.mkdir()
+    (linked / "server.lock").symlink_to(parent / "victim")
+    try:
+        # Every replication slot taken, by temporary ones this connection holds.
+        with psycopg.connect(embedded_server.dsn("postgres"), autocommit=True) as hog:
+            free = hog.execute(
+                "SELECT current_setting('max_replication_slots')::int - count(*)::int"
+                " FROM pg_replication_slots"
+            ).fetchone()[0]  # type: ignore[index]
+            for n in range(free):
+                hog.execute(
+                    "SELECT pg_create_physical_replication_slot(%s, false, true)",
+                    (f"pgrag_test_hog_{n}",),
+                )
             for target in (fresh, leftover):
                 failed = runner.invoke(cli, ["server", "standby", str(target)])
                 assert failed.exit_code == 1, failed.output
                 assert "pg_basebackup" in failed.output and "not an empty" not in failed.output
                 assert "replication slot" in failed.output, failed.output
-            assert not fresh.exists()  # (made by the command, so removed)
-            assert leftover.is_dir() and not any(leftover.iterdir())
+                assert [p.name for p in target.iterdir()] == ["server.lock"]
             slots = hog.execute(
                 "SELECT count(*) FROM pg_replication_slots WHERE slot_name = ANY(%s)",
                 ([standby_slot(fresh), standby_slot(leftover)],),
             ).fetchone()
             assert slots == (0,)
-        finally:
-            shutil.rmtree(parent, ignore_errors=True)
+        for target in (kept, linked):
+            refused = runner.invoke(cli, ["server", "standby", str(target)])
+            assert refused.exit_code == 1 and "not an empty directory" in refused.output
+        assert (kept / "run" / "notes.txt").read_text() == "mine"
+        assert not (parent / "victim").exists()
+        # The slots free again: the same command makes the standby.
+        made = runner.invoke(cli, ["server", "standby", str(fresh)])
+        assert made.exit_code == 0, made.output
+        EmbeddedServer(fresh).stop()
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+        embedded_server.forget_standby(fresh)
+
+
+def test_two_copies_into_one_directory_at_once_leave_one_standby(
+    embedded_server: EmbeddedServer | None,
+) -> None:
+    """The second of two `pgrag server standby DIR` at once waits for the first and is
+    refused: it must not remove the standby the first made (it did: its pg_basebackup found
+    the data there, and its clean-up took it), nor its slot."""
+    import threading
+
+    if embedded_server is None:
+        pytest.skip("needs the embedded server; PGRAG_TEST_DSN is set")
+    directory = Path(tempfile.mkdtemp(prefix="pgrag-test-race-", dir="/var/tmp"))
+    outcomes: list[str] = []
+
+    def make() -> None:
+        try:
+            EmbeddedServer(directory, settings=FAST_SETTINGS).replicate(embedded_server)
+            outcomes.append("made")
+        except Exception as err:  # (the outcome is what the test checks)
+            outcomes.append(str(err))
+
+    try:
+        threads = [threading.Thread(target=make) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+        assert len(outcomes) == 2 and outcomes.count("made") == 1, outcomes
+        assert "already holds a cluster" in "".join(outcomes), outcomes
+        standby = EmbeddedServer(directory)
+        assert standby.status().running
+        with psycopg.connect(standby.dsn("postgres")) as conn:
+            assert conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+    finally:
+        EmbeddedServer(directory).stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        embedded_server.forget_standby(directory)
+
+
+def test_a_killed_copy_is_said_to_be_one(embedded_server: EmbeddedServer | None) -> None:
+    """A `pgrag server standby` killed while pg_basebackup copies leaves its marker with the
+    partial data: a retry says what to do, not that a cluster is there."""
+    from click.testing import CliRunner
+
+    from pgrag.cli import cli
+
+    if embedded_server is None:
+        pytest.skip("needs the embedded server; PGRAG_TEST_DSN is set")
+    runner = CliRunner(env={"PGRAG_SERVER_DIR": str(embedded_server.directory)})
+    directory = Path(tempfile.mkdtemp(prefix="pgrag-test-killed-", dir="/var/tmp"))
+    try:
+        (directory / "data").mkdir()
+        (directory / "data" / "PG_VERSION").write_text("18\n")  # (as far as a copy got)
+        (directory / "standby.copying").write_text("")
+        refused = runner.invoke(cli, ["server", "standby", str(directory)])
+        assert refused.exit_code == 1
+        assert "holds an unfinished copy" in refused.output, refused.output
+        assert f"pgrag server standby --forget {directory}" in refused.output
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def test_several_hosts_in_one_read_dsn_are_one_replica_each(

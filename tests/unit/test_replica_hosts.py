@@ -69,3 +69,31 @@ def test_a_random_order_is_asked_for_by_load_balance_hosts() -> None:
     assert balanced("postgresql://r1,r2/pgrag?load_balance_hosts=random")
     assert not balanced("postgresql://r1,r2/pgrag?load_balance_hosts=disable")
     assert not balanced("postgresql://r1,r2/pgrag")
+
+
+def test_libpqs_variables_with_several_hosts_are_split_too(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PGPORT", "5433,5434")
+    each = _params(split_hosts("host=r1,r2 dbname=pgrag"))
+    assert [(p["host"], p["port"]) for p in each] == [("r1", "5433"), ("r2", "5434")]
+    monkeypatch.setenv("PGHOST", "a,b")
+    monkeypatch.delenv("PGPORT")
+    assert [p["host"] for p in _params(split_hosts("dbname=pgrag"))] == ["a", "b"]
+    # (a string that names its own host is not touched by PGHOST)
+    assert split_hosts("host=c dbname=pgrag") == ["host=c dbname=pgrag"]
+
+
+def test_a_load_balancing_libpq_would_refuse_is_refused() -> None:
+    with pytest.raises(ConfigError, match="load_balance_hosts='Random'; set it to random"):
+        check_dsn(Settings(read_dsn="host=a,b load_balance_hosts=Random"))
+
+
+def test_messages_never_repeat_a_password() -> None:
+    from pgrag.db.dsn import describe_dsn
+
+    with pytest.raises(ConfigError) as refused:
+        check_dsn(Settings(read_dsn="postgresql://u:p%zzss@h1,h2/pgrag"))
+    assert "zzss" not in str(refused.value)
+    described = describe_dsn("host=h password=one sslpassword=two dbname=pgrag")
+    assert "one" not in described and "two" not in described and "host=h" in described
