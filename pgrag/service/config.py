@@ -66,3 +66,9 @@ class ServiceConfig:
             raise InputError(f"--max-upload-mb must be positive, got {self.max_upload_bytes} bytes")
         if not 0 < self.port < 65536:
             raise InputError(f"--port must be 1-65535, got {self.port}")
+        # The read replica's settings: said now in one line, not as a traceback at start-up.
+        from pgrag.db.replica import check_dsn, max_lag_seconds, wait_seconds
+
+        check_dsn(self.settings)
+        max_lag_seconds(self.settings)
+        wait_seconds(self.settings)

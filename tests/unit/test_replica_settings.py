@@ -44,3 +44,18 @@ def test_a_position_past_a_page_header_is_the_record_end_before_it() -> None:
     # Another segment size moves where the long header is.
     assert record_end("0/100028", 1024 * 1024) == "0/100000"
     assert record_end("0/100028", segment) == "0/100028"
+
+
+def test_pgrag_serve_says_a_bad_read_dsn_in_one_line() -> None:
+    """Before the service starts (it printed uvicorn's traceback), and without a database."""
+    from click.testing import CliRunner
+
+    from pgrag.cli import cli
+
+    result = CliRunner(
+        env={"PGRAG_READ_DSN": "host=a,b,c port=1,2", "PGRAG_DSN": "host=/nonexistent"}
+    ).invoke(cli, ["serve", "--no-auth"])
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1, result.output
+    assert "PGRAG_READ_DSN names 3 host(s) and 2 port values" in lines[0]
