@@ -475,17 +475,25 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         else [replicas]
     )
     target = _primary_position(db) if members and db.read_your_writes else None
+    # One wait per read, however many replicas it tries (each waited in turn, it was one per
+    # replica: 2 s each with every replica behind).
+    wait = wait_seconds(db.settings)
+    deadline = time.monotonic() + wait
     for replica in members:
         try:
             with replica.connection() as conn:
                 try:
-                    if target is not None and not _caught_up(conn, target, db, replica):
+                    if target is not None and not _caught_up(
+                        conn, target, (deadline, wait), replica
+                    ):
                         raise ReplicaDown("behind the primary")
                     if target is None:
                         first = replica.check_lag(
                             conn, lambda: _primary_position(db, Q.primary_flushed)
                         )
-                        if first is not None and not _caught_up(conn, first, db, replica):
+                        if first is not None and not _caught_up(
+                            conn, first, (deadline, wait), replica
+                        ):
                             raise ReplicaDown("behind the primary")
                     with conn.transaction():
                         conn.execute(Q.read_only)
@@ -543,11 +551,13 @@ def record_end(position: str, segment_size: int) -> str:
     return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
 
 
-def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database, replica: Replica) -> bool:
-    """Whether the replica has replayed the primary's WAL up to ``target``, waiting for it at
-    most PGRAG_READ_WAIT_SECONDS; a replica still behind is passed over, with a warning."""
-    limit = wait_seconds(db.settings)
-    deadline = time.monotonic() + limit
+def _caught_up(
+    conn: psycopg.Connection[Any], target: str, until: tuple[float, float], replica: Replica
+) -> bool:
+    """Whether the replica has replayed the primary's WAL up to ``target``, waiting for it
+    until the read's deadline (``until``: it, and the PGRAG_READ_WAIT_SECONDS it is from); a
+    replica still behind is passed over, with a warning."""
+    deadline, wait = until
     pause = 0.005
     while True:
         row = conn.execute(Q.replayed, {"target": target}).fetchone()
@@ -557,13 +567,13 @@ def _caught_up(conn: psycopg.Connection[Any], target: str, db: Database, replica
         if time.monotonic() >= deadline:
             log.warning(
                 "the read replica (%s) had not replayed the primary's last writes after %g s"
-                " (PGRAG_READ_WAIT_SECONDS); this read goes to %s",
+                " (PGRAG_READ_WAIT_SECONDS, for each read); this read goes to %s",
                 _where(replica.dsn),
-                limit,
+                wait,
                 replica.fallback,
             )
             return False
-        time.sleep(pause)
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         pause = min(pause * 2, 0.1)
 
 
