@@ -121,6 +121,26 @@ def _flushed(primary: str) -> None:
     raise AssertionError("the primary did not flush its WAL in 2 s")
 
 
+def _multi_host(*dsns: str, **params: str) -> str:
+    """One connection string naming the hosts of ``dsns`` (libpq's multi-host form), with the
+    first one's other parameters and ``params``."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    each = [conninfo_to_dict(dsn) for dsn in dsns]
+    return make_conninfo(
+        dsns[0],
+        host=",".join(str(p["host"]) for p in each),
+        port=",".join(str(p["port"]) for p in each),
+        **params,
+    )
+
+
+def _write_public(db: Any, primary: str, source: str, text: str) -> None:
+    """A public document in "depots", its WAL flushed on the primary."""
+    pgrag.ingest_documents(db, [from_text(source, text)], collection="depots", allow=["public"])
+    _flushed(primary)
+
+
 def _sources(db: Any, query: str, **kwargs: Any) -> set[str]:
     hits = pgrag.search(db, query, collection="depots", mode="keyword", k=10, **kwargs)
     return {Path(h.source).name for h in hits}
@@ -322,12 +342,7 @@ def test_the_service_reads_from_the_hosts_of_a_multi_host_read_dsn(
 
     superuser_standby = make_conninfo(pair.standby, dbname="postgres")
     primary, standby = conninfo_to_dict(pair.primary), conninfo_to_dict(pair.standby)
-    both = make_conninfo(
-        pair.standby,
-        host=f"{primary['host']},{standby['host']}",
-        port=f"{primary['port']},{standby['port']}",
-        target_session_attrs="standby",
-    )
+    both = _multi_host(pair.primary, pair.standby, target_session_attrs="standby")
     query = {"query": "Chaves depot", "collection": "depots", "mode": "keyword", "k": 10}
     with psycopg.connect(superuser_standby, autocommit=True) as conn:
         conn.execute("SELECT pg_wal_replay_pause()")
@@ -595,13 +610,8 @@ def test_several_hosts_in_one_read_dsn_are_one_replica_each(
     said), and the standby answers."""
     from psycopg.conninfo import conninfo_to_dict
 
-    primary, standby = conninfo_to_dict(pair.primary), conninfo_to_dict(pair.standby)
-    both = make_conninfo(
-        pair.standby,
-        host=f"{primary['host']},{standby['host']}",
-        port=f"{primary['port']},{standby['port']}",
-        target_session_attrs="standby",
-    )
+    primary = conninfo_to_dict(pair.primary)
+    both = _multi_host(pair.primary, pair.standby, target_session_attrs="standby")
     settings = Settings(read_dsn=both)
     with caplog.at_level(logging.WARNING, logger="pgrag"):
         with pgrag.connect(pair.primary, embedder=embedder, settings=settings) as db:
@@ -637,23 +647,14 @@ def test_a_host_too_far_behind_is_passed_over_alone(
     paused = make_conninfo(pair.standby, dbname="postgres")
     try:
         wait_for_replay(pair.primary, other)
-        a, b = conninfo_to_dict(pair.standby), conninfo_to_dict(other)
-        both = make_conninfo(
-            pair.standby, host=f"{a['host']},{b['host']}", port=f"{a['port']},{b['port']}"
-        )
+        both = _multi_host(pair.standby, other)
         with psycopg.connect(paused, autocommit=True) as conn:
             conn.execute("SELECT pg_wal_replay_pause()")
         settings = Settings(read_dsn=both, read_max_lag_seconds="1", read_wait_seconds="0.5")
         with pgrag.connect(pair.primary, embedder=embedder, settings=settings) as db:
             assert isinstance(db.replica, replica_module.ReplicaSet)
             first, then = db.replica.members
-            pgrag.ingest_documents(
-                db,
-                [from_text("faro.txt", "The Faro annex opens at noon.")],
-                collection="depots",
-                allow=["public"],
-            )
-            _flushed(pair.primary)
+            _write_public(db, pair.primary, "faro.txt", "The Faro annex opens at noon.")
             with caplog.at_level(logging.WARNING, logger="pgrag"):
                 # (the process's first read: the paused host is waited for, then the other)
                 seen = [_sources(db, "Faro annex noon")]
@@ -770,13 +771,7 @@ def test_a_standby_that_stopped_replaying_is_passed_over_until_it_catches_up(
     monkeypatch.setattr(replica_module, "RETRY_SECONDS", 0.0)
     try:
         with _connect(pair, embedder, read_max_lag_seconds="1", read_wait_seconds="0.2") as db:
-            pgrag.ingest_documents(
-                db,
-                [from_text("evora.txt", "The Evora warehouse opens at dawn.")],
-                collection="depots",
-                allow=["public"],
-            )
-            _flushed(pair.primary)
+            _write_public(db, pair.primary, "evora.txt", "The Evora warehouse opens at dawn.")
             with caplog.at_level(logging.WARNING, logger="pgrag"):
                 # A process's first look has no earlier mark to go by: a replica short of the
                 # primary's position waits PGRAG_READ_WAIT_SECONDS for it, then this read goes
