@@ -477,7 +477,7 @@ def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
     target = _primary_position(db) if members and db.read_your_writes else None
     # One wait per read, however many replicas it tries (each waited in turn, it was one per
     # replica: 2 s each with every replica behind).
-    wait = wait_seconds(db.settings)
+    wait = wait_seconds(db.settings) if members else 0.0
     deadline = time.monotonic() + wait
     for replica in members:
         try:
