@@ -416,8 +416,8 @@ def split_hosts(dsn: str) -> list[str]:
     params = conninfo_to_dict(dsn)
     balance = params.get("load_balance_hosts")
     if balance is not None and balance not in ("disable", "random"):
-        raise ConfigError(
-            f"PGRAG_READ_DSN has load_balance_hosts={balance!r}; set it to random or disable"
+        raise ConfigError(  # (its value not repeated: a string built wrong may hold a secret)
+            "PGRAG_READ_DSN's load_balance_hosts is neither random nor disable; set it to one"
         )
     # (libpq's variables stand in for what the string leaves out: split them too)
     for key, variable in (("host", "PGHOST"), ("hostaddr", "PGHOSTADDR"), ("port", "PGPORT")):
@@ -450,10 +450,14 @@ def split_hosts(dsn: str) -> list[str]:
 
 
 def balanced(dsn: str) -> bool:
-    """Whether ``dsn`` asks for its hosts in a random order (``load_balance_hosts=random``)."""
+    """Whether ``dsn`` asks for its hosts in a random order (``load_balance_hosts=random``,
+    else libpq's ``PGLOADBALANCEHOSTS``)."""
+    import os
+
     from psycopg.conninfo import conninfo_to_dict
 
-    return conninfo_to_dict(dsn).get("load_balance_hosts") == "random"
+    given = conninfo_to_dict(dsn).get("load_balance_hosts")
+    return (given or os.environ.get("PGLOADBALANCEHOSTS", "")) == "random"
 
 
 def read(db: Database, work: Callable[[psycopg.Connection[Any]], T]) -> T:
@@ -566,8 +570,8 @@ def _caught_up(
             return True
         if time.monotonic() >= deadline:
             log.warning(
-                "the read replica (%s) had not replayed the primary's last writes after %g s"
-                " (PGRAG_READ_WAIT_SECONDS, for each read); this read goes to %s",
+                "the read replica (%s) had not replayed the primary's last writes within the"
+                " read's PGRAG_READ_WAIT_SECONDS (%g s); this read goes to %s",
                 _where(replica.dsn),
                 wait,
                 replica.fallback,
@@ -590,10 +594,9 @@ def check_dsn(settings: Settings) -> str | None:
         conninfo_to_dict(dsn)
         split_hosts(dsn)  # (a ConfigError when its hosts and ports do not pair up)
     except ProgrammingError as err:
-        import re
-
-        # (libpq quotes the token it could not read, which may be the password: not repeated)
-        why = re.sub(r'"[^"]*"', "(a value)", " ".join(str(err).split()))
+        # (libpq goes on to quote what it could not read, which may be the password: only
+        # what it says before that is repeated)
+        why = " ".join(str(err).split()).split('"')[0].rstrip(" :") or "libpq cannot read it"
         raise ConfigError(
             f"PGRAG_READ_DSN is not a connection string ({why}); set it"
             " to e.g. postgresql://user@replica/pgrag"

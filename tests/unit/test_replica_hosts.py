@@ -84,16 +84,24 @@ def test_libpqs_variables_with_several_hosts_are_split_too(
     assert split_hosts("host=c dbname=pgrag") == ["host=c dbname=pgrag"]
 
 
-def test_a_load_balancing_libpq_would_refuse_is_refused() -> None:
-    with pytest.raises(ConfigError, match="load_balance_hosts='Random'; set it to random"):
+def test_a_load_balancing_libpq_would_refuse_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="load_balance_hosts is neither random nor disable"):
         check_dsn(Settings(read_dsn="host=a,b load_balance_hosts=Random"))
+    # (what it was set to is not repeated: a string built wrong may put a secret there)
+    with pytest.raises(ConfigError) as refused:
+        check_dsn(Settings(read_dsn="host=a,b load_balance_hosts='password=hunter2'"))
+    assert "hunter2" not in str(refused.value)
+    monkeypatch.setenv("PGLOADBALANCEHOSTS", "random")
+    assert balanced("host=a,b") and not balanced("host=a,b load_balance_hosts=disable")
 
 
 def test_messages_never_repeat_a_password() -> None:
     from pgrag.db.dsn import describe_dsn
 
-    with pytest.raises(ConfigError) as refused:
-        check_dsn(Settings(read_dsn="postgresql://u:p%zzss@h1,h2/pgrag"))
-    assert "zzss" not in str(refused.value)
+    for dsn in ("postgresql://u:p%zzss@h1,h2/pgrag", 'postgresql://u:pa"ss word@h/db'):
+        with pytest.raises(ConfigError) as refused:
+            check_dsn(Settings(read_dsn=dsn))
+        assert "zzss" not in str(refused.value) and "ss word" not in str(refused.value)
+        assert str(refused.value).startswith("PGRAG_READ_DSN is not a connection string (")
     described = describe_dsn("host=h password=one sslpassword=two dbname=pgrag")
     assert "one" not in described and "two" not in described and "host=h" in described
