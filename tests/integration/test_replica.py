@@ -14,6 +14,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,26 @@ def _multi_host(*dsns: str, **params: str) -> str:
         port=",".join(str(p["port"]) for p in each),
         **params,
     )
+
+
+@contextmanager
+def _replay_paused(pair: Pair, *written: str) -> Iterator[None]:
+    """The standby's replay paused for the block; then resumed and caught up with the primary,
+    and the documents ``written`` on the primary during the block deleted."""
+    superuser_standby = make_conninfo(pair.standby, dbname="postgres")
+    with psycopg.connect(superuser_standby, autocommit=True) as conn:
+        conn.execute("SELECT pg_wal_replay_pause()")
+    try:
+        yield
+    finally:
+        with psycopg.connect(superuser_standby, autocommit=True) as conn:
+            conn.execute("SELECT pg_wal_replay_resume()")
+        wait_for_replay(pair.primary, pair.standby)
+        if written:
+            with psycopg.connect(pair.primary, autocommit=True) as conn:
+                conn.execute(
+                    "DELETE FROM pgrag.documents WHERE source = ANY (%s)", (list(written),)
+                )
 
 
 def _write_public(db: Any, primary: str, source: str, text: str) -> None:
@@ -340,13 +361,10 @@ def test_the_service_reads_from_the_hosts_of_a_multi_host_read_dsn(
 
     from tests.serving import served
 
-    superuser_standby = make_conninfo(pair.standby, dbname="postgres")
     primary, standby = conninfo_to_dict(pair.primary), conninfo_to_dict(pair.standby)
     both = _multi_host(pair.primary, pair.standby, target_session_attrs="standby")
     query = {"query": "Chaves depot", "collection": "depots", "mode": "keyword", "k": 10}
-    with psycopg.connect(superuser_standby, autocommit=True) as conn:
-        conn.execute("SELECT pg_wal_replay_pause()")
-    try:
+    with _replay_paused(pair, "chaves.txt"):
         settings = Settings(read_dsn=both, read_max_lag_seconds="0")
         with served(pair.primary, settings, no_auth=True) as s:
             with pgrag.connect(pair.primary, embedder=embedder) as db:
@@ -374,12 +392,6 @@ def test_the_service_reads_from_the_hosts_of_a_multi_host_read_dsn(
             assert f'pgrag_read_replica_reads_total{{outcome="served",replica="{first}"}} 0.0' in (
                 scraped
             )
-    finally:
-        with psycopg.connect(superuser_standby, autocommit=True) as conn:
-            conn.execute("SELECT pg_wal_replay_resume()")
-        wait_for_replay(pair.primary, pair.standby)
-        with psycopg.connect(pair.primary, autocommit=True) as conn:
-            conn.execute("DELETE FROM pgrag.documents WHERE source = 'chaves.txt'")
 
 
 def test_pgrag_server_standby_makes_one_from_the_embedded_server(
@@ -727,37 +739,30 @@ def test_a_host_too_far_behind_is_passed_over_alone(
     second = EmbeddedServer(directory, settings=FAST_SETTINGS)
     second.replicate(embedded_server)
     other = make_conninfo(second.dsn(), dbname=conninfo_to_dict(pair.standby)["dbname"])
-    paused = make_conninfo(pair.standby, dbname="postgres")
     try:
         wait_for_replay(pair.primary, other)
         both = _multi_host(pair.standby, other)
-        with psycopg.connect(paused, autocommit=True) as conn:
-            conn.execute("SELECT pg_wal_replay_pause()")
-        settings = Settings(read_dsn=both, read_max_lag_seconds="1", read_wait_seconds="0.5")
-        with pgrag.connect(pair.primary, embedder=embedder, settings=settings) as db:
-            assert isinstance(db.replica, replica_module.ReplicaSet)
-            first, then = db.replica.members
-            _write_public(db, pair.primary, "faro.txt", "The Faro annex opens at noon.")
-            with caplog.at_level(logging.WARNING, logger="pgrag"):
-                # (the process's first read: the paused host is waited for, then the other)
-                seen = [_sources(db, "Faro annex noon")]
-                # Within the bound the paused host may answer, with data at most that old;
-                # past it, it is passed over until it catches up.
-                time.sleep(1.2)
-                seen += [_sources(db, "Faro annex noon") for _ in range(6)]
-            assert all("faro.txt" in found for found in seen), seen
-            assert first._lag_down and not then._lag_down and then._down_why is None
-            assert then._conn is not None
-            assert then._conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
-            warned = [r.getMessage() for r in caplog.records]
-            assert warned and all(_where(first.dsn) in w for w in warned), warned
-            assert any("has not replayed what the primary had written" in w for w in warned)
+        with _replay_paused(pair, "faro.txt"):
+            settings = Settings(read_dsn=both, read_max_lag_seconds="1", read_wait_seconds="0.5")
+            with pgrag.connect(pair.primary, embedder=embedder, settings=settings) as db:
+                assert isinstance(db.replica, replica_module.ReplicaSet)
+                first, then = db.replica.members
+                _write_public(db, pair.primary, "faro.txt", "The Faro annex opens at noon.")
+                with caplog.at_level(logging.WARNING, logger="pgrag"):
+                    # (the process's first read: the paused host is waited for, then the other)
+                    seen = [_sources(db, "Faro annex noon")]
+                    # Within the bound the paused host may answer, with data at most that old;
+                    # past it, it is passed over until it catches up.
+                    time.sleep(1.2)
+                    seen += [_sources(db, "Faro annex noon") for _ in range(6)]
+                assert all("faro.txt" in found for found in seen), seen
+                assert first._lag_down and not then._lag_down and then._down_why is None
+                assert then._conn is not None
+                assert then._conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
+                warned = [r.getMessage() for r in caplog.records]
+                assert warned and all(_where(first.dsn) in w for w in warned), warned
+                assert any("has not replayed what the primary had written" in w for w in warned)
     finally:
-        with psycopg.connect(paused, autocommit=True) as conn:
-            conn.execute("SELECT pg_wal_replay_resume()")
-        wait_for_replay(pair.primary, pair.standby)
-        with psycopg.connect(pair.primary, autocommit=True) as conn:
-            conn.execute("DELETE FROM pgrag.documents WHERE source = 'faro.txt'")
         second.stop()
         shutil.rmtree(directory, ignore_errors=True)
         embedded_server.forget_standby(directory)
@@ -849,10 +854,8 @@ def test_a_standby_that_stopped_replaying_is_passed_over_until_it_catches_up(
     wrote PGRAG_READ_MAX_LAG_SECONDS ago, reads go to the primary, with one warning, and stay
     there until it has caught up (a retry of a standby still behind goes on failing over)."""
     superuser_standby = make_conninfo(pair.standby, dbname="postgres")
-    with psycopg.connect(superuser_standby, autocommit=True) as conn:
-        conn.execute("SELECT pg_wal_replay_pause()")
     monkeypatch.setattr(replica_module, "RETRY_SECONDS", 0.0)
-    try:
+    with _replay_paused(pair, "evora.txt"):
         with _connect(pair, embedder, read_max_lag_seconds="1", read_wait_seconds="0.2") as db:
             _write_public(db, pair.primary, "evora.txt", "The Evora warehouse opens at dawn.")
             with caplog.at_level(logging.WARNING, logger="pgrag"):
@@ -882,12 +885,6 @@ def test_a_standby_that_stopped_replaying_is_passed_over_until_it_catches_up(
             ]
             assert db.replica is not None and db.replica._conn is not None
             assert db.replica._conn.execute("SELECT pg_is_in_recovery()").fetchone() == (True,)
-    finally:
-        with psycopg.connect(superuser_standby, autocommit=True) as conn:
-            conn.execute("SELECT pg_wal_replay_resume()")
-        wait_for_replay(pair.primary, pair.standby)
-        with psycopg.connect(pair.primary, autocommit=True) as conn:
-            conn.execute("DELETE FROM pgrag.documents WHERE source = 'evora.txt'")
 
 
 def test_the_lag_check_leaves_a_replica_answering_when_the_primary_cannot_say(
